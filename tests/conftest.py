@@ -1,0 +1,87 @@
+"""Shared fixtures for the template's suite: baking, tool environment, one LocalStack.
+
+One LocalStack serves the whole run (started before the test processes, stopped after);
+every generated project's `make test` reuses it through AWS_ENDPOINT_URL, and every test
+creates queues with unique names, so bakes can run in parallel.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+from cookiecutter.main import cookiecutter
+
+ROOT = Path(__file__).resolve().parents[1]
+TEMPLATE = ROOT / "{{cookiecutter.project_slug}}"
+_STATE: dict[str, Any] = {}
+
+
+def load_localstack() -> ModuleType:
+    """The generated project's LocalStack manager: the template uses the same mechanism."""
+    spec = importlib.util.spec_from_file_location("template_localstack", TEMPLATE / "tests" / "localstack.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def tool_env(**extra: str) -> dict[str, str]:
+    """Environment for commands run on baked projects: our tools first on PATH, every
+    installed pyenv interpreter visible to uv, one shared uv cache."""
+    env = dict(os.environ)
+    env["PATH"] = f"{ROOT / '.venv' / 'bin'}{os.pathsep}{env.get('PATH', '')}"
+    env.pop("VIRTUAL_ENV", None)
+    env.setdefault("UV_CACHE_DIR", str(ROOT / ".venv" / "uv-cache"))
+    env.setdefault("AWS_ACCESS_KEY_ID", "test")
+    env.setdefault("AWS_SECRET_ACCESS_KEY", "test")
+    if "PYENV_VERSION" not in env and shutil.which("pyenv"):
+        versions = subprocess.run(["pyenv", "versions", "--bare"], capture_output=True, text=True, check=False).stdout.split()
+        usable = [v for v in versions if v.startswith("3.1") and v.replace(".", "").isdigit()]
+        if usable:
+            env["PYENV_VERSION"] = ":".join(sorted(usable, reverse=True))
+    env.update(extra)
+    return env
+
+
+def bake(output_dir: Path, **context: str) -> Path:
+    """Generate a project with the defaults plus `context`; returns its directory."""
+    return Path(cookiecutter(str(ROOT), no_input=True, output_dir=str(output_dir), extra_context=context))
+
+
+def run(cmd: list[str], cwd: Path, timeout: float = 900, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(cmd, cwd=cwd, env=tool_env(**env), capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if hasattr(config, "workerinput") or os.environ.get("TEMPLATE_TESTS_NO_LOCALSTACK"):
+        return  # xdist workers inherit the endpoint from the controller
+    localstack = load_localstack()
+    ls = localstack.ensure()
+    _STATE["localstack"] = ls
+    os.environ["AWS_ENDPOINT_URL"] = ls.endpoint
+    os.environ.setdefault("AWS_ACCESS_KEY_ID", "test")
+    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "test")
+    print(f"LocalStack ({ls.mode}) at {ls.endpoint}", file=sys.stderr)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    ls = _STATE.pop("localstack", None)
+    if ls is not None:
+        ls.stop()
+
+
+@pytest.fixture(scope="session")
+def localstack_endpoint() -> str:
+    endpoint = os.environ.get("AWS_ENDPOINT_URL")
+    if not endpoint:
+        pytest.fail("no LocalStack: AWS_ENDPOINT_URL is not set (TEMPLATE_TESTS_NO_LOCALSTACK was given?)")
+    return endpoint

@@ -1,0 +1,70 @@
+"""Your handlers: the one file of this service you are meant to edit.
+
+Map each queue in WORKER_QUEUES to a handler with `@router.handler(queue)`:
+
+- `async def` handlers run on the event loop (use them for I/O); plain `def` handlers run
+  in a thread pool sized to the queue's concurrency; `executor="process"` runs a plain
+  module-level function in worker processes for CPU-bound work.
+- Return normally and the message is deleted. Raise `NonRetryableError` (or let the
+  payload fail its model) and it goes to the dead-letter queue with the error recorded.
+  Raise anything else and it is retried with backoff, until SQS dead-letters it after
+  maxReceiveCount deliveries.
+- Delivery is at-least-once: a crash or SIGKILL mid-job means the message runs again.
+  Make handlers idempotent (upsert rather than insert, key side effects on `job.id` or a
+  business key, check before you send an email twice).
+- Long work should look at `job.cancelled` at checkpoints (set on shutdown, job timeout
+  and lost lease) and stop cleanly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from pydantic import BaseModel, Field
+
+from .runtime import Job, NonRetryableError, Router
+{%- if cookiecutter.use_idempotency == "yes" %}
+from .idempotency import idempotent_job
+{%- endif %}
+
+router = Router()
+
+
+class Task(BaseModel):
+    """The payload this queue carries. Replace it with your own model."""
+
+    task_id: str = Field(min_length=1)
+    work_ms: int = Field(default=0, ge=0, le=3_600_000)
+    fail: bool = False
+
+
+@router.handler("{{ cookiecutter.queue_name }}", payload=Task)
+{%- if cookiecutter.use_idempotency == "yes" %}
+@idempotent_job(key="task_id")
+{%- endif %}
+async def handle_task(job: Job[Task]) -> None:
+    task = job.payload
+    if task.fail:
+        raise NonRetryableError(f"task {task.task_id} asked to fail")
+    job.progress(0, "started")
+    # Your work goes here. Sleep in steps so a shutdown can stop it at a checkpoint.
+    remaining = task.work_ms / 1000
+    while remaining > 0 and not job.cancelled:
+        step = min(remaining, 0.5)
+        await asyncio.sleep(step)
+        remaining -= step
+    job.raise_if_cancelled()
+    job.logger.info("task done", extra={"task_id": task.task_id, "work_ms": task.work_ms})
+
+
+# Readiness: add a check for each dependency a job cannot run without. /readyz fails while
+# one fails (the platform stops sending traffic); liveness never looks at them.
+#
+# @router.readiness_check("database")
+# async def database_ready() -> bool:
+#     async with pool.acquire() as conn:
+#         return await conn.fetchval("select 1") == 1
+#
+# With DB_POOL_SIZE set, feed the db_pool_in_use gauge from your pool's hooks:
+#     from .runtime import set_db_pool_in_use
+#     set_db_pool_in_use(pool.get_size() - pool.get_idle_size())

@@ -1,0 +1,82 @@
+"""Liveness from progress, readiness from dependencies.
+
+Liveness asks one question: is the handler loop making progress? Pollers mark progress
+every time a receive returns (an empty long poll counts: an idle worker is healthy, and
+so is one backing off from an SQS outage), and jobs mark it when they finish. If every
+slot is stuck, nothing polls and nothing finishes, and the timestamp goes stale. It never
+checks a dependency: a database blip must not restart the whole pool mid-job.
+
+The timestamp is also written to a small file once a second, so `healthcheck` can give the
+same verdict as an exit code (an ECS health check or a Kubernetes exec probe).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import tempfile
+import time
+
+from . import metrics
+
+
+class Health:
+    def __init__(self, stalled_after: float, health_file: str | None) -> None:
+        self.stalled_after = stalled_after
+        self.health_file = health_file
+        self.last_progress = time.monotonic()
+        self.last_progress_wall = time.time()
+        self.sqs_ok: bool | None = None
+        self.stopping = False
+        self._written = 0.0
+
+    def progress(self) -> None:
+        self.last_progress = time.monotonic()
+        self.last_progress_wall = time.time()
+
+    def sqs_result(self, ok: bool) -> None:
+        self.sqs_ok = ok
+
+    def stalled_for(self) -> float:
+        return time.monotonic() - self.last_progress
+
+    def live(self) -> bool:
+        return self.stalled_for() <= self.stalled_after
+
+    async def write_file_forever(self, interval: float = 1.0) -> None:
+        while True:
+            self.write_file()
+            await asyncio.sleep(interval)
+
+    def write_file(self) -> None:
+        metrics.LAST_PROGRESS.set(self.last_progress_wall)
+        if not self.health_file or self._written == self.last_progress_wall:
+            return
+        directory = os.path.dirname(self.health_file) or "."
+        with contextlib.suppress(OSError):  # a read-only disk must not take the worker down
+            fd, tmp = tempfile.mkstemp(dir=directory, prefix=".health-")
+            with os.fdopen(fd, "w") as handle:
+                handle.write(f"{self.last_progress_wall:.3f}\n")
+            os.replace(tmp, self.health_file)
+            self._written = self.last_progress_wall
+
+    def remove_file(self) -> None:
+        if self.health_file:
+            with contextlib.suppress(OSError):
+                os.unlink(self.health_file)
+
+
+def check_file(path: str, stalled_after: float, now: float | None = None) -> tuple[bool, str]:
+    """The `healthcheck` verdict from the progress file."""
+    try:
+        with open(path) as handle:
+            last = float(handle.read().strip())
+    except FileNotFoundError:
+        return False, f"no progress file at {path}: the worker has not started (or runs elsewhere)"
+    except (OSError, ValueError) as exc:
+        return False, f"cannot read progress file {path}: {exc}"
+    age = (time.time() if now is None else now) - last
+    if age > stalled_after:
+        return False, f"stalled: no progress for {age:.0f} s (threshold {stalled_after:g} s)"
+    return True, f"ok: last progress {age:.1f} s ago"

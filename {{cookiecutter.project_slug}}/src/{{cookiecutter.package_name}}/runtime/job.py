@@ -1,0 +1,97 @@
+"""What a handler sees: one received message, its payload, attempts and cancellation."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+from .errors import JobCancelled
+
+P = TypeVar("P")
+
+
+@dataclass(eq=False)
+class Job(Generic[P]):
+    """One delivery of one SQS message.
+
+    `receive_count` comes from SQS (ApproximateReceiveCount): 1 on the first delivery.
+    `max_retries` is the queue's maxReceiveCount minus one, or None without a DLQ.
+    Check `cancelled` (or call `raise_if_cancelled()`) at checkpoints of long work: it is
+    set on shutdown, on job timeout and when the message's lease is lost.
+    """
+
+    id: str
+    queue: str
+    body: str
+    payload: P
+    attributes: dict[str, str]
+    message_attributes: dict[str, Any]
+    receive_count: int
+    max_retries: int | None
+    worker_id: str
+    logger: logging.Logger | Any = field(repr=False, default=None)
+    _cancel_flag: threading.Event | None = field(default=None, repr=False)
+    _cancel_reason: str | None = field(default=None, repr=False)
+    _cancel_event: asyncio.Event | None = field(default=None, repr=False)
+    _on_progress: Callable[[float, str | None], None] | None = field(default=None, repr=False)
+    last_progress: tuple[float, str | None] | None = None
+
+    @property
+    def retry_count(self) -> int:
+        """Retries so far: 0 on the first delivery."""
+        return max(self.receive_count - 1, 0)
+
+    @property
+    def group_id(self) -> str | None:
+        """The FIFO MessageGroupId, if any."""
+        return self.attributes.get("MessageGroupId")
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancel_flag is not None and self._cancel_flag.is_set()
+
+    @property
+    def cancel_reason(self) -> str | None:
+        return self._cancel_reason
+
+    def raise_if_cancelled(self) -> None:
+        if self.cancelled:
+            raise JobCancelled(self._cancel_reason or "cancelled")
+
+    async def wait_cancelled(self) -> str:
+        """Wait until the job is cancelled (async handlers); returns the reason."""
+        if self._cancel_event is None:
+            self._cancel_event = asyncio.Event()
+            if self.cancelled:
+                self._cancel_event.set()
+        await self._cancel_event.wait()
+        return self._cancel_reason or "cancelled"
+
+    def progress(self, percent: float, message: str | None = None) -> None:
+        """Report progress (0-100). Safe from async and sync handlers alike."""
+        if not 0 <= percent <= 100:
+            raise ValueError(f"percent must be within 0..100, got {percent}")
+        self.last_progress = (percent, message)
+        if self._on_progress is not None:
+            self._on_progress(percent, message)
+
+    def _cancel(self, reason: str) -> None:
+        """Set the cancellation signal (runtime only; call on the event loop)."""
+        if self.cancelled:
+            return
+        self._cancel_reason = reason
+        if self._cancel_flag is not None:
+            self._cancel_flag.set()
+        if self._cancel_event is not None:
+            self._cancel_event.set()
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Sent to a worker process: keep the data, drop loop- and thread-bound parts.
+        state = dict(self.__dict__)
+        for key in ("logger", "_cancel_flag", "_cancel_event", "_on_progress"):
+            state[key] = None
+        return state

@@ -1,0 +1,75 @@
+"""Prometheus metrics. The first five names are the worker-runtime conventions; the rest
+are what an SQS operator needs to tell a slow handler from a slow broker."""
+
+from __future__ import annotations
+
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, Info
+
+JOBS_PROCESSED = Counter(
+    "jobs_processed",
+    "Jobs finished, by queue and outcome (success, retry, dead_letter, timeout, lease_lost, released).",
+    ["queue", "outcome"],
+)
+JOB_DURATION = Histogram(
+    "job_duration_seconds",
+    "Handler run time, by queue.",
+    ["queue"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900, 3600),
+)
+INFLIGHT = Gauge("worker_inflight_jobs", "Handlers running now, by queue.", ["queue"])
+CONCURRENCY = Gauge("worker_concurrency", "Configured handler slots, by queue.", ["queue"])
+OLDEST_MESSAGE = Gauge(
+    "queue_oldest_message_seconds",
+    "Age of the oldest message received in the last sampling window (0 when the queue is empty). "
+    "CloudWatch's ApproximateAgeOfOldestMessage is the authoritative figure.",
+    ["queue"],
+)
+QUEUE_MESSAGES = Gauge(
+    "sqs_queue_messages",
+    "Approximate messages in the queue by state (visible, in_flight, delayed), from GetQueueAttributes.",
+    ["queue", "state"],
+)
+MESSAGE_AGE = Histogram(
+    "sqs_message_age_at_receive_seconds",
+    "Time from SentTimestamp to receive.",
+    ["queue"],
+    buckets=(0.1, 0.5, 1, 5, 15, 60, 300, 900, 3600, 14400, 86400),
+)
+RECEIVE_COUNT = Histogram(
+    "sqs_message_receive_count",
+    "ApproximateReceiveCount at receive (1 = first delivery).",
+    ["queue"],
+    buckets=(1, 2, 3, 5, 10, 20, 50),
+)
+LEASE_EXTENSIONS = Counter("worker_lease_extensions", "Visibility extensions that SQS confirmed.", ["queue"])
+LEASES_LOST = Counter(
+    "worker_leases_lost", "Leases lost while a job held them (job cancelled, not settled).", ["queue"]
+)
+DLQ_SENDS = Counter("worker_dead_letter_sends", "Messages sent to the DLQ by the worker (non-retryable).", ["queue"])
+SETTLE_FAILURES = Counter(
+    "worker_settle_failures",
+    "Deletes or visibility changes that could not be confirmed (the message will be redelivered).",
+    ["queue", "action"],
+)
+SQS_CALLS = Counter(
+    "sqs_api_calls", "SQS API calls, by operation and outcome (ok or error code).", ["operation", "outcome"]
+)
+POLL_ERRORS = Counter("worker_poll_errors", "ReceiveMessage failures, by queue and error code.", ["queue", "code"])
+LAST_PROGRESS = Gauge("worker_last_progress_timestamp_seconds", "Unix time the handler loop last made progress.")
+WORKER_INFO = Info("worker", "Worker identity and version.")
+
+_db_pool: Gauge | None = None
+
+
+def enable_db_pool_gauge(registry: CollectorRegistry = REGISTRY) -> Gauge:
+    """Register `db_pool_in_use` (only when DB_POOL_SIZE is configured)."""
+    global _db_pool
+    if _db_pool is None:
+        _db_pool = Gauge("db_pool_in_use", "Database connections checked out by handlers.", registry=registry)
+    return _db_pool
+
+
+def set_db_pool_in_use(value: int) -> None:
+    """Call from your pool's checkout/checkin hooks (see handlers.py). No-op without a pool."""
+    if _db_pool is not None:
+        _db_pool.set(value)

@@ -1,0 +1,514 @@
+"""One queue's pool: pollers, handler slots, and each message's way to an outcome.
+
+A poller reserves free slots *before* it receives, and asks SQS for at most that many
+messages (and at most 10), so nothing is held invisible that cannot start at once. Every
+received message gets a lease (kept alive by the keeper) and runs in its own task; the
+slot is given back only when the handler has really finished, so concurrency bounds the
+work that runs, not just the work that is awaited.
+
+FIFO queues: messages of one MessageGroupId run strictly one after another, in order;
+groups run in parallel. When one fails, the rest of its group in that batch is released
+(visibility 0) rather than run: SQS then redelivers the group from the failed message on,
+after its backoff, so nothing overtakes it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextvars
+import functools
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic import BaseModel, ValidationError
+
+from . import metrics
+from .acker import Acker
+from .backoff import Backoff, backoff_delay
+from .dlq import dead_letter_request, send_to_dlq
+from .errors import JobCancelled, NonRetryableError, PayloadError
+from .events import Events
+from .health import Health
+from .job import Job
+from .lease import Lease, LeaseKeeper
+from .logs import bind_job, get_logger
+from .router import HandlerSpec
+from .sqs import NOT_FOUND_CODES, QueueInfo, SQSClient, error_code
+
+log = logging.getLogger(__name__)
+Outcome = Literal["success", "retry", "dead_letter", "timeout", "lease_lost", "released"]
+
+
+@dataclass(frozen=True)
+class PoolOptions:
+    concurrency: int
+    pollers: int
+    job_timeout: float
+    visibility: int
+    heartbeat_fraction: float
+    wait_time: int
+    retry_base: float
+    retry_max: float
+    ack_flush: float
+    log_payloads: bool
+
+
+class Slots:
+    """Counts handler slots; pollers reserve before they receive."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.in_use = 0
+        self._changed = asyncio.Condition()
+
+    async def reserve(self, most: int) -> int:
+        async with self._changed:
+            await self._changed.wait_for(lambda: self.in_use < self.capacity)
+            n = min(most, self.capacity - self.in_use)
+            self.in_use += n
+            return n
+
+    def release(self, n: int = 1) -> None:
+        self.in_use -= n
+        asyncio.get_running_loop().create_task(self._notify())
+
+    async def _notify(self) -> None:
+        async with self._changed:
+            self._changed.notify_all()
+
+
+@dataclass(eq=False)
+class Run:
+    """A message from receive to outcome."""
+
+    message: dict[str, Any]
+    lease: Lease
+    aborted: asyncio.Future[str]
+    job: Job[Any] | None = None
+    started: float = 0.0
+    handler_done: bool = False
+    outcome: Outcome | None = None
+    task: asyncio.Task[Outcome] | None = field(default=None, repr=False)
+
+    def abort(self, reason: str) -> None:
+        if not self.aborted.done():
+            self.aborted.set_result(reason)
+
+
+class QueuePool:
+    def __init__(
+        self,
+        client: SQSClient,
+        info: QueueInfo,
+        spec: HandlerSpec,
+        options: PoolOptions,
+        *,
+        worker_id: str,
+        events: Events,
+        health: Health,
+        process_pool: concurrent.futures.Executor | None,
+    ) -> None:
+        self.client = client
+        self.info = info
+        self.name = info.name
+        self.spec = spec
+        self.options = options
+        self.worker_id = worker_id
+        self.events = events
+        self.health = health
+        self.process_pool = process_pool
+        self.slots = Slots(options.concurrency)
+        self.keeper = LeaseKeeper(
+            client, info.name, info.url, options.visibility, options.heartbeat_fraction, health.sqs_result
+        )
+        self.acker = Acker(client, info.name, info.url, self.keeper, options.ack_flush)
+        self.thread_pool = (
+            concurrent.futures.ThreadPoolExecutor(options.concurrency, thread_name_prefix=f"job-{info.name}")
+            if spec.mode == "thread"
+            else None
+        )
+        self.runs: set[Run] = set()
+        self.stopping = False
+        self.received_oldest_age = 0.0  # max age at receive since the last backlog sample
+        self._pollers: list[asyncio.Task[None]] = []
+        self._keeper_task: asyncio.Task[None] | None = None
+        self._groups: set[asyncio.Task[None]] = set()
+        self._loop_thread = threading.get_ident()
+        metrics.CONCURRENCY.labels(self.name).set(options.concurrency)
+        metrics.INFLIGHT.labels(self.name).set(0)
+
+    # -- lifecycle -------------------------------------------------------------
+
+    def start(self) -> None:
+        self._keeper_task = asyncio.create_task(self.keeper.run(), name=f"keeper-{self.name}")
+        self._pollers = [
+            asyncio.create_task(self._poll_forever(), name=f"poller-{self.name}-{i}")
+            for i in range(self.options.pollers)
+        ]
+
+    async def stop_polling(self) -> None:
+        """Stop fetching at once: in-flight long polls are cancelled, not waited out."""
+        self.stopping = True
+        for task in self._pollers:
+            task.cancel()
+        await asyncio.gather(*self._pollers, return_exceptions=True)
+
+    def signal_shutdown(self) -> None:
+        for run in list(self.runs):
+            if run.job is not None:
+                run.job._cancel("shutdown")
+
+    async def drain(self, deadline: float) -> int:
+        """Wait for running jobs until `deadline` (monotonic); release whatever still runs."""
+        pending = [run.task for run in self.runs if run.task is not None]
+        if pending:
+            await asyncio.wait(pending, timeout=max(0.0, deadline - time.monotonic()))
+        cut = [run for run in self.runs if run.task is not None and not run.task.done()]
+        for run in cut:
+            run.abort("shutdown")
+        if cut:
+            await asyncio.gather(*(run.task for run in cut if run.task is not None), return_exceptions=True)
+        if self._groups:
+            await asyncio.gather(*self._groups, return_exceptions=True)
+        return len(cut)
+
+    async def close(self) -> None:
+        await self.acker.close()
+        if self._keeper_task is not None:
+            self._keeper_task.cancel()
+            await asyncio.gather(self._keeper_task, return_exceptions=True)
+        if self.thread_pool is not None:
+            self.thread_pool.shutdown(wait=False, cancel_futures=True)
+
+    @property
+    def active(self) -> int:
+        return sum(1 for run in self.runs if run.started and not run.handler_done)
+
+    def stuck_threads(self) -> int:
+        """Sync handlers still running after the drain (a thread cannot be interrupted)."""
+        return sum(1 for run in self.runs if run.started and not run.handler_done)
+
+    # -- receiving -------------------------------------------------------------
+
+    async def _poll_forever(self) -> None:
+        backoff = Backoff(base=0.5, cap=20.0)
+        while not self.stopping:
+            n = await self.slots.reserve(10)
+            sent = time.monotonic()
+            try:
+                resp = await self.client.receive_message(
+                    QueueUrl=self.info.url,
+                    MaxNumberOfMessages=n,
+                    WaitTimeSeconds=self.options.wait_time,
+                    VisibilityTimeout=self.options.visibility,
+                    MessageSystemAttributeNames=["All"],
+                    MessageAttributeNames=["All"],
+                )
+            except asyncio.CancelledError:
+                self.slots.release(n)
+                raise
+            except Exception as exc:
+                self.slots.release(n)
+                code = error_code(exc)
+                metrics.SQS_CALLS.labels("ReceiveMessage", code).inc()
+                metrics.POLL_ERRORS.labels(self.name, code).inc()
+                self.health.sqs_result(False)
+                self.health.progress()  # backing off is progress: the loop is alive
+                delay = backoff.next_delay()
+                level = logging.ERROR if code in NOT_FOUND_CODES else logging.WARNING
+                log.log(level, "receive failed (%s); retrying in %.1f s", code, delay, extra={"queue": self.name})
+                self.events.emit("error", worker_id=self.worker_id, error=exc, where=f"receive:{self.name}")
+                await asyncio.sleep(delay)
+                continue
+            backoff.reset()
+            metrics.SQS_CALLS.labels("ReceiveMessage", "ok").inc()
+            self.health.sqs_result(True)
+            self.health.progress()
+            messages = resp.get("Messages", [])
+            if len(messages) < n:
+                self.slots.release(n - len(messages))
+            if messages:
+                self._dispatch(messages, sent)  # type: ignore[arg-type]
+
+    def _dispatch(self, messages: list[dict[str, Any]], sent: float) -> None:
+        now_wall = time.time()
+        runs: list[Run] = []
+        for message in messages:
+            lease = Lease(message["MessageId"], message["ReceiptHandle"], sent, sent + self.options.visibility)
+            self.keeper.add(lease)
+            run = Run(message, lease, asyncio.get_running_loop().create_future())
+            lease.on_lost = lambda _why, r=run: r.abort("lease_lost")
+            self.runs.add(run)
+            runs.append(run)
+            attrs = message.get("Attributes", {})
+            receive_count = int(attrs.get("ApproximateReceiveCount", "1"))
+            metrics.RECEIVE_COUNT.labels(self.name).observe(receive_count)
+            if "SentTimestamp" in attrs:
+                age = max(0.0, now_wall - int(attrs["SentTimestamp"]) / 1000)
+                metrics.MESSAGE_AGE.labels(self.name).observe(age)
+                self.received_oldest_age = max(self.received_oldest_age, age)
+            self.events.emit("job:claimed", worker_id=self.worker_id, job_id=message["MessageId"], queue=self.name)
+        if not self.info.fifo:
+            for run in runs:
+                run.task = asyncio.create_task(self._run(run), name=f"job-{run.lease.message_id}")
+                run.task.add_done_callback(functools.partial(self._forget, run))
+            return
+        groups: dict[str, list[Run]] = {}
+        for run in runs:
+            group = run.message.get("Attributes", {}).get("MessageGroupId", "")
+            groups.setdefault(group, []).append(run)
+        for members in groups.values():
+            task = asyncio.create_task(self._run_group(members))
+            self._groups.add(task)
+            task.add_done_callback(self._groups.discard)
+
+    def _forget(self, run: Run, _task: object = None) -> None:
+        self.runs.discard(run)
+
+    async def _run_group(self, members: list[Run]) -> None:
+        """FIFO: one at a time, in order; a failure holds back the rest of the group."""
+        blocked = False
+        for run in members:
+            if blocked or self.stopping or run.lease.state != "held":
+                await self._release_unstarted(run, "group held back" if blocked else "shutdown")
+                continue
+            run.task = asyncio.create_task(self._run(run), name=f"job-{run.lease.message_id}")
+            outcome = await asyncio.shield(run.task)
+            self.runs.discard(run)
+            blocked = outcome not in ("success", "dead_letter")
+
+    async def _release_unstarted(self, run: Run, reason: str) -> None:
+        self.runs.discard(run)
+        if run.lease.state == "held":
+            await self.acker.change_visibility(run.lease, 0)
+        self.slots.release()
+        self.events.emit(
+            "job:released", worker_id=self.worker_id, job_id=run.lease.message_id, queue=self.name, reason=reason
+        )
+
+    # -- running one message ---------------------------------------------------
+
+    async def _run(self, run: Run) -> Outcome:
+        message = run.message
+        attrs = message.get("Attributes", {})
+        receive_count = int(attrs.get("ApproximateReceiveCount", "1"))
+        bind_job(job_id=message["MessageId"], queue=self.name, receive_count=receive_count)
+        if self.stopping and run.lease.state == "held":
+            await self._release_unstarted(run, "shutdown")  # received, never started
+            return "released"
+        try:
+            payload = parse_payload(self.spec.payload, message.get("Body", ""))
+        except PayloadError as exc:
+            self.slots.release()
+            run.outcome = await self._dead_letter(run, exc, receive_count)
+            self._record(run, run.outcome, 0.0, exc)
+            return run.outcome
+        max_receive = self.info.max_receive_count
+        job: Job[Any] = Job(
+            id=message["MessageId"],
+            queue=self.name,
+            body=message.get("Body", ""),
+            payload=payload,
+            attributes=dict(attrs),
+            message_attributes=dict(message.get("MessageAttributes") or {}),
+            receive_count=receive_count,
+            max_retries=None if max_receive is None else max_receive - 1,
+            worker_id=self.worker_id,
+            logger=get_logger(),
+            _cancel_flag=threading.Event(),
+            _on_progress=self._progress_reporter(message["MessageId"]),
+        )
+        run.job = job
+        if self.options.log_payloads:
+            log.info("job payload", extra={"body": job.body})
+        self.events.emit("job:started", worker_id=self.worker_id, job_id=job.id, queue=self.name)
+        run.started = time.monotonic()
+        metrics.INFLIGHT.labels(self.name).inc()
+        work = self._invoke(job, run)
+
+        done, _ = await asyncio.wait(
+            {work, run.aborted}, timeout=self.options.job_timeout, return_when=asyncio.FIRST_COMPLETED
+        )
+        duration = time.monotonic() - run.started
+        error: BaseException | None = None
+        if work in done:
+            error = None if work.cancelled() else work.exception()
+            if error is None and not work.cancelled():
+                outcome: Outcome = "success"
+            elif isinstance(error, NonRetryableError):
+                outcome = "dead_letter"
+            elif isinstance(error, JobCancelled) and error.reason == "shutdown":
+                outcome = "released"
+            elif isinstance(error, JobCancelled) and error.reason == "lease_lost":
+                outcome = "lease_lost"
+            else:
+                outcome = "retry"
+        else:
+            reason = run.aborted.result() if run.aborted.done() else "timeout"
+            job._cancel(reason)
+            work.cancel()
+            outcome = {"shutdown": "released", "timeout": "timeout"}.get(reason, "lease_lost")  # type: ignore[assignment]
+            if outcome == "timeout":
+                error = TimeoutError(f"job exceeded its timeout of {self.options.job_timeout:g} s")
+        self.health.progress()
+        run.outcome = await self._settle(run, outcome, error, receive_count)
+        self._record(run, run.outcome, duration, error)
+        return run.outcome
+
+    def _invoke(self, job: Job[Any], run: Run) -> asyncio.Future[Any]:
+        """Start the handler; the slot is freed when the work really ends (threads too)."""
+        loop = asyncio.get_running_loop()
+
+        def finished(_: object = None) -> None:
+            if not run.handler_done:
+                run.handler_done = True
+                metrics.INFLIGHT.labels(self.name).dec()
+                self.slots.release()
+
+        fut: asyncio.Future[Any]
+        if self.spec.mode == "async":
+            fut = asyncio.ensure_future(self.spec.fn(job))
+            fut.add_done_callback(finished)
+            return fut
+        if self.spec.mode == "thread":
+            assert self.thread_pool is not None
+            cf = self.thread_pool.submit(contextvars.copy_context().run, self.spec.fn, job)
+        else:
+            assert self.process_pool is not None
+            cf = self.process_pool.submit(self.spec.fn, job)
+        cf.add_done_callback(lambda _f: loop.call_soon_threadsafe(finished))
+        return asyncio.wrap_future(cf, loop=loop)
+
+    async def _settle(self, run: Run, outcome: Outcome, error: BaseException | None, receive_count: int) -> Outcome:
+        lease = run.lease
+        if lease.state == "lost":
+            return "lease_lost"  # whatever the handler did, this delivery is no longer ours
+        if outcome == "success":
+            self.acker.delete(lease)  # the acker batches it; the keeper extends until confirmed
+        elif outcome in ("retry", "timeout"):
+            await self._retry_later(lease, receive_count)
+        elif outcome == "dead_letter":
+            assert error is not None
+            return await self._dead_letter(run, error, receive_count)
+        elif outcome == "released" and lease.state == "held":
+            self.acker.change_visibility(lease, 0)
+        # lease_lost: the handle is not ours any more; touch nothing.
+        return outcome
+
+    async def _retry_later(self, lease: Lease, receive_count: int) -> None:
+        if lease.state != "held":
+            return
+        max_receive = self.info.max_receive_count
+        if max_receive is not None and receive_count >= max_receive:
+            delay = 0  # next receive moves it to the DLQ; no point waiting
+        else:
+            cap = min(self.options.retry_max, 43_000)
+            delay = round(backoff_delay(receive_count, self.options.retry_base, cap))
+        self.acker.change_visibility(lease, delay)
+
+    async def _dead_letter(self, run: Run, error: BaseException, receive_count: int) -> Outcome:
+        """Non-retryable: DLQ with the error recorded, then delete. Never delete first."""
+        if self.info.dlq_url is None:
+            log.error(
+                "non-retryable failure but the queue has no DLQ (RedrivePolicy); retrying instead",
+                extra={"queue": self.name},
+            )
+            await self._retry_later(run.lease, receive_count)
+            return "retry"
+        request = dead_letter_request(run.message, self.info.dlq_url, self.name, error, self.worker_id, self.info.fifo)
+        try:
+            await send_to_dlq(self.client, request)
+        except Exception as exc:
+            metrics.SQS_CALLS.labels("SendMessage", error_code(exc)).inc()
+            log.error(
+                "could not send to the DLQ (%s); the message will be retried instead", exc, extra={"queue": self.name}
+            )
+            await self._retry_later(run.lease, receive_count)
+            return "retry"
+        metrics.SQS_CALLS.labels("SendMessage", "ok").inc()
+        metrics.DLQ_SENDS.labels(self.name).inc()
+        if run.lease.state == "held":
+            self.acker.delete(run.lease)
+        return "dead_letter"
+
+    def _record(self, run: Run, outcome: Outcome, duration: float, error: BaseException | None) -> None:
+        metrics.JOBS_PROCESSED.labels(self.name, outcome).inc()
+        job_id = run.lease.message_id
+        if outcome != "released" and run.started:
+            metrics.JOB_DURATION.labels(self.name).observe(duration)
+        if outcome == "success":
+            log.debug("job completed in %.3f s", duration)
+            self.events.emit(
+                "job:completed",
+                worker_id=self.worker_id,
+                job_id=job_id,
+                queue=self.name,
+                result=None,
+                duration=duration,
+            )
+        elif outcome in ("released", "lease_lost"):
+            log.info("job released unsettled (%s)", outcome)
+            self.events.emit("job:released", worker_id=self.worker_id, job_id=job_id, queue=self.name, reason=outcome)
+        else:
+            will_retry = outcome in ("retry", "timeout")
+            log.warning(
+                "job failed (%s): %s", outcome, _describe(error), exc_info=error if outcome == "retry" else None
+            )
+            self.events.emit(
+                "job:failed",
+                worker_id=self.worker_id,
+                job_id=job_id,
+                queue=self.name,
+                error=error,
+                will_retry=will_retry,
+                outcome=outcome,
+            )
+
+    def _progress_reporter(self, job_id: str) -> Callable[[float, str | None], None]:
+        loop = asyncio.get_running_loop()
+
+        def report(percent: float, message: str | None) -> None:
+            def emit() -> None:
+                self.health.progress()
+                self.events.emit(
+                    "job:progress",
+                    worker_id=self.worker_id,
+                    job_id=job_id,
+                    queue=self.name,
+                    percent=percent,
+                    message=message,
+                )
+
+            if threading.get_ident() == self._loop_thread:
+                emit()
+            else:
+                loop.call_soon_threadsafe(emit)
+
+        return report
+
+
+def parse_payload(model: type[Any] | None, body: str) -> Any:
+    """Body -> payload; anything that does not parse is a PayloadError (dead-lettered)."""
+    if model is str:
+        return body
+    try:
+        if model is None:
+            return json.loads(body)
+        assert issubclass(model, BaseModel)
+        return model.model_validate_json(body)
+    except ValidationError as exc:
+        raise PayloadError(
+            f"payload does not match {model.__name__ if model else 'JSON'}: {exc.error_count()} error(s): {exc}"
+        ) from None
+    except (ValueError, TypeError) as exc:
+        raise PayloadError(f"body is not valid JSON: {exc}") from None
+
+
+def _describe(error: BaseException | None) -> str:
+    return "" if error is None else f"{type(error).__name__}: {error}"

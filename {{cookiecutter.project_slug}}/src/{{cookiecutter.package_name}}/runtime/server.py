@@ -1,0 +1,56 @@
+"""The HTTP side: /metrics (Prometheus), /livez (progress), /readyz (dependencies)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from .health import Health
+
+log = logging.getLogger(__name__)
+ReadyCheck = tuple[str, Callable[[], Awaitable[bool]]]
+
+
+def make_app(health: Health, checks: list[ReadyCheck]) -> web.Application:
+    async def metrics(_: web.Request) -> web.Response:
+        health.write_file()  # keeps the progress gauge current for this scrape
+        return web.Response(body=generate_latest(), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def livez(_: web.Request) -> web.Response:
+        stalled = health.stalled_for()
+        ok = stalled <= health.stalled_after
+        body = {"status": "ok" if ok else "stalled", "seconds_since_progress": round(stalled, 3)}
+        return web.json_response(body, status=200 if ok else 503)
+
+    async def readyz(_: web.Request) -> web.Response:
+        results: dict[str, bool] = {"sqs": health.sqs_ok is True, "running": not health.stopping}
+        for name, check in checks:
+            try:
+                results[name] = bool(await asyncio.wait_for(check(), timeout=2))
+            except Exception:
+                results[name] = False
+        ok = all(results.values())
+        return web.Response(
+            text=json.dumps({"status": "ready" if ok else "not ready", "checks": results}),
+            status=200 if ok else 503,
+            content_type="application/json",
+        )
+
+    app = web.Application()
+    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/livez", livez)
+    app.router.add_get("/readyz", readyz)
+    return app
+
+
+async def start_server(app: web.Application, host: str, port: int) -> web.AppRunner:
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, host, port).start()
+    log.info("serving /metrics /livez /readyz on %s:%d", host, port)
+    return runner
