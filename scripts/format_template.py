@@ -24,7 +24,8 @@ TEMPLATE_DIR = ROOT / "{{cookiecutter.project_slug}}"
 
 def main() -> int:
     with tempfile.TemporaryDirectory() as out:
-        project = Path(cookiecutter(str(ROOT), no_input=True, output_dir=out))
+        # The bake with every optional file, so that each template file is formatted.
+        project = Path(cookiecutter(str(ROOT), no_input=True, output_dir=out, extra_context={"use_idempotency": "yes"}))
         package = project.name.replace("-", "_")
         before = Path(out) / "before"
         shutil.copytree(project, before)
@@ -44,7 +45,7 @@ def main() -> int:
                 continue
             diff = "".join(difflib.unified_diff(old.splitlines(True), new.splitlines(True), "a", "b"))
             result = subprocess.run(
-                ["patch", "--no-backup-if-mismatch", "-r", "-", "-F", "0", str(source)],
+                ["patch", "--no-backup-if-mismatch", "-r", "-", "-F", "1", str(source)],
                 input=diff,
                 text=True,
                 capture_output=True,

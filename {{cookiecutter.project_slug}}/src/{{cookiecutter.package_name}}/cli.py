@@ -5,6 +5,9 @@ send         enqueue test messages
 bootstrap    create the queues and their DLQs (idempotent)
 config       print the validated effective configuration (secrets redacted)
 healthcheck  liveness as an exit code (for ECS health checks and exec probes)
+redrive      move DLQ messages back to their queue (StartMessageMoveTask, or a safe copy)
+dlq peek     show DLQ messages and their recorded errors without taking them
+dlq purge    delete everything in the DLQ (asks first)
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ import os
 import sys
 import uuid
 from collections.abc import Sequence
+
+from botocore.exceptions import BotoCoreError, ClientError
 
 from .runtime.health import check_file
 from .settings import ConfigError, WorkerConfig, load_settings
@@ -40,6 +45,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"{parser.prog}: {exc}", file=sys.stderr)
         return EXIT_CONFIG
+    except (LookupError, ClientError, BotoCoreError) as exc:
+        print(f"{parser.prog} {args.command}: {exc}", file=sys.stderr)
+        return 1
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -59,6 +67,19 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("config", help="print the effective configuration")
     health = sub.add_parser("healthcheck", help="exit 0 if the worker makes progress, 1 if stalled")
     health.add_argument("--stalled-after", type=float, help="seconds; default: WORKER_STALLED_AFTER_SECONDS")
+    redrive = sub.add_parser("redrive", help="move DLQ messages back to their source queue")
+    redrive.add_argument("--queue", help="source queue (default: the first of WORKER_QUEUES)")
+    redrive.add_argument("--rate", type=int, help="messages per second (1-500)")
+    redrive.add_argument("--cancel", action="store_true", help="cancel a running move task")
+    redrive.add_argument("--copy", action="store_true", help="copy in batches instead of StartMessageMoveTask")
+    dlq = sub.add_parser("dlq", help="look into or empty the DLQ")
+    dlq_sub = dlq.add_subparsers(dest="dlq_command", required=True)
+    peek = dlq_sub.add_parser("peek", help="show DLQ messages with their recorded errors, without taking them")
+    peek.add_argument("--queue", help="source queue (default: the first of WORKER_QUEUES)")
+    peek.add_argument("--count", type=int, default=10)
+    purge = dlq_sub.add_parser("purge", help="delete every message in the DLQ")
+    purge.add_argument("--queue", help="source queue (default: the first of WORKER_QUEUES)")
+    purge.add_argument("--yes", action="store_true", help="do not ask")
     return parser
 
 
@@ -134,10 +155,86 @@ def cmd_healthcheck(config: WorkerConfig, args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
+def cmd_redrive(config: WorkerConfig, args: argparse.Namespace) -> int:
+    from .runtime import admin, redrive
+    from .runtime.sqs import create_client
+
+    queue = args.queue or config.queues[0].name
+    if args.rate is not None and not 1 <= args.rate <= 500:
+        print(f"{PROG}: --rate must be within 1..500 (SQS's limit), got {args.rate}", file=sys.stderr)
+        return EXIT_CONFIG
+
+    async def go() -> int:
+        async with create_client(config.settings.aws_region, config.settings.aws_endpoint_url, 4) as client:
+            src_url, src_arn, dlq_url, dlq_arn, fifo = await admin.resolve_dlq(client, queue)
+            if args.cancel:
+                cancelled = await redrive.cancel_move(client, dlq_arn)
+                print("cancelled the running move task" if cancelled else "no move task is running")
+                return 0
+            dlq_name = dlq_arn.rsplit(":", 1)[-1]
+            if not args.copy:
+                try:
+                    # Always name the destination: SQS only knows the source of messages it
+                    # dead-lettered itself, not of those the worker sent there (non-retryable).
+                    await redrive.start_move(client, dlq_arn, src_arn, args.rate)
+                except Exception as exc:
+                    if not redrive.unsupported(exc):
+                        raise
+                    print(f"StartMessageMoveTask is not available here ({exc}); copying instead")
+                else:
+                    final = await redrive.wait_move(client, dlq_arn, redrive.print_progress)
+                    return 0 if final.status == "COMPLETED" else 1
+            journal = redrive.Journal(redrive.journal_path(dlq_name))
+            if journal.sent:
+                print(f"resuming: {len(journal.sent)} message(s) were copied by an interrupted run")
+            moved = await redrive.copy_back(
+                client,
+                dlq_url,
+                src_url,
+                fifo,
+                journal,
+                rate=args.rate,
+                report=lambda n: print(f"moved {n}", flush=True),
+            )
+            print(f"COMPLETED: moved {moved} message(s) from {dlq_name} to {queue}")
+            return 0
+
+    return asyncio.run(go())
+
+
+def cmd_dlq(config: WorkerConfig, args: argparse.Namespace) -> int:
+    from .runtime import admin, redrive
+    from .runtime.sqs import create_client
+
+    queue = args.queue or config.queues[0].name
+
+    async def go() -> int:
+        async with create_client(config.settings.aws_region, config.settings.aws_endpoint_url, 4) as client:
+            _src_url, _src_arn, dlq_url, dlq_arn, _fifo = await admin.resolve_dlq(client, queue)
+            dlq_name = dlq_arn.rsplit(":", 1)[-1]
+            if args.dlq_command == "peek":
+                for message in await admin.peek(client, dlq_url, args.count):
+                    print(json.dumps(redrive.describe(message)))
+                return 0
+            if not args.yes:
+                prompt = f"Delete every message in {dlq_name}? Type its name to confirm: "
+                answer = await asyncio.to_thread(input, prompt)
+                if answer.strip() != dlq_name:
+                    print("not purged")
+                    return 1
+            await client.purge_queue(QueueUrl=dlq_url)
+            print(f"purged {dlq_name}")
+            return 0
+
+    return asyncio.run(go())
+
+
 COMMANDS = {
     "run": cmd_run,
     "send": cmd_send,
     "bootstrap": cmd_bootstrap,
     "config": cmd_config,
     "healthcheck": cmd_healthcheck,
+    "redrive": cmd_redrive,
+    "dlq": cmd_dlq,
 }

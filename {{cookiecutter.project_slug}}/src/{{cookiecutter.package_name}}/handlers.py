@@ -12,8 +12,10 @@ Map each queue in WORKER_QUEUES to a handler with `@router.handler(queue)`:
 - Delivery is at-least-once: a crash or SIGKILL mid-job means the message runs again.
   Make handlers idempotent (upsert rather than insert, key side effects on `job.id` or a
   business key, check before you send an email twice).
-- Long work should look at `job.cancelled` at checkpoints (set on shutdown, job timeout
-  and lost lease) and stop cleanly.
+- Long work should check at its checkpoints: `job.cancelled` means stop now (job
+  timeout, lost lease); `job.stopping` means the worker is draining after SIGTERM, so
+  finish if you can, or save progress and `job.raise_if_stopping()` to hand the message
+  to another worker at once.
 """
 
 from __future__ import annotations
@@ -22,12 +24,14 @@ import asyncio
 
 from pydantic import BaseModel, Field
 
+{% if cookiecutter.use_idempotency == "yes" -%}
+from .idempotency import once
+{% endif -%}
 from .runtime import Job, NonRetryableError, Router
-{%- if cookiecutter.use_idempotency == "yes" %}
-from .idempotency import idempotent_job
-{%- endif %}
 
 router = Router()
+# The queue this handler serves (also the default of WORKER_QUEUES, in settings.py and deploy/).
+QUEUE = "{{ cookiecutter.queue_name }}"
 
 
 class Task(BaseModel):
@@ -38,10 +42,7 @@ class Task(BaseModel):
     fail: bool = False
 
 
-@router.handler("{{ cookiecutter.queue_name }}", payload=Task)
-{%- if cookiecutter.use_idempotency == "yes" %}
-@idempotent_job(key="task_id")
-{%- endif %}
+@router.handler(QUEUE, payload=Task)
 async def handle_task(job: Job[Task]) -> None:
     task = job.payload
     if task.fail:
@@ -54,7 +55,19 @@ async def handle_task(job: Job[Task]) -> None:
         await asyncio.sleep(step)
         remaining -= step
     job.raise_if_cancelled()
+{%- if cookiecutter.use_idempotency == "yes" %}
+    # The side effect runs once per task_id, however often the message is delivered.
+    await asyncio.to_thread(record_completion, task=task)
+{%- endif %}
     job.logger.info("task done", extra={"task_id": task.task_id, "work_ms": task.work_ms})
+{%- if cookiecutter.use_idempotency == "yes" %}
+
+
+@once(key="task_id")
+def record_completion(task: Task) -> dict[str, str]:
+    """The part that must not happen twice (charge, email, external write): put it here."""
+    return {"task_id": task.task_id}
+{%- endif %}
 
 
 # Readiness: add a check for each dependency a job cannot run without. /readyz fails while

@@ -38,7 +38,7 @@ DEFAULT_SERVICE_NAME = "{{ cookiecutter.project_slug }}"
 DEFAULT_HANDLERS = "{{ cookiecutter.package_name }}.handlers:router"
 
 # SQS's own limits (API reference): names, visibility, long-poll wait.
-QUEUE_NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,75}(\.fifo)?$")
+QUEUE_NAME_RE = re.compile(r"^(?=.{1,80}$)[A-Za-z0-9_-]+(\.fifo)?$")
 MAX_VISIBILITY_SECONDS = 43_200
 MAX_WAIT_SECONDS = 20
 QUEUE_OVERRIDE_PREFIX = "WORKER_QUEUE_"
@@ -84,6 +84,11 @@ class Settings(BaseSettings):
         default=MAX_WAIT_SECONDS, ge=0, le=MAX_WAIT_SECONDS, validation_alias="WORKER_WAIT_TIME_SECONDS"
     )
     pollers: int = Field(default=0, ge=0, le=100, validation_alias="WORKER_POLLERS")
+    # On shutdown, a long poll still waiting on an empty queue is cancelled so the worker
+    # exits at once. SQS does not notice: that abandoned poll can take a message arriving
+    # in the next WaitTimeSeconds and hide it for its visibility timeout. `true` waits the
+    # poll out instead (no message is ever held that way; an idle stop takes up to 20 s).
+    drain_polls: bool = Field(default=False, validation_alias="WORKER_DRAIN_POLLS")
     retry_base_seconds: float = Field(
         default=2.0, ge=0, le=MAX_VISIBILITY_SECONDS, validation_alias="WORKER_RETRY_BASE_SECONDS"
     )
@@ -109,6 +114,17 @@ class Settings(BaseSettings):
         default=5, ge=1, le=2880, validation_alias="WORKER_SCALE_IN_PROTECTION_MINUTES"
     )
     ecs_agent_uri: str | None = Field(default=None, validation_alias="ECS_AGENT_URI")
+
+    # Used by the opt-in idempotency helper (idempotency.py), when generated with it.
+    idempotency_table: str = Field(
+        default=DEFAULT_SERVICE_NAME + "-idempotency",
+        min_length=3,
+        max_length=255,
+        validation_alias="IDEMPOTENCY_TABLE",
+    )
+    idempotency_ttl_seconds: int = Field(
+        default=86_400, ge=60, le=30 * 86_400, validation_alias="IDEMPOTENCY_TTL_SECONDS"
+    )
 
     db_pool_size: int | None = Field(default=None, ge=1, le=100_000, validation_alias="DB_POOL_SIZE")
     database_url: SecretStr | None = Field(default=None, validation_alias="DATABASE_URL")
@@ -329,12 +345,16 @@ def load_settings(environ: Mapping[str, str] | None = None) -> WorkerConfig:
         )
     config = WorkerConfig(settings, tuple(queues))
     if settings.stalled_after_seconds is not None:
+        # Progress is marked when a long poll returns and when a job ends: the threshold
+        # must outlast both, or an idle or busy worker would look stalled.
         longest = max(q.job_timeout for q in queues)
-        if settings.stalled_after_seconds <= longest:
+        floor = max(longest, settings.wait_time_seconds + 5)
+        if settings.stalled_after_seconds <= floor:
             problems.append(
                 (
                     "WORKER_STALLED_AFTER_SECONDS",
-                    f"must exceed the longest job timeout ({longest:g} s), or a busy worker looks stalled",
+                    f"must exceed {floor:g} s (the longest job timeout, and the long-poll wait plus 5 s), "
+                    "or a busy or idle worker looks stalled",
                 )
             )
     if problems:

@@ -1,13 +1,14 @@
-"""Operator tasks that are not the worker loop: creating queues (more in `dlq_tools`)."""
+"""Operator tasks that are not the worker loop: creating queues, looking into the DLQ."""
 
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from botocore.exceptions import ClientError
 
 from ..settings import WorkerConfig
-from .sqs import SQSClient, create_client
+from .sqs import SQSClient, create_client, describe_queue
 
 RETENTION_SECONDS = 14 * 24 * 3600  # the DLQ keeps messages as long as SQS allows
 
@@ -63,3 +64,30 @@ async def bootstrap_queues(config: WorkerConfig, max_receive_count: int) -> list
             await client.set_queue_attributes(QueueUrl=dlq_url, Attributes={"RedriveAllowPolicy": allow})
             report.append(f"queue {q.name}: {url} (DLQ {dlq} after {max_receive_count} receives)")
     return report
+
+
+async def resolve_dlq(client: SQSClient, queue: str) -> tuple[str, str, str, str, bool]:
+    """(source url, source arn, dlq url, dlq arn, fifo) from the queue's RedrivePolicy."""
+    info = await describe_queue(client, queue)
+    if info.dlq_url is None:
+        raise LookupError(f"queue {queue!r} has no RedrivePolicy, so no dead-letter queue")
+    return info.url, info.arn, info.dlq_url, await queue_arn(client, info.dlq_url), info.fifo
+
+
+async def peek(client: SQSClient, dlq_url: str, count: int) -> list[dict[str, Any]]:
+    """Look at up to `count` DLQ messages without taking them (visibility 0)."""
+    seen: dict[str, dict[str, Any]] = {}
+    for _ in range(max(3, count // 5)):
+        resp = await client.receive_message(
+            QueueUrl=dlq_url,
+            MaxNumberOfMessages=min(10, count),
+            VisibilityTimeout=0,
+            WaitTimeSeconds=1,
+            MessageAttributeNames=["All"],
+            MessageSystemAttributeNames=["All"],
+        )
+        for message in resp.get("Messages", []):
+            seen.setdefault(message["MessageId"], dict(message))
+        if len(seen) >= count or not resp.get("Messages"):
+            break
+    return list(seen.values())[:count]

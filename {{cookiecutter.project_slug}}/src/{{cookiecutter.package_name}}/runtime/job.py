@@ -20,8 +20,13 @@ class Job(Generic[P]):
 
     `receive_count` comes from SQS (ApproximateReceiveCount): 1 on the first delivery.
     `max_retries` is the queue's maxReceiveCount minus one, or None without a DLQ.
-    Check `cancelled` (or call `raise_if_cancelled()`) at checkpoints of long work: it is
-    set on shutdown, on job timeout and when the message's lease is lost.
+
+    Two signals, for checkpoints in long work:
+    - `stopping`: the worker is draining (SIGTERM). Finish if you can within the shutdown
+      timeout; long work may instead save its progress and call `raise_if_stopping()`,
+      which gives the message back at once for another worker to resume.
+    - `cancelled`: stop now; the result will not count (job timeout, lost lease, or the
+      shutdown timeout ran out). `cancel_reason` says which.
     """
 
     id: str
@@ -38,6 +43,8 @@ class Job(Generic[P]):
     _cancel_reason: str | None = field(default=None, repr=False)
     _cancel_event: asyncio.Event | None = field(default=None, repr=False)
     _on_progress: Callable[[float, str | None], None] | None = field(default=None, repr=False)
+    _stop_flag: threading.Event | None = field(default=None, repr=False)
+    _stop_event: asyncio.Event | None = field(default=None, repr=False)
     last_progress: tuple[float, str | None] | None = None
 
     @property
@@ -57,6 +64,23 @@ class Job(Generic[P]):
     @property
     def cancel_reason(self) -> str | None:
         return self._cancel_reason
+
+    @property
+    def stopping(self) -> bool:
+        return self.cancelled or (self._stop_flag is not None and self._stop_flag.is_set())
+
+    def raise_if_stopping(self) -> None:
+        """Give the message back (visibility 0) if the worker is draining."""
+        if self.stopping:
+            raise JobCancelled(self._cancel_reason or "shutdown")
+
+    async def wait_stopping(self) -> None:
+        """Wait until the worker starts draining (or the job is cancelled)."""
+        if self._stop_event is None:
+            self._stop_event = asyncio.Event()
+            if self.stopping:
+                self._stop_event.set()
+        await self._stop_event.wait()
 
     def raise_if_cancelled(self) -> None:
         if self.cancelled:
@@ -79,6 +103,13 @@ class Job(Generic[P]):
         if self._on_progress is not None:
             self._on_progress(percent, message)
 
+    def _request_stop(self) -> None:
+        """Set the draining signal (runtime only; call on the event loop)."""
+        if self._stop_flag is not None:
+            self._stop_flag.set()
+        if self._stop_event is not None:
+            self._stop_event.set()
+
     def _cancel(self, reason: str) -> None:
         """Set the cancellation signal (runtime only; call on the event loop)."""
         if self.cancelled:
@@ -88,10 +119,11 @@ class Job(Generic[P]):
             self._cancel_flag.set()
         if self._cancel_event is not None:
             self._cancel_event.set()
+        self._request_stop()
 
     def __getstate__(self) -> dict[str, Any]:
         # Sent to a worker process: keep the data, drop loop- and thread-bound parts.
         state = dict(self.__dict__)
-        for key in ("logger", "_cancel_flag", "_cancel_event", "_on_progress"):
+        for key in ("logger", "_cancel_flag", "_cancel_event", "_on_progress", "_stop_flag", "_stop_event"):
             state[key] = None
         return state

@@ -27,11 +27,17 @@ log = logging.getLogger(__name__)
 LeaseState = Literal["held", "settling", "settled", "lost"]
 
 
+def extension_seconds(visibility: int, received_at: float, now: float) -> int:
+    """How long to extend: the visibility timeout, but never past SQS's 12-hour cap
+    (counted from our conservative receive time, minus a second of margin)."""
+    return max(0, min(visibility, int(MAX_LEASE_SECONDS - (now - received_at)) - 1))
+
+
 @dataclass(eq=False)
 class Lease:
     message_id: str
     receipt_handle: str
-    received_at: float  # monotonic time the ReceiveMessage call was sent (conservative)
+    received_at: float  # monotonic time SQS handed the message out, at the earliest
     deadline: float  # monotonic time SQS makes the message visible again, unless extended
     state: LeaseState = "held"
     on_lost: Callable[[str], None] | None = None
@@ -108,8 +114,7 @@ class LeaseKeeper:
         entries = []
         by_id: dict[str, tuple[Lease, int]] = {}
         for i, lease in enumerate(leases):
-            # Never ask past SQS's 12-hour cap (counted from our conservative receive time).
-            seconds = min(self.visibility, int(MAX_LEASE_SECONDS - (sent - lease.received_at)) - 1)
+            seconds = extension_seconds(self.visibility, lease.received_at, sent)
             if seconds <= 0:
                 continue  # cannot extend further; the deadline check will call it lost
             entries.append({"Id": str(i), "ReceiptHandle": lease.receipt_handle, "VisibilityTimeout": seconds})

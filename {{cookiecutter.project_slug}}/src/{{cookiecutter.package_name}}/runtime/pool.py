@@ -42,6 +42,7 @@ from .router import HandlerSpec
 from .sqs import NOT_FOUND_CODES, QueueInfo, SQSClient, error_code
 
 log = logging.getLogger(__name__)
+RESPONSE_ALLOWANCE = 1.0  # seconds a ReceiveMessage response may spend in transit
 Outcome = Literal["success", "retry", "dead_letter", "timeout", "lease_lost", "released"]
 
 
@@ -94,6 +95,7 @@ class Run:
     started: float = 0.0
     handler_done: bool = False
     outcome: Outcome | None = None
+    retry_delay: int = 0
     task: asyncio.Task[Outcome] | None = field(default=None, repr=False)
 
     def abort(self, reason: str) -> None:
@@ -136,6 +138,9 @@ class QueuePool:
         self.runs: set[Run] = set()
         self.stopping = False
         self.received_oldest_age = 0.0  # max age at receive since the last backlog sample
+        self.released = 0  # messages given back unprocessed (shutdown, group held back)
+        self.deferred: list[Lease] = []  # to release once no poll of ours can take them
+        self._poll_ends: dict[asyncio.Task[None], float] = {}
         self._pollers: list[asyncio.Task[None]] = []
         self._keeper_task: asyncio.Task[None] | None = None
         self._groups: set[asyncio.Task[None]] = set()
@@ -152,9 +157,33 @@ class QueuePool:
             for i in range(self.options.pollers)
         ]
 
-    async def stop_polling(self) -> None:
-        """Stop fetching at once: in-flight long polls are cancelled, not waited out."""
+    def stop_polling(self) -> None:
+        """Stop fetching: no new receive is sent from now on.
+
+        A long poll already in flight cannot be taken back: cancelling it here would not
+        stop it inside SQS, where an abandoned poll still takes the next visible message
+        and hides it for a whole visibility timeout (seen on AWS and LocalStack alike).
+        So messages given back during shutdown are only *marked* for release (their leases
+        kept alive), and `release_deferred()` makes them visible once no poll of ours is
+        left that could take them.
+        """
         self.stopping = True
+
+    async def wait_polls(self, deadline: float) -> None:
+        """Let in-flight long polls answer (at most until they would end by themselves)."""
+        pending = [task for task in self._pollers if not task.done()]
+        if pending:
+            natural_end = max(self._poll_ends.get(task, 0.0) for task in pending)
+            timeout = max(0.0, min(deadline, natural_end) - time.monotonic())
+            await asyncio.wait(pending, timeout=timeout)
+
+    async def release_deferred(self) -> None:
+        """Make every message marked for release visible again (visibility 0), at once."""
+        leases, self.deferred = self.deferred, []
+        await asyncio.gather(*(self.acker.change_visibility(lease, 0) for lease in leases if lease.state == "held"))
+
+    async def cancel_polls(self) -> None:
+        """Cancel whatever poll is still waiting (an idle queue): the drain is over."""
         for task in self._pollers:
             task.cancel()
         await asyncio.gather(*self._pollers, return_exceptions=True)
@@ -162,7 +191,7 @@ class QueuePool:
     def signal_shutdown(self) -> None:
         for run in list(self.runs):
             if run.job is not None:
-                run.job._cancel("shutdown")
+                run.job._request_stop()
 
     async def drain(self, deadline: float) -> int:
         """Wait for running jobs until `deadline` (monotonic); release whatever still runs."""
@@ -200,7 +229,13 @@ class QueuePool:
         backoff = Backoff(base=0.5, cap=20.0)
         while not self.stopping:
             n = await self.slots.reserve(10)
+            if self.stopping:
+                self.slots.release(n)
+                return
             sent = time.monotonic()
+            task = asyncio.current_task()
+            if task is not None:
+                self._poll_ends[task] = sent + self.options.wait_time + 2
             try:
                 resp = await self.client.receive_message(
                     QueueUrl=self.info.url,
@@ -230,11 +265,38 @@ class QueuePool:
             metrics.SQS_CALLS.labels("ReceiveMessage", "ok").inc()
             self.health.sqs_result(True)
             self.health.progress()
-            messages = resp.get("Messages", [])
+            messages: list[dict[str, Any]] = [dict(m) for m in resp.get("Messages", [])]
             if len(messages) < n:
                 self.slots.release(n - len(messages))
+            if messages and self.stopping:
+                self._release_received(messages)
+                return
             if messages:
-                self._dispatch(messages, sent)  # type: ignore[arg-type]
+                # SQS starts a message's visibility clock when it hands the message out: during
+                # a long poll, that is just before the response, not when the request was sent.
+                # Allow a second for the response in transit, never later than the send.
+                started = max(sent, time.monotonic() - RESPONSE_ALLOWANCE)
+                self._dispatch(messages, started)
+
+    def _release_received(self, messages: list[dict[str, Any]]) -> None:
+        """A poll answered after shutdown began: its messages will be given back."""
+        now = time.monotonic()
+        for message in messages:
+            lease = Lease(message["MessageId"], message["ReceiptHandle"], now, now + self.options.visibility)
+            self.keeper.add(lease)
+            self._give_back(lease)
+            self.slots.release()
+            self.events.emit(
+                "job:released", worker_id=self.worker_id, job_id=lease.message_id, queue=self.name, reason="shutdown"
+            )
+
+    def _give_back(self, lease: Lease, delay: int = 0) -> None:
+        """Release now, or, during shutdown, once no poll of ours can take it again."""
+        self.released += 1
+        if self.stopping and delay == 0:
+            self.deferred.append(lease)
+        else:
+            self.acker.change_visibility(lease, delay)
 
     def _dispatch(self, messages: list[dict[str, Any]], sent: float) -> None:
         now_wall = time.time()
@@ -272,21 +334,28 @@ class QueuePool:
         self.runs.discard(run)
 
     async def _run_group(self, members: list[Run]) -> None:
-        """FIFO: one at a time, in order; a failure holds back the rest of the group."""
+        """FIFO: one at a time, in order; a failure holds back the rest of the group.
+
+        The rest of a failed message's group becomes visible again together with it (same
+        delay), so it cannot be received ahead of the failed message even by an emulator
+        that does not keep a group locked while one of its messages is in flight.
+        """
         blocked = False
+        hold = 0
         for run in members:
             if blocked or self.stopping or run.lease.state != "held":
-                await self._release_unstarted(run, "group held back" if blocked else "shutdown")
+                await self._release_unstarted(run, "group held back" if blocked else "shutdown", hold)
                 continue
             run.task = asyncio.create_task(self._run(run), name=f"job-{run.lease.message_id}")
             outcome = await asyncio.shield(run.task)
             self.runs.discard(run)
             blocked = outcome not in ("success", "dead_letter")
+            hold = run.retry_delay if outcome in ("retry", "timeout") else 0
 
-    async def _release_unstarted(self, run: Run, reason: str) -> None:
+    async def _release_unstarted(self, run: Run, reason: str, delay: int = 0) -> None:
         self.runs.discard(run)
         if run.lease.state == "held":
-            await self.acker.change_visibility(run.lease, 0)
+            self._give_back(run.lease, delay)
         self.slots.release()
         self.events.emit(
             "job:released", worker_id=self.worker_id, job_id=run.lease.message_id, queue=self.name, reason=reason
@@ -322,6 +391,7 @@ class QueuePool:
             worker_id=self.worker_id,
             logger=get_logger(),
             _cancel_flag=threading.Event(),
+            _stop_flag=threading.Event(),
             _on_progress=self._progress_reporter(message["MessageId"]),
         )
         run.job = job
@@ -392,16 +462,17 @@ class QueuePool:
         if outcome == "success":
             self.acker.delete(lease)  # the acker batches it; the keeper extends until confirmed
         elif outcome in ("retry", "timeout"):
-            await self._retry_later(lease, receive_count)
+            await self._retry_later(run, receive_count)
         elif outcome == "dead_letter":
             assert error is not None
             return await self._dead_letter(run, error, receive_count)
         elif outcome == "released" and lease.state == "held":
-            self.acker.change_visibility(lease, 0)
+            self._give_back(lease)
         # lease_lost: the handle is not ours any more; touch nothing.
         return outcome
 
-    async def _retry_later(self, lease: Lease, receive_count: int) -> None:
+    async def _retry_later(self, run: Run, receive_count: int) -> None:
+        lease = run.lease
         if lease.state != "held":
             return
         max_receive = self.info.max_receive_count
@@ -410,6 +481,7 @@ class QueuePool:
         else:
             cap = min(self.options.retry_max, 43_000)
             delay = round(backoff_delay(receive_count, self.options.retry_base, cap))
+        run.retry_delay = delay
         self.acker.change_visibility(lease, delay)
 
     async def _dead_letter(self, run: Run, error: BaseException, receive_count: int) -> Outcome:
@@ -419,7 +491,7 @@ class QueuePool:
                 "non-retryable failure but the queue has no DLQ (RedrivePolicy); retrying instead",
                 extra={"queue": self.name},
             )
-            await self._retry_later(run.lease, receive_count)
+            await self._retry_later(run, receive_count)
             return "retry"
         request = dead_letter_request(run.message, self.info.dlq_url, self.name, error, self.worker_id, self.info.fifo)
         try:
@@ -429,7 +501,7 @@ class QueuePool:
             log.error(
                 "could not send to the DLQ (%s); the message will be retried instead", exc, extra={"queue": self.name}
             )
-            await self._retry_later(run.lease, receive_count)
+            await self._retry_later(run, receive_count)
             return "retry"
         metrics.SQS_CALLS.labels("SendMessage", "ok").inc()
         metrics.DLQ_SENDS.labels(self.name).inc()
@@ -456,7 +528,9 @@ class QueuePool:
             log.info("job released unsettled (%s)", outcome)
             self.events.emit("job:released", worker_id=self.worker_id, job_id=job_id, queue=self.name, reason=outcome)
         else:
-            will_retry = outcome in ("retry", "timeout")
+            max_receive = self.info.max_receive_count
+            exhausted = max_receive is not None and run_receive_count(run) >= max_receive
+            will_retry = outcome in ("retry", "timeout") and not exhausted
             log.warning(
                 "job failed (%s): %s", outcome, _describe(error), exc_info=error if outcome == "retry" else None
             )
@@ -508,6 +582,10 @@ def parse_payload(model: type[Any] | None, body: str) -> Any:
         ) from None
     except (ValueError, TypeError) as exc:
         raise PayloadError(f"body is not valid JSON: {exc}") from None
+
+
+def run_receive_count(run: Run) -> int:
+    return int(run.message.get("Attributes", {}).get("ApproximateReceiveCount", "1"))
 
 
 def _describe(error: BaseException | None) -> str:

@@ -49,7 +49,8 @@ def make_app(health: Health, checks: list[ReadyCheck]) -> web.Application:
 
 
 async def start_server(app: web.Application, host: str, port: int) -> web.AppRunner:
-    runner = web.AppRunner(app, access_log=None)
+    # A scraper's keep-alive connection must not hold up the worker's exit.
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
     await runner.setup()
     await web.TCPSite(runner, host, port).start()
     log.info("serving /metrics /livez /readyz on %s:%d", host, port)

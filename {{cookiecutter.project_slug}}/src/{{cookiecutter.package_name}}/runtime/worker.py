@@ -1,12 +1,15 @@
 """The worker's lifecycle: start, run one pool per queue, and drain on SIGTERM.
 
 Shutdown sequence (SIGTERM or SIGINT; a second signal exits at once):
-1. stop fetching: every in-flight long poll is cancelled, not waited out;
-2. messages received but not started are released at once (visibility 0);
+1. stop fetching: no new receive is sent; messages received but not started, and any a
+   long poll still in flight returns, are given back (visibility 0) at the end, once no
+   poll of ours is left that could take them again;
 3. running jobs get the cancellation signal (`job.cancelled`) and up to
    WORKER_SHUTDOWN_TIMEOUT_MS to finish; whatever still runs then is cancelled and
    released (visibility 0), so another worker takes it immediately;
-4. pending deletes and visibility changes are flushed; the process exits 0.
+4. pending deletes and visibility changes are flushed; polls still waiting on an empty
+   queue are cancelled (with WORKER_DRAIN_POLLS=true they are waited out instead, see
+   settings.py), and the process exits 0.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import multiprocessing
 import os
 import signal
 import time
+from collections.abc import Callable
 from contextlib import AsyncExitStack
 from enum import StrEnum
 from typing import Any
@@ -26,6 +30,7 @@ from .. import __version__
 from ..settings import ConfigError, WorkerConfig
 from . import metrics
 from .backoff import Backoff
+from .ecs import ScaleInProtection
 from .events import Events, Listener
 from .health import Health
 from .pool import PoolOptions, QueuePool
@@ -34,6 +39,9 @@ from .server import make_app, start_server
 from .sqs import NOT_FOUND_CODES, QueueInfo, SQSClient, create_client, describe_queue, error_code
 
 log = logging.getLogger(__name__)
+# How far past the shutdown timeout the worker may wait for its last long polls before it
+# gives messages back: within the platform's grace period, which keeps a margin above it.
+RELEASE_MARGIN_SECONDS = 10.0
 
 
 class WorkerState(StrEnum):
@@ -50,7 +58,11 @@ class StartupError(Exception):
 
 
 class Worker:
-    def __init__(self, config: WorkerConfig, router: Router) -> None:
+    def __init__(
+        self, config: WorkerConfig, router: Router, *, on_client: Callable[[SQSClient], None] | None = None
+    ) -> None:
+        """`on_client` is called with the SQS client before first use: register botocore
+        event handlers there (tracing, request accounting)."""
         missing = [q.name for q in config.queues if router.get(q.name) is None]
         if missing:
             raise ConfigError(
@@ -71,6 +83,9 @@ class Worker:
         self._tasks: list[asyncio.Task[Any]] = []
         self._stack = AsyncExitStack()
         self._process_pool: concurrent.futures.ProcessPoolExecutor | None = None
+        self._on_client = on_client
+        self._protection: ScaleInProtection | None = None
+        self._client: SQSClient | None = None
 
     # -- the SDK-style surface -------------------------------------------------
 
@@ -139,6 +154,8 @@ class Worker:
             create_client(s.aws_region, s.aws_endpoint_url, connections, read_timeout=s.wait_time_seconds + 20)
         )
         self._client = client
+        if self._on_client is not None:
+            self._on_client(client)
         if any(spec.mode == "process" for q in self.config.queues if (spec := self.router.get(q.name))):
             self._process_pool = concurrent.futures.ProcessPoolExecutor(
                 s.process_pool_size or os.cpu_count() or 1, mp_context=multiprocessing.get_context("spawn")
@@ -180,6 +197,12 @@ class Worker:
                 make_app(self.health, self.router.readiness_checks), s.metrics_host, s.metrics_port
             )
             self._stack.push_async_callback(runner.cleanup)
+        if s.ecs_agent_uri:
+            self._protection = ScaleInProtection(
+                s.ecs_agent_uri, s.scale_in_protection_minutes, lambda: self.active_job_count
+            )
+            self.events.on("job:claimed", self._protection.job_claimed)
+            self._tasks.append(asyncio.create_task(self._protection.run(), name="scale-in-protection"))
         for pool in self.pools:
             pool.start()
 
@@ -220,17 +243,27 @@ class Worker:
         started = time.monotonic()
         active = self.active_job_count
         log.info("stopping: %d job(s) running", active, extra={"reason": self._stop_reason or "shutdown"})
-        await asyncio.gather(*(pool.stop_polling() for pool in self.pools))
         for pool in self.pools:
+            pool.stop_polling()
             pool.signal_shutdown()
         deadline = time.monotonic() + self.settings.shutdown_timeout
         cut = await asyncio.gather(*(pool.drain(deadline) for pool in self.pools))
         self.released_at_shutdown = sum(cut)
+        # Polls still in flight could take any message released now. If there is something
+        # to give back (or WORKER_DRAIN_POLLS asks for it), let them answer first; their
+        # messages join the ones to give back. An idle worker cancels them and exits at once.
+        if self.settings.drain_polls or any(pool.deferred for pool in self.pools):
+            poll_deadline = max(deadline, time.monotonic()) + RELEASE_MARGIN_SECONDS
+            await asyncio.gather(*(pool.wait_polls(poll_deadline) for pool in self.pools))
+        await asyncio.gather(*(pool.cancel_polls() for pool in self.pools))
+        await asyncio.gather(*(pool.release_deferred() for pool in self.pools))
         await asyncio.gather(*(pool.close() for pool in self.pools))
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self.health.write_file()
+        if self._protection is not None:
+            await self._protection.release()
         await self._stack.aclose()
         if self._process_pool is not None:
             self._process_pool.shutdown(wait=False, cancel_futures=True)
@@ -264,6 +297,7 @@ class Worker:
         while True:
             for pool in self.pools:
                 try:
+                    assert self._client is not None
                     resp = await self._client.get_queue_attributes(QueueUrl=pool.info.url, AttributeNames=names)  # type: ignore[arg-type]
                 except asyncio.CancelledError:
                     raise

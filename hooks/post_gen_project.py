@@ -1,0 +1,103 @@
+"""Tidy the generated project and say what to do next.
+
+Cookiecutter skips a file whose templated name renders empty, but keeps its directory, so
+a target left out (ECS or Kubernetes) would leave empty folders behind. Optional modules
+whose names are awkward to make conditional are removed here instead. Nothing in this
+hook may fail generation: a missing path is simply nothing to do.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from urllib.parse import unquote
+
+# Rendered by Jinja before it runs; percent-encoded JSON so no answer can alter this code.
+ENCODED_ANSWERS = "{{ cookiecutter | tojson | urlencode }}"
+
+# Files that only make sense with Powertools idempotency (DynamoDB).
+IDEMPOTENCY_FILES = ("src/{package}/idempotency.py", "tests/integration/test_idempotency.py")
+DEPLOY_DIRS = {"ecs": "deploy/ecs", "eks": "deploy/k8s"}
+
+
+def warn(message: str) -> None:
+    print(f"warning: {message}", file=sys.stderr)
+
+
+def remove_optional_files(root: Path, answers: dict[str, object]) -> None:
+    if answers.get("use_idempotency") != "no":
+        return
+    package = str(answers.get("package_name", ""))
+    for pattern in IDEMPOTENCY_FILES:
+        path = root / pattern.format(package=package)
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            warn(f"could not remove {path.relative_to(root)}: {exc}")
+
+
+def prune_empty_dirs(root: Path) -> None:
+    """Remove empty directories bottom-up, so parents emptied by their children go too."""
+    for current, _dirs, _files in os.walk(root, topdown=False):
+        path = Path(current)
+        if path == root or path.is_symlink():
+            continue
+        try:
+            if not any(path.iterdir()):
+                path.rmdir()
+        except OSError as exc:
+            warn(f"could not remove empty directory {path.relative_to(root)}: {exc}")
+
+
+def next_steps(root: Path, answers: dict[str, object]) -> str:
+    lines = [
+        "",
+        f"Created {answers.get('project_slug', root.name)}. Next steps:",
+        f"  cd {root}",
+        "  make install   # .venv with the service and its dev tools (needs uv)",
+        "  make test      # lint, types, unit and integration tests (LocalStack is started automatically)",
+        "  make dev       # LocalStack + queue bootstrap + the worker",
+        "  make up        # the same with Docker Compose",
+    ]
+    target = answers.get("deploy_target")
+    wanted = ("ecs", "eks") if target == "ecs-and-eks" else (target,)
+    found = [DEPLOY_DIRS[t] for t in wanted if t in DEPLOY_DIRS and (root / DEPLOY_DIRS[t]).is_dir()]
+    if found:
+        guide = "; deploy/README.md explains them" if (root / "deploy" / "README.md").is_file() else ""
+        lines.append(f"Deploy files for {target}: {', '.join(d + '/' for d in found)}{guide}")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    root = Path.cwd()  # cookiecutter runs this hook inside the generated project
+    # A failing post-generation hook makes cookiecutter delete the project, so every step
+    # reports its problem and the hook still succeeds.
+    answers: dict[str, object] = {}
+    try:
+        loaded = json.loads(unquote(ENCODED_ANSWERS))
+        if not isinstance(loaded, dict):
+            raise TypeError("the answers are not a mapping")
+        answers = loaded
+    except Exception as exc:  # noqa: BLE001
+        warn(f"could not read the answers ({exc!r}); optional files kept")
+    try:
+        remove_optional_files(root, answers)
+    except Exception as exc:  # noqa: BLE001
+        warn(f"could not remove optional files ({exc!r})")
+    try:
+        prune_empty_dirs(root)
+    except Exception as exc:  # noqa: BLE001
+        warn(f"could not prune empty directories ({exc!r})")
+    try:
+        print(next_steps(root, answers))
+    except Exception as exc:  # noqa: BLE001
+        warn(f"could not print next steps ({exc!r})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1325 @@
+"""The generated service's deployment artifacts: each checked by the tool its platform uses,
+and all of them checked against the answers and against each other.
+
+Several answer sets are baked once per module; every validator runs on every deploy target
+it applies to, and the files of a target that was not chosen must not exist. The validators
+themselves are shown to reject a broken artifact (`test_validators_reject_defects`), so a
+green run means the checks looked, not that they could not fail.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import json
+import os
+import re
+import shutil
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import botocore.session
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+from botocore.validate import ParamValidator
+from cfnlint.api import ManualArgs, lint_file
+from conftest import ROOT, bake, run
+
+COOKIECUTTER = json.loads((ROOT / "cookiecutter.json").read_text())
+GRACE_MARGIN = int(COOKIECUTTER["_grace_margin_seconds"])
+LOCALSTACK_IMAGE = COOKIECUTTER["_localstack_image"]
+ECS_MAX_STOP_TIMEOUT = 120  # Fargate's documented maximum
+# Handlers in flight across the fleet that the scaling caps are sized against (the same
+# figure the ECS and KEDA templates use): replicas x WORKER_CONCURRENCY stays within it.
+FLEET_HANDLERS = 80
+PLACEHOLDER_ACCOUNT = "123456789012"
+# Read by the AWS SDK rather than by settings.py (compose passes LocalStack's dummies).
+SDK_VARIABLES = {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"}
+KEDA_SCHEMA_DIR = Path(os.environ.get("KEDA_SCHEMA_DIR") or ROOT.parent / "shared" / "schemas" / "keda")
+K8S_VERSIONS = ["1.29.0", kubernetes_validate.latest_version()]
+
+# The worker's metrics (runtime/metrics.py; counters carry `_total`).
+EXPORTED_METRICS = {
+    "jobs_processed_total",
+    "job_duration_seconds",
+    "worker_inflight_jobs",
+    "worker_concurrency",
+    "queue_oldest_message_seconds",
+    "sqs_queue_messages",
+    "sqs_message_age_at_receive_seconds",
+    "sqs_message_receive_count",
+    "worker_lease_extensions_total",
+    "worker_leases_lost_total",
+    "worker_dead_letter_sends_total",
+    "worker_settle_failures_total",
+    "sqs_api_calls_total",
+    "worker_poll_errors_total",
+    "worker_last_progress_timestamp_seconds",
+    "db_pool_in_use",
+}
+HISTOGRAMS = {"job_duration_seconds", "sqs_message_age_at_receive_seconds", "sqs_message_receive_count"}
+
+COMMON_FILES = {
+    "Dockerfile",
+    ".dockerignore",
+    "docker-compose.yml",
+    ".github/workflows/ci.yml",
+    "deploy/README.md",
+    "deploy/aws/queues.yaml",
+    "deploy/aws/worker-policy.json",
+    "deploy/prometheus/alerts.yaml",
+    "deploy/grafana/dashboard.json",
+}
+ECS_FILES = {"deploy/ecs/task-definition.json", "deploy/ecs/autoscaling.yaml"}
+K8S_FILES = {
+    "deploy/k8s/deployment.yaml",
+    "deploy/k8s/serviceaccount.yaml",
+    "deploy/k8s/scaledobject.yaml",
+    "deploy/k8s/triggerauthentication.yaml",
+    "deploy/k8s/service.yaml",
+    "deploy/k8s/poddisruptionbudget.yaml",
+}
+
+ANSWER_SETS: dict[str, dict[str, str]] = {
+    "defaults": {},
+    "ecs-only": {"deploy_target": "ecs", "use_idempotency": "yes", "python_version": "3.11"},
+    "eks-long-drain": {"deploy_target": "eks", "job_timeout_seconds": "500", "shutdown_timeout_seconds": "600"},
+    "fifo": {"project_name": "Billing Events", "queue_name": "billing-events.fifo", "max_receive_count": "3"},
+    "unusual": {
+        "project_name": "Odd Numbers",
+        "description": 'Handles "odd" input: colons, #hashes & quotes',
+        "author_name": "O'Brien & Co: Platform",
+        "python_version": "3.13",
+        "worker_concurrency": "3",
+        "visibility_timeout_seconds": "7",
+        "job_timeout_seconds": "20",
+        "shutdown_timeout_seconds": "45",
+        "metrics_port": "9555",
+        "aws_region": "eu-west-2",
+        "use_idempotency": "yes",
+    },
+}
+
+
+@dataclass(frozen=True)
+class Answers:
+    """The answers a project was baked with, with cookiecutter.json's defaults filled in."""
+
+    name: str
+    slug: str
+    package: str
+    python: str
+    region: str
+    queue: str
+    concurrency: int
+    visibility: int
+    job_timeout: int
+    shutdown: int
+    max_receive: int
+    port: int
+    target: str
+    idempotency: bool
+
+    @classmethod
+    def of(cls, overrides: dict[str, str]) -> Answers:
+        def pick(key: str) -> str:
+            default = COOKIECUTTER[key]
+            return overrides.get(key, default[0] if isinstance(default, list) else default)
+
+        name = pick("project_name")
+        slug = name.lower().strip().replace(" ", "-").replace("_", "-")
+        return cls(
+            name=name,
+            slug=slug,
+            package=slug.replace("-", "_"),
+            python=pick("python_version"),
+            region=pick("aws_region"),
+            queue=overrides.get("queue_name", f"{slug}-jobs"),
+            concurrency=int(pick("worker_concurrency")),
+            visibility=int(pick("visibility_timeout_seconds")),
+            job_timeout=int(pick("job_timeout_seconds")),
+            shutdown=int(pick("shutdown_timeout_seconds")),
+            max_receive=int(pick("max_receive_count")),
+            port=int(pick("metrics_port")),
+            target=pick("deploy_target"),
+            idempotency=pick("use_idempotency") == "yes",
+        )
+
+    @property
+    def ecs(self) -> bool:
+        return self.target != "eks"
+
+    @property
+    def eks(self) -> bool:
+        return self.target != "ecs"
+
+    @property
+    def grace(self) -> int:
+        return self.shutdown + GRACE_MARGIN
+
+    @property
+    def stalled_after(self) -> int:
+        return self.job_timeout + 60
+
+    @property
+    def max_replicas(self) -> int:
+        return max(FLEET_HANDLERS // self.concurrency, 1)
+
+    def env(self) -> dict[str, str]:
+        """The environment every deployment gives the worker."""
+        return {
+            "WORKER_QUEUES": self.queue,
+            "WORKER_CONCURRENCY": str(self.concurrency),
+            "WORKER_JOB_TIMEOUT_MS": str(self.job_timeout * 1000),
+            "WORKER_SHUTDOWN_TIMEOUT_MS": str(self.shutdown * 1000),
+            "WORKER_VISIBILITY_TIMEOUT_SECONDS": str(self.visibility),
+            "WORKER_HEARTBEAT_FRACTION": "0.5",
+            "WORKER_MAX_RECEIVE_COUNT": str(self.max_receive),
+            "WORKER_METRICS_HOST": "0.0.0.0",
+            "WORKER_METRICS_PORT": str(self.port),
+            "WORKER_HEALTH_FILE": f"/tmp/{self.slug}.progress",
+            "WORKER_STALLED_AFTER_SECONDS": str(self.stalled_after),
+            "OTEL_SERVICE_NAME": self.slug,
+            "AWS_REGION": self.region,
+            "LOG_LEVEL": "INFO",
+            "LOG_PAYLOADS": "false",
+        }
+
+
+ANSWERS = {key: Answers.of(overrides) for key, overrides in ANSWER_SETS.items()}
+ALL_SETS = list(ANSWER_SETS)
+ECS_SETS = [key for key in ALL_SETS if ANSWERS[key].ecs]
+EKS_SETS = [key for key in ALL_SETS if ANSWERS[key].eks]
+assert {ANSWERS[key].target for key in ALL_SETS} == {"ecs-and-eks", "ecs", "eks"}
+
+
+class Baked(dict[str, Path]):
+    """Projects by answer set, each baked on first use and then shared by the module's tests."""
+
+    def __init__(self, out: Path) -> None:
+        super().__init__()
+        self.out = out
+
+    def __missing__(self, key: str) -> Path:
+        path = bake(self.out / key, **ANSWER_SETS[key])
+        assert path.name == ANSWERS[key].slug
+        self[key] = path
+        return path
+
+
+@pytest.fixture(scope="module")
+def projects(tmp_path_factory: pytest.TempPathFactory) -> Baked:
+    return Baked(tmp_path_factory.mktemp("artifacts"))
+
+
+# --- loaders ---------------------------------------------------------------------------------
+
+
+class CfnLoader(yaml.SafeLoader):
+    """YAML with CloudFormation's short-form intrinsics (!Ref, !Sub, ...) as plain mappings."""
+
+
+def _intrinsic(loader: yaml.SafeLoader, suffix: str, node: yaml.Node) -> dict[str, Any]:
+    if isinstance(node, yaml.ScalarNode):
+        value: Any = loader.construct_scalar(node)
+    elif isinstance(node, yaml.SequenceNode):
+        value = loader.construct_sequence(node, deep=True)
+    else:
+        value = loader.construct_mapping(node, deep=True)
+    if suffix == "Ref":
+        return {"Ref": value}
+    if suffix == "GetAtt" and isinstance(value, str):
+        value = value.split(".", 1)
+    return {f"Fn::{suffix}": value}
+
+
+CfnLoader.add_multi_constructor("!", _intrinsic)
+
+
+def load_cfn(path: Path) -> dict[str, Any]:
+    return yaml.load(path.read_text(), Loader=CfnLoader)
+
+
+def load_k8s(project: Path) -> dict[str, dict[str, Any]]:
+    """Every object under deploy/k8s, by kind (one object of each kind)."""
+    objects: dict[str, dict[str, Any]] = {}
+    for path in sorted((project / "deploy" / "k8s").glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if doc:
+                assert doc["kind"] not in objects, f"two {doc['kind']} objects"
+                objects[doc["kind"]] = doc
+    return objects
+
+
+def load_workflow(path: Path) -> dict[str, Any]:
+    data = yaml.safe_load(path.read_text())
+    if True in data:  # YAML 1.1 reads the key `on` as a boolean
+        data["on"] = data.pop(True)
+    return data
+
+
+def dockerfile_instructions(text: str) -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) pairs, continuation lines joined, comments dropped."""
+    out: list[tuple[str, str]] = []
+    buf = ""
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.endswith("\\"):
+            buf += line[:-1] + " "
+            continue
+        buf += line
+        instruction, _, args = buf.partition(" ")
+        out.append((instruction.upper(), " ".join(args.split())))
+        buf = ""
+    assert not buf, "Dockerfile ends inside a continuation line"
+    return out
+
+
+def dockerfile_stages(text: str) -> list[list[tuple[str, str]]]:
+    stages: list[list[tuple[str, str]]] = []
+    for instruction, args in dockerfile_instructions(text):
+        if instruction == "FROM":
+            stages.append([])
+        if stages:
+            stages[-1].append((instruction, args))
+    return stages
+
+
+def evaluate_constant(node: ast.expr) -> Any:
+    """Literal values and the arithmetic settings.py uses (`60 * 1000`)."""
+    if isinstance(node, ast.Constant):
+        return node.value
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
+        return evaluate_constant(node.left) * evaluate_constant(node.right)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        return evaluate_constant(node.left) + evaluate_constant(node.right)
+    raise ValueError(ast.dump(node))
+
+
+def settings_module(project: Path, answers: Answers) -> tuple[dict[str, Any], set[str]]:
+    """The rendered settings.py: its DEFAULT_* constants, and every environment variable it reads."""
+    text = (project / "src" / answers.package / "settings.py").read_text()
+    defaults: dict[str, Any] = {}
+    for node in ast.parse(text).body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            name = node.targets[0].id
+            if name.startswith("DEFAULT_"):
+                defaults[name] = evaluate_constant(node.value)
+    variables = set(re.findall(r'validation_alias="([A-Z0-9_]+)"', text))
+    for choices in re.findall(r"AliasChoices\(([^)]*)\)", text):
+        variables |= set(re.findall(r'"([A-Z0-9_]+)"', choices))
+    assert variables, "found no environment variables in settings.py"
+    return defaults, variables
+
+
+def rendered_dlq_name(project: Path, answers: Answers, queue: str) -> str:
+    """The runtime's own dlq_name(), taken from the rendered admin.py (a pure function)."""
+    tree = ast.parse((project / "src" / answers.package / "runtime" / "admin.py").read_text())
+    func = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "dlq_name")
+    namespace: dict[str, Any] = {}
+    # Only that function's definition runs: the module's imports need the service's packages.
+    exec(compile(ast.Module(body=[func], type_ignores=[]), "admin.py", "exec"), namespace)  # noqa: S102 - our own rendered code
+    return namespace["dlq_name"](queue)
+
+
+def image_repository(image: str) -> str:
+    """`registry/path/name:tag` -> `name`."""
+    return image.rsplit("/", 1)[-1].split("@", 1)[0].split(":", 1)[0]
+
+
+def seconds(duration: str | int) -> float:
+    """Compose durations: `105s`, `1m30s`, or a number of seconds."""
+    if isinstance(duration, int):
+        return duration
+    parts = re.fullmatch(r"(?:(\d+)h)?(?:(\d+)m)?(?:(\d+(?:\.\d+)?)s)?", duration)
+    assert parts and any(parts.groups()), f"not a duration: {duration!r}"
+    hours, minutes, secs = (float(g) if g else 0.0 for g in parts.groups())
+    return hours * 3600 + minutes * 60 + secs
+
+
+def env_list(items: list[dict[str, str]]) -> dict[str, str]:
+    out = {}
+    for item in items:
+        assert item["name"] not in out, f"{item['name']} set twice"
+        out[item["name"]] = item["value"]
+    return out
+
+
+# --- validators: each returns the problems it found (empty: valid) ----------------------------
+
+
+def tool(name: str) -> str:
+    """A validator from the template's own environment (`make install` provides them)."""
+    path = shutil.which(name, path=str(ROOT / ".venv" / "bin")) or shutil.which(name)
+    if path is None:
+        pytest.fail(f"{name} is missing: it is a dev dependency, run `make install`")
+    return path
+
+
+def hadolint_problems(dockerfile: Path) -> list[str]:
+    result = run(
+        [tool("hadolint"), "--no-color", "--failure-threshold", "style", str(dockerfile)], cwd=dockerfile.parent
+    )
+    return [] if result.returncode == 0 else (result.stdout + result.stderr).splitlines()
+
+
+def jsonschema_cli_problems(builtin: str, path: Path) -> list[str]:
+    result = run([tool("check-jsonschema"), "--builtin-schema", builtin, str(path)], cwd=path.parent)
+    return [] if result.returncode == 0 else (result.stdout + result.stderr).splitlines()
+
+
+_ECS_INPUT = botocore.session.get_session().get_service_model("ecs").operation_model("RegisterTaskDefinition")
+
+
+def ecs_problems(task_definition: dict[str, Any]) -> list[str]:
+    report = ParamValidator().validate(task_definition, _ECS_INPUT.input_shape)
+    return report.generate_report().splitlines() if report.has_errors() else []
+
+
+def cfn_problems(path: Path, region: str) -> list[str]:
+    # Informational checks too: "clean" means cfn-lint has nothing at all to say.
+    matches = lint_file(path, config=ManualArgs(regions=[region], include_checks=["I"]))
+    return [str(match) for match in matches]
+
+
+def k8s_problems(obj: dict[str, Any]) -> list[str]:
+    problems = []
+    for version in K8S_VERSIONS:
+        try:
+            kubernetes_validate.validate(obj, version, strict=True)
+        except kubernetes_validate.ValidationError as exc:
+            problems.append(f"{obj['kind']} (Kubernetes {version}): {exc.message} at {list(exc.path)}")
+    return problems
+
+
+def keda_problems(obj: dict[str, Any], schema_dir: Path) -> list[str]:
+    schema_file = schema_dir / f"{obj['kind'].lower()}_{obj['apiVersion'].split('/')[1]}.json"
+    schema = json.loads(schema_file.read_text())
+    validator_class = jsonschema.validators.validator_for(schema, default=jsonschema.Draft7Validator)
+    validator_class.check_schema(schema)
+    return [f"{obj['kind']}: {e.message} at {list(e.absolute_path)}" for e in validator_class(schema).iter_errors(obj)]
+
+
+PROMQL_KEYWORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "bool", "and", "or", "unless"}
+PROMQL_KEYWORDS |= {"offset", "inf", "nan", "Inf", "NaN"}
+
+
+def promql_metric_names(expr: str) -> set[str]:
+    """Metric names a PromQL expression reads (functions, keywords and label names excluded)."""
+    s = re.sub(r'"(?:\\.|[^"\\])*"', '""', expr)
+    s = re.sub(r"\{[^{}]*\}", " ", s)
+    s = re.sub(r"\[[^\]]*\]", " ", s)
+    s = re.sub(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", " ", s)
+    s = re.sub(r"\boffset\s+\w+", " ", s)
+    s = re.sub(r"(?<![\w:])\d+(?:\.\d+)?(?:[eE][+-]?\d+)?", " ", s)
+    names = set()
+    for match in re.finditer(r"[A-Za-z_:][A-Za-z0-9_:]*", s):
+        if s[match.end() :].lstrip().startswith("(") or match.group() in PROMQL_KEYWORDS:
+            continue
+        names.add(match.group())
+    return names
+
+
+def unknown_metrics(expr: str) -> set[str]:
+    names = promql_metric_names(expr)
+    if not names:
+        return {"<no metric at all>"}
+    known = set(EXPORTED_METRICS)
+    known |= {f"{h}_{suffix}" for h in HISTOGRAMS for suffix in ("bucket", "sum", "count")}
+    return names - known
+
+
+def promtool_problems(rules_file: Path) -> list[str] | None:
+    """`promtool check rules`; None when promtool is not installed."""
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        return None
+    result = run([promtool, "check", "rules", str(rules_file)], cwd=rules_file.parent, timeout=60)
+    return [] if result.returncode == 0 else (result.stdout + result.stderr).splitlines()
+
+
+def rule_structure_problems(doc: dict[str, Any]) -> list[str]:
+    """What promtool would reject in structure (the fallback where promtool is missing)."""
+    problems = []
+    groups = doc.get("groups")
+    if not isinstance(groups, list) or not groups:
+        return ["no rule groups"]
+    for group in groups:
+        for rule in group.get("rules") or [{}]:
+            name = rule.get("alert") or rule.get("record")
+            if not name or not isinstance(rule.get("expr"), str):
+                problems.append(f"rule without a name or expression: {rule}")
+                continue
+            expr = rule["expr"]
+            for open_, close in ("()", "[]", "{}"):
+                if expr.count(open_) != expr.count(close):
+                    problems.append(f"{name}: unbalanced {open_}{close} in {expr!r}")
+            if "for" in rule and not re.fullmatch(r"(\d+[smhdwy])+", str(rule["for"])):
+                problems.append(f"{name}: bad duration {rule['for']!r}")
+            if "alert" in rule and "severity" not in (rule.get("labels") or {}):
+                problems.append(f"{name}: no severity label")
+    return problems
+
+
+def check_rules(path: Path) -> list[str]:
+    doc = yaml.safe_load(path.read_text())
+    problems = rule_structure_problems(doc)
+    promtool = promtool_problems(path)
+    if promtool is None:
+        warnings.warn(
+            "promtool is not installed (Debian package `prometheus`): Prometheus rules got the structure check only",
+            stacklevel=2,
+        )
+    else:
+        problems += promtool
+    return problems
+
+
+def policy_problems(policy: dict[str, Any], answers: Answers, dlq: str) -> list[str]:
+    """Exactly the permissions the worker needs, on exactly its resources."""
+    sqs = f"arn:aws:sqs:{answers.region}:{PLACEHOLDER_ACCOUNT}:"
+    expected = {
+        sqs + answers.queue: {
+            "sqs:ReceiveMessage",
+            "sqs:DeleteMessage",
+            "sqs:ChangeMessageVisibility",
+            "sqs:GetQueueAttributes",
+            "sqs:GetQueueUrl",
+        },
+        sqs + dlq: {"sqs:SendMessage", "sqs:GetQueueUrl", "sqs:GetQueueAttributes"},
+    }
+    # The worker holds ECS scale-in protection while busy: only on its own cluster's tasks,
+    # whose ids are not known in advance (the one wildcard allowed).
+    ecs_tasks = f"arn:aws:ecs:{answers.region}:{PLACEHOLDER_ACCOUNT}:task/CHANGE-ME-cluster/*"
+    if answers.target != "eks":
+        expected[ecs_tasks] = {"ecs:GetTaskProtection", "ecs:UpdateTaskProtection"}
+    if answers.idempotency:
+        table = f"arn:aws:dynamodb:{answers.region}:{PLACEHOLDER_ACCOUNT}:table/{answers.slug}-idempotency"
+        expected[table] = {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"}
+    problems = []
+    if policy.get("Version") != "2012-10-17":
+        problems.append(f"policy Version {policy.get('Version')!r}")
+    granted: dict[str, set[str]] = {}
+    for statement in policy.get("Statement", []):
+        extra = set(statement) - {"Sid", "Effect", "Action", "Resource"}
+        if extra or statement.get("Effect") != "Allow":
+            problems.append(f"unexpected statement shape: {statement}")
+            continue
+        actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+        resources = statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]]
+        for item in actions + resources:
+            if ("*" in item or "?" in item) and item != ecs_tasks:
+                problems.append(f"wildcard {item!r}")
+        for resource in resources:
+            granted.setdefault(resource, set()).update(actions)
+    if granted != expected:
+        problems.append(f"granted {granted}, expected exactly {expected}")
+    return problems
+
+
+# --- every artifact, per answer set ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("key", ALL_SETS)
+def test_files_follow_deploy_target(projects: dict[str, Path], key: str) -> None:
+    project, answers = projects[key], ANSWERS[key]
+    expected = set(COMMON_FILES)
+    if answers.ecs:
+        expected |= ECS_FILES
+    if answers.eks:
+        expected |= K8S_FILES
+    for rel in expected:
+        assert (project / rel).is_file(), f"{rel} missing for deploy_target={answers.target}"
+    absent = (ECS_FILES | K8S_FILES) - expected
+    for rel in absent:
+        assert not (project / rel).exists(), f"{rel} generated for deploy_target={answers.target}"
+    deploy_files = {p.relative_to(project).as_posix() for p in (project / "deploy").rglob("*") if p.is_file()}
+    assert deploy_files == {rel for rel in expected if rel.startswith("deploy/")}
+    for rel in expected:
+        text = (project / rel).read_text()
+        for leftover in ("cookiecutter", "{%", "%}", "{#"):
+            assert leftover not in text, f"{rel}: unrendered template syntax {leftover!r}"
+
+
+@pytest.mark.parametrize("key", ALL_SETS)
+def test_dockerfile(projects: dict[str, Path], key: str) -> None:
+    project, answers = projects[key], ANSWERS[key]
+    dockerfile = project / "Dockerfile"
+    assert hadolint_problems(dockerfile) == []
+
+    stages = dockerfile_stages(dockerfile.read_text())
+    assert len(stages) >= 2, "multi-stage build expected"
+    for stage in stages:
+        base = stage[0][1].split()[0]
+        assert base == f"python:{answers.python}-slim", f"base image {base!r} (pinned python:<version>-slim)"
+    assert (project / ".python-version").read_text().strip() == answers.python
+    final = stages[-1]
+    by_kind: dict[str, list[str]] = {}
+    for instruction, args in final:
+        by_kind.setdefault(instruction, []).append(args)
+    # Nothing is built or installed in the runtime stage: it only receives the venv.
+    runs = " ".join(by_kind.get("RUN", []))
+    assert not re.search(r"\b(uv|pip|apt-get|gcc|make)\b", runs), f"build tooling in the final stage: {runs}"
+    copies = by_kind.get("COPY", [])
+    assert copies and all(c.startswith("--from=") for c in copies), copies
+    assert by_kind["USER"] == ["10001:10001"]
+    assert json.loads(by_kind["ENTRYPOINT"][-1]) == ["python", "-m", answers.package]
+    assert json.loads(by_kind["CMD"][-1]) == ["run"]
+    healthcheck = by_kind["HEALTHCHECK"][-1]
+    command = json.loads(healthcheck.split(" CMD ", 1)[1])
+    assert command == ["python", "-m", answers.package, "healthcheck"]
+    env = " ".join(by_kind.get("ENV", []))
+    for setting in (
+        "PYTHONDONTWRITEBYTECODE=1",
+        "PYTHONUNBUFFERED=1",
+        f"WORKER_HEALTH_FILE=/tmp/{answers.slug}.progress",
+    ):
+        assert setting in env, f"ENV {setting} missing"
+    assert f"WORKER_METRICS_PORT={answers.port}" in env
+    assert by_kind["EXPOSE"] == [str(answers.port)]
+    assert json.loads(by_kind["VOLUME"][-1]) == ["/tmp"]
+
+    # The build context: everything is ignored except what the Dockerfile copies in.
+    ignore = [
+        line.strip()
+        for line in (project / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    assert ignore[0] == "**"
+    allowed = {line[1:].rstrip("/") for line in ignore if line.startswith("!")}
+    for stage in stages:
+        for instruction, args in stage:
+            if instruction == "COPY" and not args.startswith("--from="):
+                for source in args.split()[:-1]:
+                    assert source.rstrip("*/") in allowed, f"COPY {source} is excluded by .dockerignore"
+
+
+@pytest.mark.parametrize("key", ALL_SETS)
+def test_compose(projects: dict[str, Path], key: str) -> None:
+    project, answers = projects[key], ANSWERS[key]
+    path = project / "docker-compose.yml"
+    assert jsonschema_cli_problems("vendor.compose-spec", path) == []
+    services = yaml.safe_load(path.read_text())["services"]
+
+    localstack = services["localstack"]
+    assert localstack["image"] == LOCALSTACK_IMAGE
+    assert "sqs" in localstack["environment"]["SERVICES"].split(",")
+    assert localstack["healthcheck"]["test"][0] in ("CMD", "CMD-SHELL")
+
+    bootstrap, worker = services["bootstrap"], services["worker"]
+    assert bootstrap["command"] == ["bootstrap"]
+    assert bootstrap["depends_on"]["localstack"]["condition"] == "service_healthy"
+    assert worker["depends_on"]["bootstrap"]["condition"] == "service_completed_successfully"
+    assert worker["init"] is True
+    assert seconds(worker["stop_grace_period"]) > answers.shutdown
+    assert f"{answers.port}:{answers.port}" in [str(p) for p in worker["ports"]]
+    assert worker["read_only"] is True and "/tmp" in worker["tmpfs"]
+    for service in (bootstrap, worker):
+        assert image_repository(service["image"]) == answers.slug
+        env = {k: str(v) for k, v in service["environment"].items()}
+        assert env.pop("AWS_ENDPOINT_URL") == "http://localstack:4566"
+        assert env.pop("AWS_ACCESS_KEY_ID") == "test" and env.pop("AWS_SECRET_ACCESS_KEY") == "test"
+        assert env == answers.env()
+
+
+@pytest.mark.parametrize("key", ECS_SETS)
+def test_ecs_task_definition(projects: dict[str, Path], key: str) -> None:
+    project, answers = projects[key], ANSWERS[key]
+    task = json.loads((project / "deploy" / "ecs" / "task-definition.json").read_text())
+    assert ecs_problems(task) == []
+
+    assert task["networkMode"] == "awsvpc" and task["requiresCompatibilities"] == ["FARGATE"]
+    fargate_memory = {"256": range(512, 2049, 512), "512": range(1024, 4097, 1024), "1024": range(2048, 8193, 1024)}
+    assert int(task["memory"]) in fargate_memory[task["cpu"]], "not a Fargate cpu/memory combination"
+    for role in ("executionRoleArn", "taskRoleArn"):
+        assert re.fullmatch(rf"arn:aws:iam::{PLACEHOLDER_ACCOUNT}:role/CHANGE-ME-[\w+=,.@-]+", task[role]), task[role]
+    (container,) = task["containerDefinitions"]
+    assert image_repository(container["image"]) == answers.slug
+    assert f".dkr.ecr.{answers.region}.amazonaws.com/" in container["image"]
+    assert container["essential"] is True and container["command"] == ["run"]
+    assert container["stopTimeout"] == answers.grace <= ECS_MAX_STOP_TIMEOUT
+    assert container["linuxParameters"]["initProcessEnabled"] is True
+    assert container["user"] == "10001"
+    assert container["readonlyRootFilesystem"] is True
+    volumes = {v["name"] for v in task["volumes"]}
+    tmp = [m for m in container["mountPoints"] if m["containerPath"] == "/tmp"]
+    assert tmp and tmp[0]["sourceVolume"] in volumes and not tmp[0].get("readOnly")
+    assert container["memoryReservation"] <= container["memory"] <= int(task["memory"])
+    assert [p["containerPort"] for p in container["portMappings"]] == [answers.port]
+    assert env_list(container["environment"]) == answers.env()
+
+    check = container["healthCheck"]
+    assert check["command"] == [
+        "CMD",
+        "python",
+        "-m",
+        answers.package,
+        "healthcheck",
+        f"--stalled-after={answers.stalled_after}",
+    ]
+    # ECS's documented ranges for container health checks.
+    assert 5 <= check["interval"] <= 300 and 2 <= check["timeout"] <= 60
+    assert 1 <= check["retries"] <= 10 and 0 <= check["startPeriod"] <= 300
+
+    logs = container["logConfiguration"]
+    assert logs["logDriver"] == "awslogs"
+    assert logs["options"]["awslogs-region"] == answers.region
+    assert logs["options"]["awslogs-group"] == f"/ecs/{answers.slug}"
+
+
+@pytest.mark.parametrize("key", ECS_SETS)
+def test_ecs_autoscaling(projects: dict[str, Path], key: str) -> None:
+    project, answers = projects[key], ANSWERS[key]
+    path = project / "deploy" / "ecs" / "autoscaling.yaml"
+    assert cfn_problems(path, answers.region) == []
+
+    template = load_cfn(path)
+    resources = template["Resources"]
+    target = next(r for r in resources.values() if r["Type"] == "AWS::ApplicationAutoScaling::ScalableTarget")
+    props = target["Properties"]
+    assert props["ScalableDimension"] == "ecs:service:DesiredCount" and props["ServiceNamespace"] == "ecs"
+    assert props["MinCapacity"] >= 1
+    assert props["MaxCapacity"] == answers.max_replicas
+    policy = next(r for r in resources.values() if r["Type"] == "AWS::ApplicationAutoScaling::ScalingPolicy")
+    tracking = policy["Properties"]["TargetTrackingScalingPolicyConfiguration"]
+    assert policy["Properties"]["PolicyType"] == "TargetTrackingScaling"
+    assert tracking["ScaleInCooldown"] >= 300 > tracking["ScaleOutCooldown"]
+    assert template["Parameters"]["BacklogPerTaskTarget"]["Default"] == answers.concurrency
+
+    metrics = {m["Id"]: m for m in tracking["CustomizedMetricSpecification"]["Metrics"]}
+    stats = {
+        (m["MetricStat"]["Metric"]["Namespace"], m["MetricStat"]["Metric"]["MetricName"]): m
+        for m in metrics.values()
+        if "MetricStat" in m
+    }
+    visible = stats[("AWS/SQS", "ApproximateNumberOfMessagesVisible")]
+    assert visible["MetricStat"]["Metric"]["Dimensions"] == [{"Name": "QueueName", "Value": answers.queue}]
+    tasks = stats[("ECS/ContainerInsights", "RunningTaskCount")]
+    returned = [m for m in metrics.values() if m.get("ReturnData")]
+    assert len(returned) == 1
+    assert returned[0]["Expression"].replace(" ", "") == f"{visible['Id']}/{tasks['Id']}"
+
+
+@pytest.mark.parametrize("key", EKS_SETS)
+def test_kubernetes_objects(projects: dict[str, Path], key: str) -> None:
+    project, answers = projects[key], ANSWERS[key]
+    objects = load_k8s(project)
+    assert set(objects) == {
+        "Deployment",
+        "ServiceAccount",
+        "Service",
+        "PodDisruptionBudget",
+        "ScaledObject",
+        "TriggerAuthentication",
+    }
+    for kind, obj in objects.items():
+        if obj["apiVersion"].startswith("keda.sh/"):
+            continue
+        assert k8s_problems(obj) == [], kind
+
+    deployment = objects["Deployment"]
+    assert "replicas" not in deployment["spec"], "KEDA owns the replica count"
+    pod = deployment["spec"]["template"]
+    spec = pod["spec"]
+    labels = pod["metadata"]["labels"]
+    assert deployment["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    assert spec["terminationGracePeriodSeconds"] == answers.grace
+    pod_security = spec["securityContext"]
+    assert pod_security["runAsNonRoot"] is True and pod_security["runAsUser"] == 10001
+    assert pod_security["seccompProfile"]["type"] == "RuntimeDefault"
+    (container,) = spec["containers"]
+    security = container["securityContext"]
+    assert security["readOnlyRootFilesystem"] is True and security["allowPrivilegeEscalation"] is False
+    assert security["capabilities"]["drop"] == ["ALL"] and security["runAsNonRoot"] is True
+    assert image_repository(container["image"]) == answers.slug
+    assert container["args"] == ["run"]
+    assert env_list(container["env"]) == answers.env()
+    resources = container["resources"]
+    assert {"cpu", "memory"} <= set(resources["requests"]) and "memory" in resources["limits"]
+    healthcheck = ["python", "-m", answers.package, "healthcheck", f"--stalled-after={answers.stalled_after}"]
+    assert container["livenessProbe"]["exec"]["command"] == healthcheck
+    assert container["startupProbe"]["exec"]["command"] == healthcheck
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports == {"metrics": answers.port}
+    assert container["readinessProbe"]["httpGet"]["port"] in ("metrics", answers.port)
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    assert "emptyDir" in volumes[mounts["/tmp"]]
+    annotations = pod["metadata"]["annotations"]
+    assert annotations["prometheus.io/scrape"] == "true"
+    assert annotations["prometheus.io/port"] == str(answers.port)
+    assert annotations["prometheus.io/path"] == "/metrics"
+
+    account = objects["ServiceAccount"]
+    assert spec["serviceAccountName"] == account["metadata"]["name"]
+    role = account["metadata"]["annotations"]["eks.amazonaws.com/role-arn"]
+    assert re.fullmatch(rf"arn:aws:iam::{PLACEHOLDER_ACCOUNT}:role/CHANGE-ME-[\w+=,.@-]+", role), role
+
+    service = objects["Service"]
+    assert service["spec"]["selector"].items() <= labels.items()
+    assert [(p["port"], p["targetPort"]) for p in service["spec"]["ports"]] == [(answers.port, "metrics")]
+    assert objects["PodDisruptionBudget"]["spec"]["selector"]["matchLabels"].items() <= labels.items()
+
+    # KEDA objects: structure and cross-references (the CRD schemas are checked below).
+    scaled, auth = objects["ScaledObject"], objects["TriggerAuthentication"]
+    assert scaled["apiVersion"] == auth["apiVersion"] == "keda.sh/v1alpha1"
+    so = scaled["spec"]
+    assert so["scaleTargetRef"]["name"] == deployment["metadata"]["name"]
+    assert so["minReplicaCount"] >= 1
+    assert so["maxReplicaCount"] == answers.max_replicas
+    scale_down = so["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]["scaleDown"]
+    assert scale_down["stabilizationWindowSeconds"] >= 300 and scale_down["policies"]
+    assert auth["spec"]["podIdentity"]["provider"] == "aws"
+    known_metadata = {
+        "aws-sqs-queue": {
+            "queueURL",
+            "queueURLFromEnv",
+            "queueLength",
+            "activationQueueLength",
+            "awsRegion",
+            "awsEndpoint",
+            "scaleOnInFlight",
+            "scaleOnDelayed",
+            "identityOwner",
+        },
+        "aws-cloudwatch": {
+            "namespace",
+            "metricName",
+            "dimensionName",
+            "dimensionValue",
+            "expression",
+            "metricStat",
+            "metricStatPeriod",
+            "metricCollectionTime",
+            "metricUnit",
+            "metricEndTimeOffset",
+            "targetMetricValue",
+            "activationTargetMetricValue",
+            "minMetricValue",
+            "ignoreNullValues",
+            "awsRegion",
+            "awsEndpoint",
+            "awsAccountId",
+            "identityOwner",
+        },
+    }
+    triggers = {t["type"]: t for t in so["triggers"]}
+    assert set(triggers) == set(known_metadata)
+    for kind, trigger in triggers.items():
+        assert trigger["authenticationRef"]["name"] == auth["metadata"]["name"]
+        assert set(trigger["metadata"]) <= known_metadata[kind], kind
+        assert all(isinstance(v, str) for v in trigger["metadata"].values()), f"{kind}: metadata must be strings"
+    sqs = triggers["aws-sqs-queue"]["metadata"]
+    assert sqs["queueURL"] == f"https://sqs.{answers.region}.amazonaws.com/{PLACEHOLDER_ACCOUNT}/{answers.queue}"
+    assert int(sqs["queueLength"]) >= 1 and "activationQueueLength" in sqs
+    age = triggers["aws-cloudwatch"]["metadata"]
+    assert (age["namespace"], age["metricName"]) == ("AWS/SQS", "ApproximateAgeOfOldestMessage")
+    assert (age["dimensionName"], age["dimensionValue"]) == ("QueueName", answers.queue)
+    assert age["metricStat"] == "Maximum" and float(age["targetMetricValue"]) > 0 and "minMetricValue" in age
+
+
+@pytest.mark.parametrize("key", EKS_SETS)
+def test_keda_objects_match_crd_schemas(projects: dict[str, Path], key: str) -> None:
+    if not KEDA_SCHEMA_DIR.is_dir():
+        pytest.skip(f"KEDA CRD schemas not found at {KEDA_SCHEMA_DIR} (set KEDA_SCHEMA_DIR)")
+    objects = load_k8s(projects[key])
+    for kind in ("ScaledObject", "TriggerAuthentication"):
+        assert keda_problems(objects[kind], KEDA_SCHEMA_DIR) == [], kind
+
+
+@pytest.mark.parametrize("key", ALL_SETS)
+def test_queues_template(projects: dict[str, Path], key: str) -> None:
+    project, answers = projects[key], ANSWERS[key]
+    path = project / "deploy" / "aws" / "queues.yaml"
+    assert cfn_problems(path, answers.region) == []
+
+    template = load_cfn(path)
+    resources = template["Resources"]
+    queues = {
+        r["Properties"]["QueueName"]: (name, r["Properties"])
+        for name, r in resources.items()
+        if r["Type"] == "AWS::SQS::Queue"
+    }
+    dlq = rendered_dlq_name(project, answers, answers.queue)
+    assert set(queues) == {answers.queue, dlq}
+    queue_id, queue = queues[answers.queue]
+    dlq_id, dead = queues[dlq]
+    fifo = answers.queue.endswith(".fifo")
+    for props in (queue, dead):
+        assert props.get("FifoQueue", False) is fifo
+        assert props["SqsManagedSseEnabled"] is True
+    assert queue["VisibilityTimeout"] == answers.visibility
+    assert queue["ReceiveMessageWaitTimeSeconds"] == 20
+    assert queue["RedrivePolicy"] == {
+        "deadLetterTargetArn": {"Fn::GetAtt": [dlq_id, "Arn"]},
+        "maxReceiveCount": answers.max_receive,
+    }
+    assert dead["MessageRetentionPeriod"] == 14 * 24 * 3600
+    assert queue.get("MessageRetentionPeriod", 345600) <= dead["MessageRetentionPeriod"]
+    allow = dead["RedriveAllowPolicy"]
+    assert allow["redrivePermission"] == "byQueue"
+    (source,) = allow["sourceQueueArns"]
+    assert source["Fn::Sub"].endswith(f":{answers.queue}")
+
+    alarms = {
+        (r["Properties"]["MetricName"], json.dumps(r["Properties"]["Dimensions"][0]["Value"])): r["Properties"]
+        for r in resources.values()
+        if r["Type"] == "AWS::CloudWatch::Alarm"
+    }
+    age = alarms[("ApproximateAgeOfOldestMessage", json.dumps({"Fn::GetAtt": [queue_id, "QueueName"]}))]
+    assert age["Namespace"] == "AWS/SQS" and age["ComparisonOperator"] == "GreaterThanThreshold"
+    depth = alarms[("ApproximateNumberOfMessagesVisible", json.dumps({"Fn::GetAtt": [dlq_id, "QueueName"]}))]
+    assert depth["Threshold"] == 0 and depth["ComparisonOperator"] == "GreaterThanThreshold"
+
+    outputs = {name: out["Value"] for name, out in template["Outputs"].items()}
+    assert {"Ref": queue_id} in outputs.values() and {"Ref": dlq_id} in outputs.values()
+    assert {"Fn::GetAtt": [queue_id, "Arn"]} in outputs.values()
+    assert {"Fn::GetAtt": [dlq_id, "Arn"]} in outputs.values()
+
+
+@pytest.mark.parametrize("key", ALL_SETS)
+def test_worker_policy(projects: dict[str, Path], key: str) -> None:
+    project, answers = projects[key], ANSWERS[key]
+    policy = json.loads((project / "deploy" / "aws" / "worker-policy.json").read_text())
+    assert policy_problems(policy, answers, rendered_dlq_name(project, answers, answers.queue)) == []
+
+
+@pytest.mark.parametrize("key", ALL_SETS)
+def test_prometheus_rules(projects: dict[str, Path], key: str) -> None:
+    project, answers = projects[key], ANSWERS[key]
+    path = project / "deploy" / "prometheus" / "alerts.yaml"
+    assert check_rules(path) == []
+
+    rules = [rule for group in yaml.safe_load(path.read_text())["groups"] for rule in group["rules"]]
+    exprs = {rule["alert"]: " ".join(rule["expr"].split()) for rule in rules}
+    for name, expr in exprs.items():
+        assert unknown_metrics(expr) == set(), f"{name}: {expr}"
+        assert f'job="{answers.slug}"' in expr, f"{name} does not select this service"
+
+    def one(pattern: str) -> str:
+        found = [expr for expr in exprs.values() if re.search(pattern, expr)]
+        assert found, f"no alert matches {pattern!r}"
+        return found[0]
+
+    one(r"queue_oldest_message_seconds\{[^}]*\}\)* > \d+")
+    one(r"sqs_queue_messages\{[^}]*state=\"visible\"[^}]*\}.*/.*worker_concurrency")
+    one(r"increase\(worker_dead_letter_sends_total\{[^}]*\}\[10m\]\)\) > 0")
+    one(r"worker_leases_lost_total")
+    stalled = one(r"time\(\) - worker_last_progress_timestamp_seconds")
+    assert float(stalled.rsplit(">", 1)[1]) == answers.stalled_after
+    ratio = one(r"jobs_processed_total\{[^}]*outcome=~\"retry\|dead_letter\|timeout\"")
+    assert "/" in ratio
+
+
+@pytest.mark.parametrize("key", ALL_SETS)
+def test_grafana_dashboard(projects: dict[str, Path], key: str, tmp_path: Path) -> None:
+    project, answers = projects[key], ANSWERS[key]
+    dashboard = json.loads((project / "deploy" / "grafana" / "dashboard.json").read_text())
+    assert dashboard["title"] == answers.name and dashboard["uid"]
+    panels = dashboard["panels"]
+    assert len({p["id"] for p in panels}) == len(panels)
+    exprs = [(p["title"], t["expr"]) for p in panels for t in p["targets"]]
+    used: set[str] = set()
+    for title, expr in exprs:
+        assert unknown_metrics(expr) == set(), f"panel {title!r}: {expr}"
+        assert f'job="{answers.slug}"' in expr, f"panel {title!r} does not select this service"
+        used |= promql_metric_names(expr)
+    bases = {re.sub(r"_(bucket|sum|count)$", "", n) if n.endswith(("_bucket", "_sum", "_count")) else n for n in used}
+    assert bases >= EXPORTED_METRICS, f"no panel shows {EXPORTED_METRICS - bases}"
+    joined = "\n".join(expr for _, expr in exprs)
+    for quantile in ("0.5", "0.95", "0.99"):
+        assert f"histogram_quantile({quantile}, sum by (le, queue) (rate(job_duration_seconds_bucket" in joined
+    assert re.search(r"by \([^)]*state[^)]*\) \(sqs_queue_messages", joined), "backlog not split by state"
+    assert re.search(r"by \([^)]*outcome[^)]*\) \(rate\(jobs_processed_total", joined)
+    assert re.search(r"by \([^)]*operation[^)]*outcome[^)]*\) \(rate\(sqs_api_calls_total", joined)
+
+    # Each expression is valid PromQL: promtool parses them as recording rules, with
+    # Grafana's variables replaced by values.
+    rules = {
+        "groups": [
+            {
+                "name": "dashboard",
+                "rules": [
+                    {
+                        "record": f"dashboard:expr_{n}",
+                        "expr": expr.replace("$__rate_interval", "5m").replace("$queue", ".*"),
+                    }
+                    for n, (_, expr) in enumerate(exprs)
+                ],
+            }
+        ]
+    }
+    rules_file = tmp_path / "dashboard-rules.yaml"
+    rules_file.write_text(yaml.safe_dump(rules))
+    assert check_rules(rules_file) == []
+
+
+def test_template_workflow() -> None:
+    path = ROOT / ".github" / "workflows" / "ci.yml"
+    assert jsonschema_cli_problems("vendor.github-workflows", path) == []
+    workflow = load_workflow(path)
+    assert_workflow_hygiene(path, workflow)
+    runs = [step.get("run", "") for job in workflow["jobs"].values() for step in job["steps"]]
+    assert "bash .ci/run" in runs
+    matrix = workflow["jobs"]["generated"]["strategy"]["matrix"]["deploy_target"]
+    assert sorted(matrix) == sorted(COOKIECUTTER["deploy_target"])
+
+
+@pytest.mark.parametrize("key", ALL_SETS)
+def test_generated_workflow(projects: dict[str, Path], key: str) -> None:
+    project, answers = projects[key], ANSWERS[key]
+    path = project / ".github" / "workflows" / "ci.yml"
+    assert jsonschema_cli_problems("vendor.github-workflows", path) == []
+    workflow = load_workflow(path)
+    assert_workflow_hygiene(path, workflow)
+    assert "${{ github." in path.read_text(), "GitHub expressions lost in rendering"
+    jobs = workflow["jobs"]
+    runs = {name: " && ".join(step.get("run", "") for step in job["steps"]) for name, job in jobs.items()}
+    uses = {name: [step.get("uses", "") for step in job["steps"]] for name, job in jobs.items()}
+    assert "make lint" in runs["lint"] and "make typecheck" in runs["typecheck"]
+    assert "make test-unit" in runs["unit"]
+    assert "pytest -m integration" in runs["integration"]
+    assert "pip-audit" in runs["audit"]
+    assert any(u.startswith("docker/build-push-action@") for u in uses["image"])
+    assert "hadolint" in runs["image"]
+    service = jobs["integration"]["services"]["localstack"]
+    assert service["image"] == LOCALSTACK_IMAGE
+    assert service["env"]["SERVICES"] == "sqs" and "--health-cmd" in service["options"]
+    assert jobs["integration"]["env"]["AWS_ENDPOINT_URL"] == "http://localhost:4566"
+    assert workflow["env"]["AWS_REGION"] == answers.region
+    build = next(s for s in jobs["image"]["steps"] if s.get("uses", "").startswith("docker/build-push-action@"))
+    assert image_repository(build["with"]["tags"]) == answers.slug
+
+
+def assert_workflow_hygiene(path: Path, workflow: dict[str, Any]) -> None:
+    """Least privilege, one run per ref, every action pinned to a commit with its release noted."""
+    assert workflow["permissions"] == {"contents": "read"}
+    assert workflow["concurrency"]["group"] and workflow["concurrency"]["cancel-in-progress"] is True
+    pinned = 0
+    for line in path.read_text().splitlines():
+        if re.match(r"\s*(-\s+)?uses:", line):
+            assert re.fullmatch(r"\s*(-\s+)?uses: [\w.-]+/[\w./-]+@[0-9a-f]{40} # v\d+\.\d+\.\d+", line), line
+            pinned += 1
+    assert pinned, "no actions found"
+    for job in workflow["jobs"].values():
+        assert "timeout-minutes" in job
+
+
+# --- one answer set, every file: they all say the same thing ----------------------------------
+
+
+@pytest.mark.parametrize("key", ALL_SETS)
+def test_artifacts_agree(projects: dict[str, Path], key: str) -> None:
+    project, answers = projects[key], ANSWERS[key]
+    defaults, settings_vars = settings_module(project, answers)
+    dlq = rendered_dlq_name(project, answers, answers.queue)
+
+    # The runtime's defaults are the answers.
+    assert defaults["DEFAULT_QUEUE"] == answers.queue
+    assert defaults["DEFAULT_CONCURRENCY"] == answers.concurrency
+    assert defaults["DEFAULT_JOB_TIMEOUT_MS"] == answers.job_timeout * 1000
+    assert defaults["DEFAULT_SHUTDOWN_TIMEOUT_MS"] == answers.shutdown * 1000
+    assert defaults["DEFAULT_VISIBILITY_SECONDS"] == answers.visibility
+    assert defaults["DEFAULT_MAX_RECEIVE_COUNT"] == answers.max_receive
+    assert defaults["DEFAULT_METRICS_PORT"] == answers.port
+    assert defaults["DEFAULT_REGION"] == answers.region
+    assert defaults["DEFAULT_SERVICE_NAME"] == answers.slug
+    handlers = (project / "src" / answers.package / "handlers.py").read_text()
+    assert re.search(rf"^QUEUE = {re.escape(json.dumps(answers.queue))}$", handlers, re.MULTILINE)
+    assert "@router.handler(QUEUE," in handlers
+
+    # Every environment the worker gets, from every artifact that starts it.
+    envs: dict[str, dict[str, str]] = {}
+    compose = yaml.safe_load((project / "docker-compose.yml").read_text())["services"]
+    envs["compose"] = {k: str(v) for k, v in compose["worker"]["environment"].items()}
+    grace: dict[str, float] = {"compose stop_grace_period": seconds(compose["worker"]["stop_grace_period"])}
+    probes: dict[str, list[str]] = {}
+    replica_caps: dict[str, int] = {}
+    queue_refs = {"compose": envs["compose"]["WORKER_QUEUES"]}
+    regions = {"compose": envs["compose"]["AWS_REGION"], "settings": defaults["DEFAULT_REGION"]}
+    ports: dict[str, int] = {"compose": int(compose["worker"]["ports"][0].split(":")[-1])}
+    images = {"compose": image_repository(compose["worker"]["image"])}
+
+    dockerfile = dockerfile_instructions((project / "Dockerfile").read_text())
+    ports["Dockerfile EXPOSE"] = int(next(args for ins, args in dockerfile if ins == "EXPOSE"))
+    makefile = (project / "Makefile").read_text()
+    images["Makefile"] = image_repository(re.search(r"^IMAGE \?= (\S+)", makefile, re.MULTILINE).group(1))
+    workflow = load_workflow(project / ".github" / "workflows" / "ci.yml")
+    build = next(s for s in workflow["jobs"]["image"]["steps"] if "docker/build-push-action" in s.get("uses", ""))
+    images["CI"] = image_repository(build["with"]["tags"])
+    regions["CI"] = workflow["env"]["AWS_REGION"]
+
+    if answers.ecs:
+        task = json.loads((project / "deploy" / "ecs" / "task-definition.json").read_text())
+        (container,) = task["containerDefinitions"]
+        envs["ecs"] = env_list(container["environment"])
+        grace["ECS stopTimeout"] = container["stopTimeout"]
+        assert container["stopTimeout"] <= ECS_MAX_STOP_TIMEOUT
+        probes["ECS healthCheck"] = container["healthCheck"]["command"]
+        ports["ECS portMappings"] = container["portMappings"][0]["containerPort"]
+        images["ECS"] = image_repository(container["image"])
+        regions["ECS awslogs"] = container["logConfiguration"]["options"]["awslogs-region"]
+        regions["ECS image registry"] = re.search(r"\.ecr\.([a-z0-9-]+)\.", container["image"]).group(1)
+        scaling = load_cfn(project / "deploy" / "ecs" / "autoscaling.yaml")["Resources"]
+        target = next(r for r in scaling.values() if r["Type"].endswith("ScalableTarget"))
+        replica_caps["ECS MaxCapacity"] = target["Properties"]["MaxCapacity"]
+        policy = next(r for r in scaling.values() if r["Type"].endswith("ScalingPolicy"))
+        for metric in policy["Properties"]["TargetTrackingScalingPolicyConfiguration"]["CustomizedMetricSpecification"][
+            "Metrics"
+        ]:
+            for dim in metric.get("MetricStat", {}).get("Metric", {}).get("Dimensions", []):
+                if dim["Name"] == "QueueName":
+                    queue_refs["ECS autoscaling"] = dim["Value"]
+
+    if answers.eks:
+        k8s = load_k8s(project)
+        pod = k8s["Deployment"]["spec"]["template"]
+        (container,) = pod["spec"]["containers"]
+        envs["k8s"] = env_list(container["env"])
+        grace["Kubernetes terminationGracePeriodSeconds"] = pod["spec"]["terminationGracePeriodSeconds"]
+        probes["k8s livenessProbe"] = container["livenessProbe"]["exec"]["command"]
+        probes["k8s startupProbe"] = container["startupProbe"]["exec"]["command"]
+        ports["k8s containerPort"] = container["ports"][0]["containerPort"]
+        ports["k8s annotation"] = int(pod["metadata"]["annotations"]["prometheus.io/port"])
+        ports["k8s Service"] = k8s["Service"]["spec"]["ports"][0]["port"]
+        images["k8s"] = image_repository(container["image"])
+        regions["k8s image registry"] = re.search(r"\.ecr\.([a-z0-9-]+)\.", container["image"]).group(1)
+        so = k8s["ScaledObject"]["spec"]
+        replica_caps["KEDA maxReplicaCount"] = so["maxReplicaCount"]
+        for trigger in so["triggers"]:
+            meta = trigger["metadata"]
+            regions[f"KEDA {trigger['type']}"] = meta["awsRegion"]
+            if "queueURL" in meta:
+                queue_refs["KEDA queueURL"] = meta["queueURL"].rsplit("/", 1)[1]
+                regions["KEDA queueURL"] = meta["queueURL"].split(".")[1]
+            if meta.get("dimensionName") == "QueueName":
+                queue_refs["KEDA aws-cloudwatch"] = meta["dimensionValue"]
+
+    queues = load_cfn(project / "deploy" / "aws" / "queues.yaml")["Resources"]
+    sqs_queues = {
+        r["Properties"]["QueueName"]: r["Properties"] for r in queues.values() if r["Type"] == "AWS::SQS::Queue"
+    }
+    assert set(sqs_queues) == {answers.queue, dlq}
+    visibility = sqs_queues[answers.queue]["VisibilityTimeout"]
+    max_receive = sqs_queues[answers.queue]["RedrivePolicy"]["maxReceiveCount"]
+    policy_doc = json.loads((project / "deploy" / "aws" / "worker-policy.json").read_text())
+    for statement in policy_doc["Statement"]:
+        arn = statement["Resource"]
+        regions[f"policy {statement['Sid']}"] = arn.split(":")[3]
+        if arn.startswith("arn:aws:sqs:"):
+            assert arn.rsplit(":", 1)[1] in (answers.queue, dlq)
+    alerts = yaml.safe_load((project / "deploy" / "prometheus" / "alerts.yaml").read_text())
+    stall_alert = next(
+        r["expr"] for g in alerts["groups"] for r in g["rules"] if "worker_last_progress_timestamp_seconds" in r["expr"]
+    )
+
+    # Timings: job < shutdown < platform grace; the ECS grace within Fargate's maximum.
+    assert answers.job_timeout < answers.shutdown
+    for where, value in grace.items():
+        assert value > answers.shutdown, f"{where} ({value}) must exceed the shutdown timeout {answers.shutdown}"
+        if where != "compose stop_grace_period":
+            assert value == answers.grace, where
+    for where, env in envs.items():
+        unread = set(env) - settings_vars - SDK_VARIABLES
+        assert not unread, f"{where}: {unread} are not settings the worker reads"
+        assert int(env["WORKER_JOB_TIMEOUT_MS"]) == answers.job_timeout * 1000, where
+        assert int(env["WORKER_SHUTDOWN_TIMEOUT_MS"]) == answers.shutdown * 1000, where
+        assert int(env["WORKER_JOB_TIMEOUT_MS"]) < int(env["WORKER_SHUTDOWN_TIMEOUT_MS"]), where
+        assert int(env["WORKER_SHUTDOWN_TIMEOUT_MS"]) / 1000 < min(grace.values()), where
+        # Visibility: the queue's lease is the one the worker heartbeats against.
+        assert int(env["WORKER_VISIBILITY_TIMEOUT_SECONDS"]) == visibility == answers.visibility, where
+        assert visibility * float(env["WORKER_HEARTBEAT_FRACTION"]) >= 1, f"{where}: heartbeat under 1 s"
+        assert int(env["WORKER_MAX_RECEIVE_COUNT"]) == max_receive == answers.max_receive, where
+        # Liveness: stalled means longer than any job may run.
+        assert float(env["WORKER_STALLED_AFTER_SECONDS"]) > answers.job_timeout, where
+        assert env["WORKER_HEALTH_FILE"].startswith("/tmp/"), f"{where}: health file off the writable /tmp"
+        queue_refs[f"{where} env"] = env["WORKER_QUEUES"]
+        regions[f"{where} env"] = env["AWS_REGION"]
+        ports[f"{where} env"] = int(env["WORKER_METRICS_PORT"])
+        if "DB_POOL_SIZE" in env:
+            pool = int(env["DB_POOL_SIZE"])
+            assert int(env["WORKER_CONCURRENCY"]) <= pool, f"{where}: concurrency above DB_POOL_SIZE"
+            for cap in replica_caps.values():
+                assert cap * pool <= FLEET_HANDLERS, f"{where}: {cap} replicas x DB_POOL_SIZE {pool}"
+    for where, command in probes.items():
+        flag = next(arg for arg in command if arg.startswith("--stalled-after="))
+        assert float(flag.split("=", 1)[1]) == answers.stalled_after > answers.job_timeout, where
+    assert float(stall_alert.rsplit(">", 1)[1]) == answers.stalled_after
+
+    # Capacity: the fleet's handlers stay within the downstream budget.
+    for where, cap in replica_caps.items():
+        assert cap == answers.max_replicas, where
+        assert cap * answers.concurrency <= max(FLEET_HANDLERS, answers.concurrency), where
+
+    # One queue, one region, one port, one image name, everywhere.
+    assert set(queue_refs.values()) == {answers.queue}, queue_refs
+    assert set(regions.values()) == {answers.region}, regions
+    assert set(ports.values()) == {answers.port}, ports
+    assert set(images.values()) == {answers.slug}, images
+
+
+def test_the_metrics_named_are_the_runtimes() -> None:
+    """The dashboard and alerts are checked against EXPORTED_METRICS: it must be what
+    runtime/metrics.py registers, or those checks would pass for metrics nobody exports."""
+    text = next((ROOT / "{{cookiecutter.project_slug}}" / "src").glob("*/runtime/metrics.py")).read_text()
+    registered = set()
+    for kind, name in re.findall(r"\b(Counter|Gauge|Histogram)\(\s*\"([a-z_:]+)\"", text):
+        registered.add(f"{name}_total" if kind == "Counter" else name)
+    assert registered >= EXPORTED_METRICS, f"not registered by the runtime: {EXPORTED_METRICS - registered}"
+
+
+# --- the validators catch what they are there to catch ----------------------------------------
+
+
+def _mutate_text(rel: str, edit: Callable[[str], str]) -> Callable[[Path], Path]:
+    def apply(project: Path) -> Path:
+        path = project / rel
+        new = edit(path.read_text())
+        assert new != path.read_text(), f"mutation of {rel} changed nothing"
+        path.write_text(new)
+        return path
+
+    return apply
+
+
+def _defects() -> Iterator[Any]:
+    yield pytest.param(
+        _mutate_text("Dockerfile", lambda t: t.replace("-slim AS runtime", ":latest AS runtime")),
+        lambda path, answers: hadolint_problems(path),
+        id="hadolint",
+    )
+    yield pytest.param(
+        _mutate_text(
+            "docker-compose.yml", lambda t: t.replace("    init: true", "    init: true\n    restartt: always")
+        ),
+        lambda path, answers: jsonschema_cli_problems("vendor.compose-spec", path),
+        id="compose-spec",
+    )
+    yield pytest.param(
+        _mutate_text(
+            ".github/workflows/ci.yml", lambda t: t.replace("runs-on: ubuntu-24.04", "runs_on: ubuntu-24.04", 1)
+        ),
+        lambda path, answers: jsonschema_cli_problems("vendor.github-workflows", path),
+        id="github-workflows",
+    )
+    yield pytest.param(
+        _mutate_text(
+            "deploy/ecs/task-definition.json", lambda t: re.sub(r'"stopTimeout": (\d+)', r'"stopTimeout": "\1"', t)
+        ),
+        lambda path, answers: ecs_problems(json.loads(path.read_text())),
+        id="ecs-botocore",
+    )
+    yield pytest.param(
+        _mutate_text(
+            "deploy/ecs/autoscaling.yaml", lambda t: t.replace("ScaleInCooldown: 300", "ScaleInCooldown: soon")
+        ),
+        lambda path, answers: cfn_problems(path, answers.region),
+        id="cfn-lint-autoscaling",
+    )
+    yield pytest.param(
+        _mutate_text(
+            "deploy/aws/queues.yaml",
+            lambda t: t.replace("ReceiveMessageWaitTimeSeconds: 20", "ReceiveMessageWaitTimeSeconds: 30"),
+        ),
+        lambda path, answers: cfn_problems(path, answers.region),
+        id="cfn-lint-queues",
+    )
+    yield pytest.param(
+        _mutate_text(
+            "deploy/k8s/deployment.yaml",
+            lambda t: t.replace("terminationGracePeriodSeconds:", "terminationGracePeriod:"),
+        ),
+        lambda path, answers: k8s_problems(yaml.safe_load(path.read_text())),
+        id="kubernetes-validate",
+    )
+    yield pytest.param(
+        _mutate_text("deploy/aws/worker-policy.json", lambda t: t.replace('"sqs:SendMessage"', '"sqs:*"')),
+        lambda path, answers: policy_problems(json.loads(path.read_text()), answers, f"{answers.queue}-dlq"),
+        id="policy-wildcard",
+    )
+    yield pytest.param(
+        _mutate_text(
+            "deploy/aws/worker-policy.json",
+            lambda t: t.replace('"sqs:ReceiveMessage"', '"sqs:ReceiveMessage", "sqs:PurgeQueue"'),
+        ),
+        lambda path, answers: policy_problems(json.loads(path.read_text()), answers, f"{answers.queue}-dlq"),
+        id="policy-extra-action",
+    )
+    yield pytest.param(
+        _mutate_text("deploy/prometheus/alerts.yaml", lambda t: t.replace("[10m])) > 0", "[10m]) > 0", 1)),
+        lambda path, answers: check_rules(path),
+        id="prometheus-rules",
+    )
+    yield pytest.param(
+        _mutate_text("deploy/grafana/dashboard.json", lambda t: t.replace("worker_inflight_jobs", "worker_busy_jobs")),
+        lambda path, answers: sorted(
+            name
+            for panel in json.loads(path.read_text())["panels"]
+            for target in panel["targets"]
+            for name in unknown_metrics(target["expr"])
+        ),
+        id="dashboard-metric-names",
+    )
+
+
+@pytest.mark.parametrize(("mutate", "validate"), list(_defects()))
+def test_validators_reject_defects(
+    projects: dict[str, Path],
+    tmp_path: Path,
+    mutate: Callable[[Path], Path],
+    validate: Callable[[Path, Answers], list[str]],
+) -> None:
+    project = tmp_path / "project"
+    shutil.copytree(projects["defaults"], project)
+    path = mutate(project)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the missing-promtool notice is the rules tests' to give
+        assert validate(path, ANSWERS["defaults"]), f"a broken {path.name} passed its validator"
+
+
+def test_keda_schema_rejects_defects(projects: dict[str, Path]) -> None:
+    if not KEDA_SCHEMA_DIR.is_dir():
+        pytest.skip(f"KEDA CRD schemas not found at {KEDA_SCHEMA_DIR} (set KEDA_SCHEMA_DIR)")
+    scaled = copy.deepcopy(load_k8s(projects["defaults"])["ScaledObject"])
+    scaled["spec"]["triggers"][0]["metadata"]["queueLength"] = 16  # KEDA wants strings
+    scaled["spec"]["maxReplicas"] = 10  # not a ScaledObject field
+    assert len(keda_problems(scaled, KEDA_SCHEMA_DIR)) >= 2
+
+
+def test_promql_metric_names() -> None:
+    expr = (
+        'histogram_quantile(0.95, sum by (le, queue) (rate(job_duration_seconds_bucket{job="x", queue=~"$q"}[5m])))'
+        " / on (queue) group_left() max without (instance) (worker_concurrency offset 1h) and time() - 1e3"
+    )
+    assert promql_metric_names(expr) == {"job_duration_seconds_bucket", "worker_concurrency"}
+    assert unknown_metrics("rate(not_a_metric_total[5m])") == {"not_a_metric_total"}
+    assert unknown_metrics("time() - 5") == {"<no metric at all>"}
+
+
+def test_promtool_rejects_bad_rules(tmp_path: Path) -> None:
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(
+        "groups:\n  - name: g\n    rules:\n      - alert: A\n        expr: rate(x[5m]\n        labels: {}\n"
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert check_rules(rules)
+
+
+def test_rules_fallback_is_announced(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without promtool the rules get the structure check, with a warning: never a silent pass."""
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(
+        "groups:\n  - name: g\n    rules:\n      - alert: A\n        expr: up == 0\n        labels: {severity: info}\n"
+    )
+    monkeypatch.setattr(shutil, "which", lambda *args, **kwargs: None)
+    with pytest.warns(UserWarning, match="promtool is not installed"):
+        assert check_rules(rules) == []

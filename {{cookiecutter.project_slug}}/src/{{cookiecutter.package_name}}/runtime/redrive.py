@@ -1,0 +1,218 @@
+"""DLQ redrive: move dead-lettered messages back to their source queue.
+
+The normal way is SQS's own StartMessageMoveTask (server side, rate-limited, resumable);
+`redrive` starts one, shows progress until it ends, and `--cancel` stops a running one.
+
+Where that API is not available (an emulator, a region, a FIFO DLQ without support), the
+fallback copies in batches: receive from the DLQ, send to the source queue, delete from
+the DLQ. A journal file records each DLQ message that was sent before it is deleted, so an
+interrupted run (Ctrl-C, a crash) resumes without sending anything twice and without
+losing anything: a message is deleted from the DLQ only after the copy is confirmed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from .dlq import ERROR_ATTRIBUTES
+from .sqs import SQSClient
+
+FINAL = ("COMPLETED", "CANCELLED", "FAILED")
+BATCH_VISIBILITY = 30  # a batch a crashed run was holding comes back after this
+UNSUPPORTED = ("UnsupportedOperation", "InvalidAction", "AWS.SimpleQueueService.UnsupportedOperation")
+
+
+@dataclass
+class Progress:
+    status: str
+    moved: int
+    to_move: int | None
+    failure: str | None = None
+
+
+async def start_move(client: SQSClient, dlq_arn: str, dest_arn: str | None, rate: int | None) -> str:
+    args: dict[str, Any] = {"SourceArn": dlq_arn}
+    if dest_arn:
+        args["DestinationArn"] = dest_arn
+    if rate:
+        args["MaxNumberOfMessagesPerSecond"] = rate
+    return str((await client.start_message_move_task(**args))["TaskHandle"])
+
+
+async def move_status(client: SQSClient, dlq_arn: str) -> Progress | None:
+    tasks = (await client.list_message_move_tasks(SourceArn=dlq_arn, MaxResults=1)).get("Results", [])
+    if not tasks:
+        return None
+    t = tasks[0]
+    to_move = t.get("ApproximateNumberOfMessagesToMove")
+    return Progress(
+        status=str(t.get("Status")),
+        moved=int(t.get("ApproximateNumberOfMessagesMoved", 0)),
+        to_move=None if to_move is None else int(to_move),
+        failure=t.get("FailureReason"),
+    )
+
+
+async def cancel_move(client: SQSClient, dlq_arn: str) -> bool:
+    tasks = (await client.list_message_move_tasks(SourceArn=dlq_arn, MaxResults=10)).get("Results", [])
+    running = [t for t in tasks if t.get("Status") == "RUNNING" and t.get("TaskHandle")]
+    for t in running:
+        await client.cancel_message_move_task(TaskHandle=str(t["TaskHandle"]))
+    return bool(running)
+
+
+async def wait_move(
+    client: SQSClient, dlq_arn: str, report: Callable[[Progress], None], interval: float = 1.0
+) -> Progress:
+    while True:
+        progress = await move_status(client, dlq_arn)
+        if progress is None:
+            raise RuntimeError("the move task disappeared")
+        report(progress)
+        if progress.status in FINAL:
+            return progress
+        await asyncio.sleep(interval)
+
+
+def unsupported(exc: BaseException) -> bool:
+    return isinstance(exc, ClientError) and exc.response.get("Error", {}).get("Code") in UNSUPPORTED
+
+
+class Journal:
+    """DLQ message ids already sent to the source queue but not yet deleted from the DLQ."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.sent: set[str] = set()
+        if path.exists():
+            self.sent = {line.strip() for line in path.read_text().splitlines() if line.strip()}
+
+    def record(self, message_ids: list[str]) -> None:
+        with self.path.open("a") as handle:
+            handle.writelines(f"{m}\n" for m in message_ids)
+            handle.flush()
+            os.fsync(handle.fileno())
+        self.sent.update(message_ids)
+
+    def forget(self, message_ids: list[str]) -> None:
+        self.sent.difference_update(message_ids)
+        if not self.sent:
+            self.path.unlink(missing_ok=True)
+
+
+async def copy_back(
+    client: SQSClient,
+    dlq_url: str,
+    dest_url: str,
+    fifo: bool,
+    journal: Journal,
+    rate: int | None = None,
+    report: Callable[[int], None] = lambda _: None,
+    after_send: Callable[[], Awaitable[None]] | None = None,
+) -> int:
+    """The fallback: receive, send, journal, delete. Returns how many were moved."""
+    moved = 0
+    empty_polls = 0
+    while empty_polls < 2:
+        started = time.monotonic()
+        resp = await client.receive_message(
+            QueueUrl=dlq_url,
+            MaxNumberOfMessages=10,
+            WaitTimeSeconds=1,
+            VisibilityTimeout=BATCH_VISIBILITY,
+            MessageAttributeNames=["All"],
+            MessageSystemAttributeNames=["All"],
+        )
+        batch = [dict(m) for m in resp.get("Messages", [])]
+        if not batch:
+            empty_polls += 1
+            continue
+        empty_polls = 0
+        try:
+            fresh = [m for m in batch if m["MessageId"] not in journal.sent]
+            if fresh:
+                entries = [_send_entry(i, m, fifo) for i, m in enumerate(fresh)]
+                result = await client.send_message_batch(QueueUrl=dest_url, Entries=entries)  # type: ignore[arg-type]
+                ok = {int(e["Id"]) for e in result.get("Successful", [])}
+                journal.record([str(fresh[i]["MessageId"]) for i in sorted(ok)])
+                if after_send is not None:
+                    await after_send()
+        finally:
+            # Even when interrupted: delete what is known to be copied (now, or by an earlier
+            # interrupted run), and hand the rest of the batch back at once.
+            moved += await _settle_batch(client, dlq_url, batch, journal)
+            report(moved)
+        if rate:
+            await asyncio.sleep(max(0.0, len(batch) / rate - (time.monotonic() - started)))
+    return moved
+
+
+async def _settle_batch(client: SQSClient, dlq_url: str, batch: list[dict[str, Any]], journal: Journal) -> int:
+    done = [m for m in batch if m["MessageId"] in journal.sent]
+    rest = [m for m in batch if m["MessageId"] not in journal.sent]
+    gone: list[str] = []
+    if done:
+        deleted = await client.delete_message_batch(
+            QueueUrl=dlq_url, Entries=[{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(done)]
+        )
+        gone = [done[int(e["Id"])]["MessageId"] for e in deleted.get("Successful", [])]
+        journal.forget(gone)
+    if rest:
+        await client.change_message_visibility_batch(
+            QueueUrl=dlq_url,
+            Entries=[
+                {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"], "VisibilityTimeout": 0} for i, m in enumerate(rest)
+            ],
+        )
+    return len(gone)
+
+
+def _send_entry(index: int, message: dict[str, Any], fifo: bool) -> dict[str, Any]:
+    attrs = {k: v for k, v in (message.get("MessageAttributes") or {}).items() if k not in ERROR_ATTRIBUTES}
+    entry: dict[str, Any] = {"Id": str(index), "MessageBody": message["Body"]}
+    if attrs:
+        entry["MessageAttributes"] = attrs
+    if fifo:
+        system = message.get("Attributes") or {}
+        entry["MessageGroupId"] = system.get("MessageGroupId", "redrive")
+        # The DLQ message id: a resend within SQS's 5-minute window is deduplicated too.
+        entry["MessageDeduplicationId"] = str(message["MessageId"])[:128]
+    return entry
+
+
+def journal_path(dlq_name: str) -> Path:
+    return Path(os.environ.get("REDRIVE_JOURNAL_DIR", ".")) / f".redrive-{dlq_name}.journal"
+
+
+def print_progress(progress: Progress) -> None:
+    total = "?" if progress.to_move is None else str(progress.to_move)
+    print(f"{progress.status}: moved {progress.moved} / {total}", flush=True)
+
+
+def describe(message: dict[str, Any], width: int = 200) -> dict[str, Any]:
+    """What `dlq peek` shows for one message."""
+    attrs = message.get("MessageAttributes") or {}
+    system = message.get("Attributes") or {}
+    shown: dict[str, Any] = {
+        "message_id": message.get("MessageId"),
+        "sent_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(int(system.get("SentTimestamp", "0")) / 1000)),
+        "receive_count": int(system.get("ApproximateReceiveCount", "0")),
+        "body": (message.get("Body") or "")[:width],
+    }
+    for name in ERROR_ATTRIBUTES:
+        if name in attrs:
+            value = attrs[name].get("StringValue", "")
+            shown[name] = json.loads(value) if name == "x-error-context" else value
+    others = sorted(k for k in attrs if k not in ERROR_ATTRIBUTES)
+    if others:
+        shown["attributes"] = others
+    return shown

@@ -1,0 +1,81 @@
+"""The command line against LocalStack: bootstrap (idempotent), send, config, healthcheck."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+from ..support import PACKAGE, PROJECT_ROOT, REGION, Sqs
+
+
+def cli(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", PACKAGE, *args],
+        env={**os.environ, "AWS_REGION": REGION, **env},
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_bootstrap_is_idempotent_and_wires_the_dlq(sqs: Sqs, localstack_endpoint: str) -> None:
+    name = f"boot-{uuid.uuid4().hex[:8]}"
+    env = {
+        "AWS_ENDPOINT_URL": localstack_endpoint,
+        "WORKER_QUEUES": f"{name},{name}-b.fifo",
+        "WORKER_MAX_RECEIVE_COUNT": "4",
+    }
+    first, second = cli("bootstrap", **env), cli("bootstrap", **env)
+    assert first.returncode == 0 and second.returncode == 0, first.stderr + second.stderr
+    for queue, dlq in ((name, f"{name}-dlq"), (f"{name}-b.fifo", f"{name}-b-dlq.fifo")):
+        url = sqs.client.get_queue_url(QueueName=queue)["QueueUrl"]
+        sqs.track(url)
+        attrs = sqs.attributes(url)
+        policy = json.loads(attrs["RedrivePolicy"])
+        assert policy["deadLetterTargetArn"].endswith(f":{dlq}") and int(policy["maxReceiveCount"]) == 4
+        dlq_url = sqs.client.get_queue_url(QueueName=dlq)["QueueUrl"]
+        sqs.track(dlq_url)
+        allow = json.loads(sqs.attributes(dlq_url)["RedriveAllowPolicy"])
+        assert allow["redrivePermission"] == "byQueue" and allow["sourceQueueArns"] == [attrs["QueueArn"]]
+    assert attrs["FifoQueue"] == "true"
+
+
+def test_send_enqueues_demo_messages(sqs: Sqs, localstack_endpoint: str) -> None:
+    queue = sqs.create()
+    result = cli(
+        "send", "--count", "13", "--work-ms", "5", AWS_ENDPOINT_URL=localstack_endpoint, WORKER_QUEUES=queue.name
+    )
+    assert result.returncode == 0, result.stderr
+    bodies = [json.loads(m["Body"]) for m in sqs.receive_all(queue.url)]
+    assert len(bodies) == 13 and all(b["work_ms"] == 5 for b in bodies)
+
+
+def test_config_prints_the_effective_configuration(tmp_path: Path) -> None:
+    result = cli("config", WORKER_CONCURRENCY="3", DATABASE_URL="postgresql://u:secret@db/x")
+    assert result.returncode == 0, result.stderr
+    config = json.loads(result.stdout)
+    assert config["concurrency"] == 3 and config["queues"][0]["concurrency"] == 3
+    assert "secret" not in result.stdout
+
+
+def test_config_errors_exit_2_naming_the_variable() -> None:
+    result = cli("config", WORKER_CONCURRENCY="many")
+    assert result.returncode == 2
+    assert "WORKER_CONCURRENCY" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_healthcheck_exit_codes(tmp_path: Path) -> None:
+    progress = tmp_path / "progress"
+    assert cli("healthcheck", WORKER_HEALTH_FILE=str(progress)).returncode == 1
+    progress.write_text("0\n")  # last progress in 1970
+    stale = cli("healthcheck", "--stalled-after=300", WORKER_HEALTH_FILE=str(progress))
+    assert stale.returncode == 1 and "stalled" in stale.stderr
+    progress.write_text(f"{time.time()}\n")
+    assert cli("healthcheck", "--stalled-after=300", WORKER_HEALTH_FILE=str(progress)).returncode == 0
