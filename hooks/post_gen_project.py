@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 from urllib.parse import unquote
@@ -53,6 +55,18 @@ def prune_empty_dirs(root: Path) -> None:
             warn(f"could not remove empty directory {path.relative_to(root)}: {exc}")
 
 
+def lock_dependencies(root: Path) -> None:
+    """Pin every dependency in uv.lock now, so the first build is reproducible (the Dockerfile
+    and `make install` then install exactly it). Needs uv and the package index; skipped
+    without them, or with SQS_WORKER_TEMPLATE_LOCK=0."""
+    uv = shutil.which("uv")
+    if uv is None or os.environ.get("SQS_WORKER_TEMPLATE_LOCK") == "0" or not (root / "pyproject.toml").is_file():
+        return
+    result = subprocess.run([uv, "lock", "--quiet"], cwd=root, capture_output=True, text=True, timeout=300, check=False)
+    if result.returncode != 0:
+        warn(f"`uv lock` failed, so no uv.lock was written: {result.stderr.strip()[-500:]}")
+
+
 def next_steps(root: Path, answers: dict[str, object]) -> str:
     lines = [
         "",
@@ -92,6 +106,10 @@ def main() -> int:
         prune_empty_dirs(root)
     except Exception as exc:  # noqa: BLE001
         warn(f"could not prune empty directories ({exc!r})")
+    try:
+        lock_dependencies(root)
+    except Exception as exc:  # noqa: BLE001
+        warn(f"could not write uv.lock ({exc!r}); `uv lock` in the project does it")
     try:
         print(next_steps(root, answers))
     except Exception as exc:  # noqa: BLE001

@@ -21,6 +21,7 @@ import threading
 import time
 from pathlib import Path
 
+import boto3
 from cookiecutter.main import cookiecutter
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -67,19 +68,41 @@ def main() -> int:
 
 def run_demo(python: str, package: str, project: Path, env: dict[str, str], count: int) -> int:
     def cli(*argv: str) -> str:
-        result = subprocess.run([python, "-m", package, *argv], cwd=project, env=env, capture_output=True, text=True)
+        result = subprocess.run(
+            [python, "-m", package, *argv], cwd=project, env=env, capture_output=True, text=True, check=False
+        )
         if result.returncode != 0:
             raise SystemExit(f"{' '.join(argv)} failed:\n{result.stderr}")
         return result.stdout.strip()
 
     say(f"python -m {package} bootstrap  (queue + DLQ with a RedrivePolicy; idempotent)")
     print(cli("bootstrap"))
+    config = json.loads(cli("config"))
+    leftovers = queue_counts(config["aws_region"], env["AWS_ENDPOINT_URL"], config["queues"][0]["name"])
+    if any(leftovers.values()):
+        print(f"   (the queue holds {leftovers} from an earlier demo on this LocalStack: purging it)")
+        sqs = boto3.client("sqs", region_name=config["aws_region"], endpoint_url=env["AWS_ENDPOINT_URL"])
+        sqs.purge_queue(QueueUrl=sqs.get_queue_url(QueueName=config["queues"][0]["name"])["QueueUrl"])
+        wait_until(
+            lambda: (
+                not any(
+                    queue_counts(config["aws_region"], env["AWS_ENDPOINT_URL"], config["queues"][0]["name"]).values()
+                )
+            ),
+            90,
+            "purge",
+        )
     say(f"python -m {package} send --count {count} --work-ms 300")
     print(cli("send", "--count", str(count), "--work-ms", "300"))
 
     say(f"python -m {package} run  (JSON logs, shortened here)")
     worker = subprocess.Popen(
-        [python, "-m", package, "run"], cwd=project, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        [python, "-m", package, "run"],
+        cwd=project,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     done: list[str] = []
     stopped = threading.Event()
@@ -95,7 +118,9 @@ def run_demo(python: str, package: str, project: Path, env: dict[str, str], coun
             message = record.get("message", "")
             if message == "task done":
                 done.append(record.get("task_id", "?"))
-            shown = {k: record[k] for k in ("task_id", "reason", "drain_seconds", "jobs_cut_off_and_released") if k in record}
+            shown = {
+                k: record[k] for k in ("task_id", "reason", "drain_seconds", "jobs_cut_off_and_released") if k in record
+            }
             print(f"   [{record.get('level', '')}] {message} {json.dumps(shown) if shown else ''}".rstrip(), flush=True)
             if message == "worker stopped":
                 stopped.set()
@@ -113,28 +138,22 @@ def run_demo(python: str, package: str, project: Path, env: dict[str, str], coun
     stopped.wait(5)
     finished = len(done) - before
     say(f"worker exited with code {code}; {finished} of 6 running jobs finished during the drain")
-    stats = json.loads(cli("config"))["queues"][0]["name"]
-    attrs = queue_counts(python, package, project, env, stats)
-    print(f"   queue {stats}: {attrs['visible']} visible, {attrs['in_flight']} in flight")
+    queue = config["queues"][0]["name"]
+    attrs = queue_counts(config["aws_region"], env["AWS_ENDPOINT_URL"], queue)
+    print(f"   queue {queue}: {attrs['visible']} visible, {attrs['in_flight']} in flight")
     ok = code == 0 and finished == 6 and attrs == {"visible": 0, "in_flight": 0}
     say("demo OK: every message processed, nothing stranded" if ok else "demo FAILED")
     return 0 if ok else 1
 
 
-def queue_counts(python: str, package: str, project: Path, env: dict[str, str], queue: str) -> dict[str, int]:
-    code = (
-        "import boto3, json, os;"
-        "c = boto3.client('sqs', region_name=os.environ.get('AWS_REGION', 'us-east-1'));"
-        f"u = c.get_queue_url(QueueName='{queue}')['QueueUrl'];"
-        "a = c.get_queue_attributes(QueueUrl=u, AttributeNames=['All'])['Attributes'];"
-        "print(json.dumps({'visible': int(a['ApproximateNumberOfMessages']),"
-        " 'in_flight': int(a['ApproximateNumberOfMessagesNotVisible'])}))"
-    )
-    region = json.loads(
-        subprocess.run([python, "-m", package, "config"], cwd=project, env=env, capture_output=True, text=True).stdout
-    )["aws_region"]
-    out = subprocess.run([python, "-c", code], cwd=project, env={**env, "AWS_REGION": region}, capture_output=True, text=True)
-    return dict(json.loads(out.stdout))
+def queue_counts(region: str, endpoint: str, queue: str) -> dict[str, int]:
+    sqs = boto3.client("sqs", region_name=region, endpoint_url=endpoint)
+    url = sqs.get_queue_url(QueueName=queue)["QueueUrl"]
+    attrs = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+    return {
+        "visible": int(attrs["ApproximateNumberOfMessages"]),
+        "in_flight": int(attrs["ApproximateNumberOfMessagesNotVisible"]),
+    }
 
 
 def wait_until(predicate: object, timeout: float, what: str) -> None:

@@ -44,7 +44,9 @@ def tool_env(**extra: str) -> dict[str, str]:
     env.setdefault("AWS_ACCESS_KEY_ID", "test")
     env.setdefault("AWS_SECRET_ACCESS_KEY", "test")
     if "PYENV_VERSION" not in env and shutil.which("pyenv"):
-        versions = subprocess.run(["pyenv", "versions", "--bare"], capture_output=True, text=True, check=False).stdout.split()
+        versions = subprocess.run(
+            ["pyenv", "versions", "--bare"], capture_output=True, text=True, check=False
+        ).stdout.split()
         usable = [v for v in versions if v.startswith("3.1") and v.replace(".", "").isdigit()]
         if usable:
             env["PYENV_VERSION"] = ":".join(sorted(usable, reverse=True))
@@ -52,13 +54,24 @@ def tool_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def bake(output_dir: Path, **context: str) -> Path:
-    """Generate a project with the defaults plus `context`; returns its directory."""
-    return Path(cookiecutter(str(ROOT), no_input=True, output_dir=str(output_dir), extra_context=context))
+def bake(output_dir: Path, lock: bool = False, **context: str) -> Path:
+    """Generate a project with the defaults plus `context`; returns its directory.
+    `lock`: let the post-generation hook write uv.lock (it needs the package index)."""
+    previous = os.environ.get("SQS_WORKER_TEMPLATE_LOCK")
+    os.environ["SQS_WORKER_TEMPLATE_LOCK"] = "1" if lock else "0"
+    try:
+        return Path(cookiecutter(str(ROOT), no_input=True, output_dir=str(output_dir), extra_context=context))
+    finally:
+        if previous is None:
+            os.environ.pop("SQS_WORKER_TEMPLATE_LOCK", None)
+        else:
+            os.environ["SQS_WORKER_TEMPLATE_LOCK"] = previous
 
 
 def run(cmd: list[str], cwd: Path, timeout: float = 900, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(cmd, cwd=cwd, env=tool_env(**env), capture_output=True, text=True, timeout=timeout, check=False)
+    return subprocess.run(
+        cmd, cwd=cwd, env=tool_env(**env), capture_output=True, text=True, timeout=timeout, check=False
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -10,7 +10,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import ROOT, bake, run
 
 LONG_SLUG = "a" + "-bcde" * 12 + "-x"  # 63 characters: the most a Kubernetes name allows
@@ -60,7 +59,8 @@ REPORT = ROOT / ".test-reports" / "bakes.jsonl"
 @pytest.mark.parametrize("name", list(COMBINATIONS))
 def test_generated_project_passes_its_own_checks(name: str, tmp_path: Path, localstack_endpoint: str) -> None:
     answers = COMBINATIONS[name]
-    project = bake(tmp_path, **answers)
+    project = bake(tmp_path, lock=True, **answers)
+    assert (project / "uv.lock").is_file(), "the post-generation hook locks the dependencies"
 
     leftovers = [
         str(path.relative_to(project))
@@ -89,5 +89,10 @@ def test_generated_project_passes_its_own_checks(name: str, tmp_path: Path, loca
 
     REPORT.parent.mkdir(exist_ok=True)
     with REPORT.open("a") as handle:
-        record = {"combination": name, "tests": counts, "integration_tests": int(collected.group(1)), "seconds": round(seconds)}
+        record = {
+            "combination": name,
+            "tests": counts,
+            "integration_tests": int(collected.group(1)),
+            "seconds": round(seconds),
+        }
         handle.write(json.dumps(record) + "\n")

@@ -10,6 +10,7 @@ the hook unchecked, and so do values that the command line would render as Jinja
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -58,6 +59,7 @@ def cookiecutter_cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[
     cmd = [sys.executable, "-m", "cookiecutter", "--config-file", str(config), "-o", str(tmp_path / "out")]
     return subprocess.run(
         [*cmd, *args],
+        env={**os.environ, "SQS_WORKER_TEMPLATE_LOCK": "0"},  # locking is tested by the bakes
         capture_output=True,
         text=True,
         encoding="utf-8",
@@ -362,6 +364,7 @@ def run_hook(hook: Path, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, str(hook)],
         cwd=cwd,
+        env={**os.environ, "SQS_WORKER_TEMPLATE_LOCK": "0"},
         capture_output=True,
         text=True,
         encoding="utf-8",
