@@ -13,7 +13,7 @@ $(UV):
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check uv
 
 install: $(UV)
-	$(UV) sync --quiet --python $(VENV)/bin/python
+	$(UV) sync --quiet --all-groups --python $(VENV)/bin/python
 
 # promtool (Debian's prometheus package) checks the generated alert rules; where it cannot
 # be installed the suite falls back to a structure check and says so.

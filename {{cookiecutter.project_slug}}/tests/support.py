@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import boto3
 from prometheus_client import REGISTRY
 
@@ -135,6 +137,26 @@ def env_for(endpoint: str, queues: str, health_file: str, **overrides: Any) -> d
     }
     env.update({k: str(v) for k, v in overrides.items()})
     return env
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def http_get(port: int, path: str) -> tuple[int, str]:
+    """Status and body from the worker's HTTP server (async: it may serve from this loop)."""
+    async with aiohttp.ClientSession() as session, session.get(f"http://127.0.0.1:{port}{path}") as r:
+        return r.status, await r.text()
+
+
+async def until_status(port: int, path: str, status: int, timeout: float = 90) -> None:
+    deadline = time.monotonic() + timeout
+    while (await http_get(port, path))[0] != status:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{path} never answered {status}")
+        await asyncio.sleep(0.2)
 
 
 def metric(name: str, **labels: str) -> float:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import importlib
 import os
-import socket
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,14 +17,12 @@ from pydantic import BaseModel
 from {{ cookiecutter.package_name }}.runtime import Job, Router
 from {{ cookiecutter.package_name }}.settings import load_settings
 
-from ..support import PACKAGE, REGION, Sqs, env_for, running_worker, wait_for
+from ..support import PACKAGE, REGION, Sqs, env_for, free_port, running_worker, wait_for
 
 
 @pytest.fixture(scope="module")
 def dynamodb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port)
     server.start()
     endpoint = f"http://127.0.0.1:{port}"

@@ -7,7 +7,6 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -15,7 +14,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pytest
 from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
@@ -25,18 +23,20 @@ from {{ cookiecutter.package_name }}.runtime import ecs as ecs_module
 from {{ cookiecutter.package_name }}.runtime.metrics import set_db_pool_in_use
 
 from .. import localstack
-from ..support import PACKAGE, PROJECT_ROOT, REGION, Sqs, env_for, log_lines, running_worker, wait_for, worker_process
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-async def get(port: int, path: str) -> tuple[int, str]:
-    async with aiohttp.ClientSession() as session, session.get(f"http://127.0.0.1:{port}{path}") as r:
-        return r.status, await r.text()
+from ..support import (
+    PACKAGE,
+    PROJECT_ROOT,
+    REGION,
+    Sqs,
+    env_for,
+    free_port,
+    http_get,
+    log_lines,
+    running_worker,
+    until_status,
+    wait_for,
+    worker_process,
+)
 
 
 def samples(text: str, name: str, **labels: str) -> float:
@@ -88,15 +88,15 @@ def test_metrics_move_as_jobs_flow(sqs: Sqs, localstack_endpoint: str, health_fi
 
     async def scenario() -> None:
         async with running_worker(env, router) as worker:
-            scrapes["before"] = (await get(port, "/metrics"))[1]
+            scrapes["before"] = (await http_get(port, "/metrics"))[1]
             sqs.send(queue, [{"n": i} for i in range(10)] + [{"poison": True}])
             await wait_for(lambda: worker.active_job_count == 4, 30, "4 jobs in flight")
             await asyncio.sleep(1.5)  # let the backlog sampler run once with jobs in flight
-            scrapes["busy"] = (await get(port, "/metrics"))[1]
+            scrapes["busy"] = (await http_get(port, "/metrics"))[1]
             release.set()
             await wait_for(lambda: sqs.counts(queue.url) == (0, 0), 60, "all settled")
             await asyncio.sleep(1.5)
-            scrapes["after"] = (await get(port, "/metrics"))[1]
+            scrapes["after"] = (await http_get(port, "/metrics"))[1]
 
     asyncio.run(scenario())
     q = {"queue": queue.name}
@@ -153,11 +153,11 @@ def test_liveness_reports_hung_handlers_and_recovers(sqs: Sqs, localstack_endpoi
 
     async def scenario() -> None:
         async with running_worker(env, router):
-            seen.append(("idle", (await get(port, "/livez"))[0], await asyncio.to_thread(healthcheck)))
+            seen.append(("idle", (await http_get(port, "/livez"))[0], await asyncio.to_thread(healthcheck)))
             sqs.send(queue, [{"n": 1}])
 
             async def stalled() -> bool:
-                return (await get(port, "/livez"))[0] == 503
+                return (await http_get(port, "/livez"))[0] == 503
 
             deadline = time.monotonic() + 60
             while not await stalled():
@@ -167,7 +167,7 @@ def test_liveness_reports_hung_handlers_and_recovers(sqs: Sqs, localstack_endpoi
             seen.append(("hung", 503, await asyncio.to_thread(healthcheck)))
             unblock.set()
             deadline = time.monotonic() + 60
-            while (await get(port, "/livez"))[0] != 200:
+            while (await http_get(port, "/livez"))[0] != 200:
                 assert time.monotonic() < deadline, "liveness never recovered"
                 await asyncio.sleep(0.5)
             await asyncio.sleep(1.5)
@@ -201,27 +201,21 @@ def test_readiness_follows_sqs_while_liveness_stays_healthy(health_file: str) ->
         )
         seen: list[tuple[str, int, int]] = []
 
-        async def until(path: str, status: int) -> None:
-            deadline = time.monotonic() + 90
-            while (await get(port, path))[0] != status:
-                assert time.monotonic() < deadline, f"{path} never became {status}"
-                await asyncio.sleep(0.3)
-
         async def scenario() -> None:
             async with running_worker(env, router):
-                await until("/readyz", 200)
-                seen.append(("up", (await get(port, "/readyz"))[0], (await get(port, "/livez"))[0]))
+                await until_status(port, "/readyz", 200)
+                seen.append(("up", (await http_get(port, "/readyz"))[0], (await http_get(port, "/livez"))[0]))
                 await asyncio.to_thread(ls.kill)
-                await until("/readyz", 503)
-                seen.append(("down", (await get(port, "/readyz"))[0], (await get(port, "/livez"))[0]))
+                await until_status(port, "/readyz", 503)
+                seen.append(("down", (await http_get(port, "/readyz"))[0], (await http_get(port, "/livez"))[0]))
                 await asyncio.to_thread(ls.restart)
                 # The emulator keeps no state across a restart: the queue comes back empty.
                 again = await asyncio.to_thread(Sqs(ls.endpoint).client.create_queue, QueueName=queue.name)
                 assert again["QueueUrl"] == queue.url
                 await asyncio.to_thread(sqs.send, queue, [{"n": 1}])
                 await wait_for(lambda: done == [1], 90, "a job after the restart")
-                await until("/readyz", 200)
-                seen.append(("back", (await get(port, "/readyz"))[0], (await get(port, "/livez"))[0]))
+                await until_status(port, "/readyz", 200)
+                seen.append(("back", (await http_get(port, "/readyz"))[0], (await http_get(port, "/livez"))[0]))
 
         asyncio.run(scenario())
         assert seen == [("up", 200, 200), ("down", 503, 200), ("back", 200, 200)]

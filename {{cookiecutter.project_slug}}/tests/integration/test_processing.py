@@ -8,7 +8,10 @@ import threading
 from collections import Counter
 from typing import Any
 
+import pytest
+
 from {{ cookiecutter.package_name }}.runtime import Job, Router, Worker, WorkerState
+from {{ cookiecutter.package_name }}.runtime.worker import StartupError
 from {{ cookiecutter.package_name }}.settings import load_settings
 
 from ..support import CallLog, Sqs, env_for, metric, running_worker, wait_for
@@ -214,3 +217,19 @@ def test_events_state_and_job_context(sqs: Sqs, localstack_endpoint: str, health
     assert ctx["receive_count"] == 1 and ctx["retry_count"] == 0 and ctx["max_retries"] == 3
     assert ctx["worker_id"] == "orders-7" and ctx["cancelled"] is False
     assert ctx["progress"] == (50, "half way")
+
+
+def test_a_missing_queue_puts_the_worker_in_the_error_state(localstack_endpoint: str, health_file: str) -> None:
+    router = Router()
+    router.handler("no-such-queue-anywhere")(lambda job: None)
+    worker = Worker(load_settings(env_for(localstack_endpoint, "no-such-queue-anywhere", health_file)), router)
+    errors: list[dict[str, Any]] = []
+    worker.on("error", errors.append)
+
+    async def scenario() -> None:
+        await worker.run()
+
+    with pytest.raises(StartupError, match="does not exist"):
+        asyncio.run(scenario())
+    assert worker.state == WorkerState.ERROR
+    assert [e["where"] for e in errors] == ["start"]

@@ -5,17 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 from collections.abc import Iterator
 from typing import Any
 
-import aiohttp
 import pytest
 
 from {{ cookiecutter.package_name }}.runtime import Job, Router
 
 from ..faultproxy import FaultProxy
-from ..support import Sqs, env_for, metric, running_worker, wait_for
+from ..support import Sqs, env_for, free_port, http_get, metric, running_worker, until_status, wait_for
 
 
 @pytest.fixture
@@ -25,24 +23,8 @@ def proxy(localstack_endpoint: str) -> Iterator[FaultProxy]:
     p.stop()
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 async def probe(port: int, path: str) -> int:
-    """HTTP status of the worker's probe (async: the worker serves it on this loop)."""
-    async with aiohttp.ClientSession() as session, session.get(f"http://127.0.0.1:{port}{path}") as r:
-        return r.status
-
-
-async def until_status(port: int, path: str, status: int, timeout: float = 30) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while await probe(port, path) != status:
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"{path} never answered {status}")
-        await asyncio.sleep(0.1)
+    return (await http_get(port, path))[0]
 
 
 def test_outage_backs_off_reports_not_ready_and_recovers(sqs: Sqs, proxy: FaultProxy, health_file: str) -> None:
@@ -64,9 +46,10 @@ def test_outage_backs_off_reports_not_ready_and_recovers(sqs: Sqs, proxy: FaultP
         WORKER_WAIT_TIME_SECONDS=2,
     )
     readiness: list[tuple[str, int, int]] = []
+    errors: list[dict[str, Any]] = []
 
     async def scenario() -> None:
-        async with running_worker(env, router):
+        async with running_worker(env, router, listeners={"error": errors.append}):
             await until_status(port, "/readyz", 200)
             readiness.append(("before", await probe(port, "/readyz"), await probe(port, "/livez")))
             proxy.down()
@@ -83,6 +66,7 @@ def test_outage_backs_off_reports_not_ready_and_recovers(sqs: Sqs, proxy: FaultP
 
     asyncio.run(scenario())
     assert readiness == [("before", 200, 200), ("outage", 503, 200), ("after", 200, 200)]
+    assert errors and {e["where"] for e in errors} == {f"receive:{queue.name}"}, "each failed poll is an error event"
     assert done == set(range(20))
     assert sqs.counts(queue.url) == (0, 0)
 
