@@ -7,6 +7,7 @@ import asyncio
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -418,3 +419,41 @@ def test_ecs_scale_in_protection_while_busy(
             await runner.cleanup()
 
     asyncio.run(scenario())
+
+
+def test_readiness_checks_the_configured_database(sqs: Sqs, localstack_endpoint: str, health_file: str) -> None:
+    """DATABASE_URL set: /readyz also needs its host:port to accept a connection."""
+    queue = sqs.create()
+    router = Router()
+    router.handler(queue.name)(lambda job: None)
+    database = socket.socket()
+    database.bind(("127.0.0.1", 0))
+    db_port = database.getsockname()[1]
+    port = free_port()
+    env = env_for(
+        localstack_endpoint,
+        queue.name,
+        health_file,
+        WORKER_METRICS_PORT=port,
+        WORKER_METRICS_HOST="127.0.0.1",
+        DATABASE_URL=f"postgresql://app:secret@127.0.0.1:{db_port}/orders",
+    )
+    seen: list[tuple[int, dict[str, bool]]] = []
+
+    async def scenario() -> None:
+        async with running_worker(env, router):
+            status, body = await http_get(port, "/readyz")
+            seen.append((status, json.loads(body)["checks"]))
+            database.listen()  # the database comes up
+            await until_status(port, "/readyz", 200)
+            status, body = await http_get(port, "/readyz")
+            seen.append((status, json.loads(body)["checks"]))
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        database.close()
+    assert seen == [
+        (503, {"sqs": True, "running": True, "database": False}),
+        (200, {"sqs": True, "running": True, "database": True}),
+    ]

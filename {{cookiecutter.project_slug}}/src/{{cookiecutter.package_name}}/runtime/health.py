@@ -17,6 +17,8 @@ import contextlib
 import os
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
+from urllib.parse import urlsplit
 
 from . import metrics
 
@@ -80,3 +82,26 @@ def check_file(path: str, stalled_after: float, now: float | None = None) -> tup
     if age > stalled_after:
         return False, f"stalled: no progress for {age:.0f} s (threshold {stalled_after:g} s)"
     return True, f"ok: last progress {age:.1f} s ago"
+
+
+DEFAULT_PORTS = {"postgresql": 5432, "postgres": 5432, "mysql": 3306, "redis": 6379, "mongodb": 27017}
+
+
+def database_check(url: str) -> Callable[[], Awaitable[bool]]:
+    """Readiness for DATABASE_URL: can a TCP connection be opened to it? (No driver needed,
+    no credentials used: a reachable port is what "ready" can promise without your pool.)"""
+    parts = urlsplit(url)
+    scheme = parts.scheme.split("+")[0]
+    host, port = parts.hostname or "localhost", parts.port or DEFAULT_PORTS.get(scheme, 5432)
+
+    async def reachable() -> bool:
+        try:
+            _reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout=2)
+        except (OSError, TimeoutError):
+            return False
+        writer.close()
+        with contextlib.suppress(OSError):
+            await writer.wait_closed()
+        return True
+
+    return reachable

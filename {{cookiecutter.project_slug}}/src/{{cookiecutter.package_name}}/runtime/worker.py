@@ -32,7 +32,7 @@ from . import metrics
 from .backoff import Backoff
 from .ecs import ScaleInProtection
 from .events import Events, Listener
-from .health import Health
+from .health import Health, database_check
 from .pool import PoolOptions, QueuePool
 from .router import Router
 from .server import make_app, start_server
@@ -193,9 +193,10 @@ class Worker:
         self._tasks.append(asyncio.create_task(self.health.write_file_forever(), name="health-file"))
         self._tasks.append(asyncio.create_task(self._sample_backlog(), name="backlog-sampler"))
         if s.metrics_port:
-            runner = await start_server(
-                make_app(self.health, self.router.readiness_checks), s.metrics_host, s.metrics_port
-            )
+            checks = self.router.readiness_checks
+            if s.database_url is not None:
+                checks.append(("database", database_check(s.database_url.get_secret_value())))
+            runner = await start_server(make_app(self.health, checks), s.metrics_host, s.metrics_port)
             self._stack.push_async_callback(runner.cleanup)
         if s.ecs_agent_uri:
             self._protection = ScaleInProtection(
