@@ -31,6 +31,12 @@ test: install tools
 demo: install
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/python scripts/demo.py
 
+# The benchmark (bench/README.md): the generated worker against a hand-written loop, a boto3
+# thread pool and Celery on one LocalStack; regenerates docs/benchmarks.{md,json,png}. About
+# half an hour on 2 cores; BENCH_ARGS=--quick for a small run.
+bench: install
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/python bench/run.py $(BENCH_ARGS)
+
 format: install
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/python scripts/format_template.py
 

@@ -11,7 +11,6 @@ import os
 import signal
 
 import boto3
-
 from common import env_int, handle
 
 stopping = False

@@ -17,7 +17,6 @@ from typing import Any
 
 import boto3
 from botocore.config import Config
-
 from common import env_int, handle
 
 stopping = threading.Event()

@@ -226,8 +226,10 @@ def worker_process(
 ) -> subprocess.Popen[bytes]:
     """`python -m <package> run` as a separate process, the way a platform runs it."""
     full = {**os.environ, **env, "WORKER_HANDLERS": handlers, "PYTHONPATH": str(PROJECT_ROOT)}
-    log = open(log_path, "ab")  # noqa: SIM115 - closed with the process by the caller's wait
-    return subprocess.Popen([sys.executable, "-m", PACKAGE, "run"], env=full, cwd=PROJECT_ROOT, stdout=log, stderr=log)
+    with open(log_path, "ab") as log:  # the child keeps its own copy of the descriptor
+        return subprocess.Popen(
+            [sys.executable, "-m", PACKAGE, "run"], env=full, cwd=PROJECT_ROOT, stdout=log, stderr=log
+        )
 
 
 def read_records(path: Path) -> list[dict[str, Any]]:

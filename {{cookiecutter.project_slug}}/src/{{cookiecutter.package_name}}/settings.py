@@ -20,7 +20,7 @@ import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -105,9 +105,12 @@ class Settings(BaseSettings):
         default_factory=socket.gethostname, min_length=1, max_length=128, validation_alias="WORKER_ID"
     )
 
-    metrics_host: str = Field(default="0.0.0.0", validation_alias="WORKER_METRICS_HOST")  # noqa: S104 - scraped from outside the container
+    metrics_host: str = Field(default="0.0.0.0", min_length=1, validation_alias="WORKER_METRICS_HOST")  # noqa: S104 - scraped from outside the container
     metrics_port: int = Field(default=DEFAULT_METRICS_PORT, ge=0, le=65535, validation_alias="WORKER_METRICS_PORT")
-    stalled_after_seconds: float | None = Field(default=None, gt=0, validation_alias="WORKER_STALLED_AFTER_SECONDS")
+    # Bounded: an absurd or infinite threshold would switch liveness off without a word.
+    stalled_after_seconds: float | None = Field(
+        default=None, gt=0, le=2 * MAX_VISIBILITY_SECONDS, validation_alias="WORKER_STALLED_AFTER_SECONDS"
+    )
     health_file: str = Field(default="", validation_alias="WORKER_HEALTH_FILE")
     backlog_sample_seconds: float = Field(default=30.0, ge=1, le=3600, validation_alias="WORKER_BACKLOG_SAMPLE_SECONDS")
     scale_in_protection_minutes: int = Field(
@@ -120,6 +123,7 @@ class Settings(BaseSettings):
         default=DEFAULT_SERVICE_NAME + "-idempotency",
         min_length=3,
         max_length=255,
+        pattern=r"^[A-Za-z0-9_.-]+$",  # DynamoDB's table names
         validation_alias="IDEMPOTENCY_TABLE",
     )
     idempotency_ttl_seconds: int = Field(
@@ -163,9 +167,20 @@ class Settings(BaseSettings):
     def _check_url(cls, value: str | None) -> str | None:
         if value in (None, ""):
             return None
-        parts = urlsplit(value)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"{redact_url(value)!r} is not an http(s) URL")
+        problem = http_url_problem(value)
+        if problem:
+            raise ValueError(problem)
+        return value
+
+    @field_validator("database_url")
+    @classmethod
+    def _check_database_url(cls, value: SecretStr | None) -> SecretStr | None:
+        # Readiness connects to its host and port: a port that is not one fails at boot.
+        if value is not None and "://" in value.get_secret_value():
+            try:
+                urlsplit(value.get_secret_value()).port  # noqa: B018 - raises ValueError for a bad port
+            except ValueError:
+                raise ValueError("the port in the URL is not a number within 0-65535") from None
         return value
 
     @field_validator("handlers")
@@ -229,6 +244,8 @@ class WorkerConfig:
             data["database_url"] = redact_url(self.settings.database_url.get_secret_value())
         if self.settings.aws_endpoint_url:
             data["aws_endpoint_url"] = redact_url(self.settings.aws_endpoint_url)
+        if self.settings.ecs_agent_uri:
+            data["ecs_agent_uri"] = redact_url(self.settings.ecs_agent_uri)
         data["queues"] = [
             {
                 "name": q.name,
@@ -251,13 +268,30 @@ def default_health_file(service_name: str) -> str:
     return os.path.join(os.environ.get("TMPDIR", "/tmp"), f"{safe}.progress")  # noqa: S108 - a tmpfs/emptyDir in containers
 
 
+# `scheme://user:password@host`: everything up to the last "@" of the authority, as urlsplit reads it.
+_USERINFO_PASSWORD = re.compile(r"(://[^/?#:@\s]*):[^/?#\s]*@")
+# `password=...` in a query string, a libpq keyword DSN or `Password=...;` (quoted or not).
+_SECRET_PARAMETER = re.compile(
+    r"""(?i)\b(pass(?:word)?|passwd|pwd|secret|token|api[_-]?key|sslpassword)(\s*=\s*)('[^']*'|"[^"]*"|[^&;\s]*)"""
+)
+
+
 def redact_url(url: str) -> str:
-    """Hide the password of a URL's userinfo, keep the rest for debugging."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = f"{parts.username}:***@{parts.hostname}" + (f":{parts.port}" if parts.port else "")
-    return urlunsplit(parts._replace(netloc=netloc))
+    """Hide the passwords in a URL or connection string, keep the rest for debugging: the
+    userinfo password (also inside jdbc:...), and secret-looking key=value parameters."""
+    return _SECRET_PARAMETER.sub(r"\1\2***", _USERINFO_PASSWORD.sub(r"\1:***@", url))
+
+
+def http_url_problem(value: str) -> str | None:
+    """Why `value` is not a usable http(s) URL, or None."""
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number within 0-65535
+    except ValueError as exc:
+        return f"{redact_url(value)!r} is not a valid URL ({exc})"
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return f"{redact_url(value)!r} is not an http(s) URL"
+    return None
 
 
 def queue_env_key(name: str) -> str:
@@ -314,8 +348,8 @@ def load_settings(environ: Mapping[str, str] | None = None) -> WorkerConfig:
         # pollers to keep every slot busy.
         pollers = _int(own, "POLLERS", prefix, settings.pollers or math.ceil(concurrency / 10), 1, 100, problems)
         url = own.get("URL") or None
-        if url is not None and not urlsplit(url).scheme.startswith("http"):
-            problems.append((prefix + "URL", f"{url!r} is not a queue URL"))
+        if url is not None and http_url_problem(url):
+            problems.append((prefix + "URL", f"{redact_url(url)!r} is not a queue URL"))
         queues.append(QueueSettings(name, url, concurrency, job_timeout_ms, visibility, pollers))
 
     for q in queues:

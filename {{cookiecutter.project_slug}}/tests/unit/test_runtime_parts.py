@@ -138,3 +138,17 @@ def test_healthcheck_verdict_from_the_progress_file(tmp_path: Path) -> None:
     assert not ok and "stalled" in message
     path.write_text("garbage")
     assert check_file(str(path), 60)[0] is False
+
+
+def test_liveness_follows_the_pool_longest_without_progress() -> None:
+    """One queue's stuck slots stall the worker even while another queue keeps polling."""
+    health = Health(stalled_after=60, health_file=None)
+    health.track(["orders", "receipts"])
+    health.progress("orders")
+    assert health.live()
+    stuck_since = time.monotonic() - 120
+    health._marks["receipts"] = (stuck_since, time.time() - 120)
+    health.progress("orders")  # orders keeps polling
+    assert not health.live() and health.stalled_for() >= 120
+    health.progress("receipts")
+    assert health.live()

@@ -29,13 +29,26 @@ class Health:
         self.health_file = health_file
         self.last_progress = time.monotonic()
         self.last_progress_wall = time.time()
+        # Progress per queue pool: a pool whose every slot is stuck stalls the worker even
+        # while another pool keeps polling. The verdict follows the pool longest without.
+        self._marks: dict[str, tuple[float, float]] = {}
         self.sqs_ok: bool | None = None
         self.stopping = False
         self._written = 0.0
 
-    def progress(self) -> None:
-        self.last_progress = time.monotonic()
-        self.last_progress_wall = time.time()
+    def track(self, keys: list[str]) -> None:
+        """Judge liveness by these pools from now on (all counted as progressing now)."""
+        now = (time.monotonic(), time.time())
+        self._marks = dict.fromkeys(keys, now)
+        self.last_progress, self.last_progress_wall = now
+
+    def progress(self, key: str = "") -> None:
+        now = (time.monotonic(), time.time())
+        if key not in self._marks:
+            self.last_progress, self.last_progress_wall = now
+            return
+        self._marks[key] = now
+        self.last_progress, self.last_progress_wall = min(self._marks.values())
 
     def sqs_result(self, ok: bool) -> None:
         self.sqs_ok = ok

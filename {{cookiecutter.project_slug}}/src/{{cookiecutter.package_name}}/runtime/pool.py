@@ -44,6 +44,7 @@ from .sqs import NOT_FOUND_CODES, QueueInfo, SQSClient, error_code
 log = logging.getLogger(__name__)
 RESPONSE_ALLOWANCE = 1.0  # seconds a ReceiveMessage response may spend in transit
 Outcome = Literal["success", "retry", "dead_letter", "timeout", "lease_lost", "released"]
+OUTCOMES: tuple[Outcome, ...] = ("success", "retry", "dead_letter", "timeout", "lease_lost", "released")
 
 
 @dataclass(frozen=True)
@@ -66,22 +67,29 @@ class Slots:
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
         self.in_use = 0
-        self._changed = asyncio.Condition()
+        self._waiters: list[asyncio.Future[None]] = []
 
     async def reserve(self, most: int) -> int:
-        async with self._changed:
-            await self._changed.wait_for(lambda: self.in_use < self.capacity)
-            n = min(most, self.capacity - self.in_use)
-            self.in_use += n
-            return n
+        while self.in_use >= self.capacity:
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiters.append(waiter)
+            try:
+                await waiter
+            finally:
+                if waiter in self._waiters:
+                    self._waiters.remove(waiter)
+        n = min(most, self.capacity - self.in_use)
+        self.in_use += n
+        return n
 
     def release(self, n: int = 1) -> None:
+        # Wake every waiting poller; each checks again (this runs once per finished job, so
+        # it must stay cheap: no task, no lock).
         self.in_use -= n
-        asyncio.get_running_loop().create_task(self._notify())
-
-    async def _notify(self) -> None:
-        async with self._changed:
-            self._changed.notify_all()
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
 
 
 @dataclass(eq=False)
@@ -140,13 +148,21 @@ class QueuePool:
         self.received_oldest_age = 0.0  # max age at receive since the last backlog sample
         self.released = 0  # messages given back unprocessed (shutdown, group held back)
         self.deferred: list[Lease] = []  # to release once no poll of ours can take them
+        self.handlers_running = 0  # handler calls not yet returned, settled or not
         self._poll_ends: dict[asyncio.Task[None], float] = {}
         self._pollers: list[asyncio.Task[None]] = []
         self._keeper_task: asyncio.Task[None] | None = None
         self._groups: set[asyncio.Task[None]] = set()
         self._loop_thread = threading.get_ident()
         metrics.CONCURRENCY.labels(self.name).set(options.concurrency)
-        metrics.INFLIGHT.labels(self.name).set(0)
+        # Metric children looked up once: labels() per message shows up in profiles.
+        self._inflight = metrics.INFLIGHT.labels(self.name)
+        self._duration = metrics.JOB_DURATION.labels(self.name)
+        self._receive_count = metrics.RECEIVE_COUNT.labels(self.name)
+        self._age = metrics.MESSAGE_AGE.labels(self.name)
+        self._processed = {o: metrics.JOBS_PROCESSED.labels(self.name, o) for o in OUTCOMES}
+        self._inflight.set(0)
+        self.received_since_sample = 0  # lets the backlog sampler skip an idle queue
 
     # -- lifecycle -------------------------------------------------------------
 
@@ -220,8 +236,10 @@ class QueuePool:
         return sum(1 for run in self.runs if run.started and not run.handler_done)
 
     def stuck_threads(self) -> int:
-        """Sync handlers still running after the drain (a thread cannot be interrupted)."""
-        return sum(1 for run in self.runs if run.started and not run.handler_done)
+        """Sync handlers still running after the drain (a thread cannot be interrupted),
+        including those whose job timed out and was settled long ago: its run is forgotten,
+        its thread is not, and would hold the interpreter's exit."""
+        return self.handlers_running
 
     # -- receiving -------------------------------------------------------------
 
@@ -254,7 +272,7 @@ class QueuePool:
                 metrics.SQS_CALLS.labels("ReceiveMessage", code).inc()
                 metrics.POLL_ERRORS.labels(self.name, code).inc()
                 self.health.sqs_result(False)
-                self.health.progress()  # backing off is progress: the loop is alive
+                self.health.progress(self.name)  # backing off is progress: the loop is alive
                 delay = backoff.next_delay()
                 level = logging.ERROR if code in NOT_FOUND_CODES else logging.WARNING
                 log.log(level, "receive failed (%s); retrying in %.1f s", code, delay, extra={"queue": self.name})
@@ -264,7 +282,7 @@ class QueuePool:
             backoff.reset()
             metrics.SQS_CALLS.labels("ReceiveMessage", "ok").inc()
             self.health.sqs_result(True)
-            self.health.progress()
+            self.health.progress(self.name)
             messages: list[dict[str, Any]] = [dict(m) for m in resp.get("Messages", [])]
             if len(messages) < n:
                 self.slots.release(n - len(messages))
@@ -300,6 +318,7 @@ class QueuePool:
 
     def _dispatch(self, messages: list[dict[str, Any]], sent: float) -> None:
         now_wall = time.time()
+        self.received_since_sample += len(messages)
         runs: list[Run] = []
         for message in messages:
             lease = Lease(message["MessageId"], message["ReceiptHandle"], sent, sent + self.options.visibility)
@@ -310,10 +329,10 @@ class QueuePool:
             runs.append(run)
             attrs = message.get("Attributes", {})
             receive_count = int(attrs.get("ApproximateReceiveCount", "1"))
-            metrics.RECEIVE_COUNT.labels(self.name).observe(receive_count)
+            self._receive_count.observe(receive_count)
             if "SentTimestamp" in attrs:
                 age = max(0.0, now_wall - int(attrs["SentTimestamp"]) / 1000)
-                metrics.MESSAGE_AGE.labels(self.name).observe(age)
+                self._age.observe(age)
                 self.received_oldest_age = max(self.received_oldest_age, age)
             self.events.emit("job:claimed", worker_id=self.worker_id, job_id=message["MessageId"], queue=self.name)
         if not self.info.fifo:
@@ -399,7 +418,7 @@ class QueuePool:
             log.info("job payload", extra={"body": job.body})
         self.events.emit("job:started", worker_id=self.worker_id, job_id=job.id, queue=self.name)
         run.started = time.monotonic()
-        metrics.INFLIGHT.labels(self.name).inc()
+        self._inflight.inc()
         work = self._invoke(job, run)
 
         done, _ = await asyncio.wait(
@@ -426,7 +445,7 @@ class QueuePool:
             outcome = {"shutdown": "released", "timeout": "timeout"}.get(reason, "lease_lost")  # type: ignore[assignment]
             if outcome == "timeout":
                 error = TimeoutError(f"job exceeded its timeout of {self.options.job_timeout:g} s")
-        self.health.progress()
+        self.health.progress(self.name)
         run.outcome = await self._settle(run, outcome, error, receive_count)
         self._record(run, run.outcome, duration, error)
         return run.outcome
@@ -438,9 +457,11 @@ class QueuePool:
         def finished(_: object = None) -> None:
             if not run.handler_done:
                 run.handler_done = True
-                metrics.INFLIGHT.labels(self.name).dec()
+                self.handlers_running -= 1
+                self._inflight.dec()
                 self.slots.release()
 
+        self.handlers_running += 1
         fut: asyncio.Future[Any]
         if self.spec.mode == "async":
             fut = asyncio.ensure_future(self.spec.fn(job))
@@ -510,10 +531,10 @@ class QueuePool:
         return "dead_letter"
 
     def _record(self, run: Run, outcome: Outcome, duration: float, error: BaseException | None) -> None:
-        metrics.JOBS_PROCESSED.labels(self.name, outcome).inc()
+        self._processed[outcome].inc()
         job_id = run.lease.message_id
         if outcome != "released" and run.started:
-            metrics.JOB_DURATION.labels(self.name).observe(duration)
+            self._duration.observe(duration)
         if outcome == "success":
             log.debug("job completed in %.3f s", duration)
             self.events.emit(
@@ -549,7 +570,7 @@ class QueuePool:
 
         def report(percent: float, message: str | None) -> None:
             def emit() -> None:
-                self.health.progress()
+                self.health.progress(self.name)
                 self.events.emit(
                     "job:progress",
                     worker_id=self.worker_id,
@@ -568,7 +589,11 @@ class QueuePool:
 
 
 def parse_payload(model: type[Any] | None, body: str) -> Any:
-    """Body -> payload; anything that does not parse is a PayloadError (dead-lettered)."""
+    """Body -> payload; anything that does not parse is a PayloadError (dead-lettered).
+
+    The error says what is wrong and where, never quoting the body: it is logged, and a
+    body is only logged with LOG_PAYLOADS. Nesting too deep for the parser is an error like
+    any other (json raises RecursionError for it)."""
     if model is str:
         return body
     try:
@@ -577,10 +602,14 @@ def parse_payload(model: type[Any] | None, body: str) -> Any:
         assert issubclass(model, BaseModel)
         return model.model_validate_json(body)
     except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(part) for part in error['loc']) or 'body'}: {error['msg']}"
+            for error in exc.errors(include_url=False, include_input=False, include_context=False)
+        )
         raise PayloadError(
-            f"payload does not match {model.__name__ if model else 'JSON'}: {exc.error_count()} error(s): {exc}"
+            f"payload does not match {model.__name__ if model else 'JSON'}: {exc.error_count()} error(s): {problems}"
         ) from None
-    except (ValueError, TypeError) as exc:
+    except (ValueError, TypeError, RecursionError) as exc:
         raise PayloadError(f"body is not valid JSON: {exc}") from None
 
 

@@ -25,6 +25,7 @@ GONE_CODES = frozenset(
         "MessageNotInflight",
         "AWS.SimpleQueueService.MessageNotInflight",
         "InvalidParameterValue",
+        "InvalidParameterValueException",
         "AWS.SimpleQueueService.NonExistentQueue",
         "QueueDoesNotExist",
     }

@@ -189,14 +189,20 @@ class Worker:
                 process_pool=self._process_pool,
             )
             self.pools.append(pool)
-        self.health.progress()
+        self.health.track([pool.name for pool in self.pools])
         self._tasks.append(asyncio.create_task(self.health.write_file_forever(), name="health-file"))
         self._tasks.append(asyncio.create_task(self._sample_backlog(), name="backlog-sampler"))
         if s.metrics_port:
             checks = self.router.readiness_checks
             if s.database_url is not None:
                 checks.append(("database", database_check(s.database_url.get_secret_value())))
-            runner = await start_server(make_app(self.health, checks), s.metrics_host, s.metrics_port)
+            try:
+                runner = await start_server(make_app(self.health, checks), s.metrics_host, s.metrics_port)
+            except OSError as exc:  # the port is taken, or the host is not this machine's
+                raise StartupError(
+                    f"cannot serve /metrics on {s.metrics_host}:{s.metrics_port} "
+                    f"(WORKER_METRICS_HOST, WORKER_METRICS_PORT): {exc}"
+                ) from None
             self._stack.push_async_callback(runner.cleanup)
         if s.ecs_agent_uri:
             self._protection = ScaleInProtection(
@@ -294,9 +300,17 @@ class Worker:
         ]
         states = dict(zip(names, ("visible", "in_flight", "delayed"), strict=True))
         oldest: dict[str, float] = {}
+        quiet: set[str] = set()  # queues the last sample found empty
         interval = self.settings.backlog_sample_seconds
         while True:
             for pool in self.pools:
+                # An idle queue (nothing received, nothing running, nothing there last time)
+                # is not asked again: its polls would see new messages first, and an idle
+                # worker should cost no more than its long polls (SQS bills per request).
+                idle = not pool.received_since_sample and not pool.active and not pool.deferred
+                if idle and oldest.get(pool.name) == 0.0 and pool.name in quiet:
+                    continue
+                pool.received_since_sample = 0
                 try:
                     assert self._client is not None
                     resp = await self._client.get_queue_attributes(QueueUrl=pool.info.url, AttributeNames=names)  # type: ignore[arg-type]
@@ -312,6 +326,10 @@ class Worker:
                 for name, state in states.items():
                     metrics.QUEUE_MESSAGES.labels(pool.name, state).set(int(attrs.get(name, "0")))
                 visible = int(attrs.get("ApproximateNumberOfMessages", "0"))
+                if all(int(attrs.get(name, "0")) == 0 for name in names):
+                    quiet.add(pool.name)
+                else:
+                    quiet.discard(pool.name)
                 if pool.received_oldest_age:
                     oldest[pool.name] = pool.received_oldest_age
                 elif visible == 0:

@@ -1,0 +1,614 @@
+"""The benchmark's report: targets, tables, the chart. Pure functions of the results JSON,
+so `python bench/report.py docs/benchmarks.json` re-renders docs/ without re-running."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+CONTENDERS = ("generated", "handloop", "threadpool", "celery")
+IO_HANDLERS = ("io10ms", "io100ms", "io1s")
+HANDLER_TEXT = {
+    "noop": "no-op",
+    "io10ms": "I/O 10 ms",
+    "io100ms": "I/O 100 ms",
+    "io1s": "I/O 1 s",
+    "cpu": "CPU (sha256, 1 MiB)",
+}
+MiB = 1024 * 1024
+
+
+# -- lookups ---------------------------------------------------------------------------
+
+
+def ok_runs(results: dict[str, Any]) -> list[dict[str, Any]]:
+    return [r for r in results["runs"] if "error" not in r]
+
+
+def find(results: dict[str, Any], contender: str, handler: str, concurrency: int) -> dict[str, Any] | None:
+    """A throughput run; the hand-written loop has one run per handler, shown at every row."""
+    for r in ok_runs(results):
+        same = r["contender"] == contender and r["handler"] == handler
+        if same and (contender == "handloop" or r["concurrency"] == concurrency):
+            return r
+    return None
+
+
+def by_contender(rows: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {r["contender"]: r for r in rows}
+
+
+def reference(results: dict[str, Any]) -> tuple[str, int]:
+    """The scenario the summary quotes: 100 ms I/O at concurrency 10 when it was run."""
+    plan = results["plan"]
+    handler = (
+        "io100ms"
+        if "io100ms" in plan["handlers"]
+        else next((h for h in plan["handlers"] if h in IO_HANDLERS), plan["handlers"][0])
+    )
+    concurrency = 10 if 10 in plan["concurrencies"] else plan["concurrencies"][-1]
+    return handler, concurrency
+
+
+# -- targets ---------------------------------------------------------------------------
+
+
+def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """The generated worker's targets: met, not met, or not measured (None). Never fatal."""
+    out: list[dict[str, Any]] = []
+
+    def add(name: str, met: bool | None, figure: str) -> None:
+        out.append({"name": name, "met": met, "figure": figure})
+
+    runs = ok_runs(results)
+    gen_io = [r for r in runs if r["contender"] == "generated" and r["handler"] in IO_HANDLERS]
+    if gen_io:
+        worst = min(gen_io, key=lambda r: r["efficiency"])
+        below = [f"{r['handler']} c={r['concurrency']}: {r['efficiency']:.2f}" for r in gen_io if r["efficiency"] < 0.9]
+        figure = f"lowest {worst['efficiency']:.2f} ({worst['handler']}, c={worst['concurrency']})"
+        add(
+            "efficiency >= 0.9 in every I/O-like case",
+            not below,
+            figure + (f"; below: {', '.join(below)}" if below else ""),
+        )
+    else:
+        add("efficiency >= 0.9 in every I/O-like case", None, "no I/O-like run")
+
+    g, h = find(results, "generated", "io100ms", 10), find(results, "handloop", "io100ms", 1)
+    if g and h:
+        ratio = g["throughput"] / h["throughput"]
+        add(
+            ">= 3x the hand-written loop at concurrency 10, 100 ms handlers",
+            ratio >= 3,
+            f"{ratio:.1f}x ({g['throughput']:.1f} vs {h['throughput']:.1f} msg/s)",
+        )
+    else:
+        add(">= 3x the hand-written loop at concurrency 10, 100 ms handlers", None, "not run")
+
+    behind = []
+    pairs = 0
+    for r in gen_io:
+        c = find(results, "celery", r["handler"], r["concurrency"])
+        if c:
+            pairs += 1
+            if r["throughput"] <= c["throughput"]:
+                behind.append(f"{r['handler']} c={r['concurrency']}: {r['throughput']:.1f} vs {c['throughput']:.1f}")
+    ratios = [
+        r["throughput"] / c["throughput"]
+        for r in gen_io
+        if (c := find(results, "celery", r["handler"], r["concurrency"])) and c["throughput"]
+    ]
+    add(
+        "ahead of Celery in every I/O-like case",
+        (not behind) if pairs else None,
+        (
+            f"ahead in {pairs - len(behind)} of {pairs}; ratio {min(ratios):.2f}x to {max(ratios):.2f}x"
+            if ratios
+            else "not run"
+        )
+        + (f"; behind: {', '.join(behind)}" if behind else ""),
+    )
+
+    sat = [r for r in runs if r["contender"] == "generated" and r["handler"] == "noop" and r["concurrency"] >= 10]
+    sat = sat or [r for r in runs if r["contender"] == "generated" and r["handler"] == "noop"]
+    if sat:
+        worst = max(sat, key=lambda r: r["requests_per_message"])
+        each = ", ".join(f"c={r['concurrency']}: {r['requests_per_message']:.3f}" for r in sat)
+        add("<= 0.21 SQS requests per message at saturation", worst["requests_per_message"] <= 0.21, each)
+    else:
+        add("<= 0.21 SQS requests per message at saturation", None, "not run")
+
+    idle = by_contender(r for r in results["idle"] if "error" not in r).get("generated")
+    if idle:
+        add(
+            "<= 3 requests per minute per poller when idle",
+            idle["requests_per_minute_per_poller"] <= 3,
+            f"{idle['requests_per_minute_per_poller']:.2f} per poller ({idle['pollers']} poller(s); "
+            f"{idle['receives_per_minute'] / idle['pollers']:.2f} of them receives; {fmt_requests(idle['requests'])})",
+        )
+    else:
+        add("<= 3 requests per minute per poller when idle", None, "not run")
+
+    losses = []
+    compared = 0
+    for r in runs:
+        if r["contender"] != "generated" or r["handler"] != "noop":
+            continue
+        for other in CONTENDERS[1:]:
+            o = find(results, other, "noop", r["concurrency"])
+            if o:
+                compared += 1
+                if o["cpu_ms_per_message"] <= r["cpu_ms_per_message"]:
+                    losses.append(
+                        f"{other} at c={o['concurrency']}: {o['cpu_ms_per_message']:.3f} vs "
+                        f"{r['cpu_ms_per_message']:.3f} ms (c={r['concurrency']})"
+                    )
+    gen_cpu = ", ".join(
+        f"c={r['concurrency']}: {r['cpu_ms_per_message']:.3f}"
+        for r in runs
+        if r["contender"] == "generated" and r["handler"] == "noop"
+    )
+    add(
+        "less CPU per message than every other contender (no-op handler)",
+        (not losses) if compared else None,
+        f"generated, CPU s per 1,000 messages: {gen_cpu}" + (f"; not lower than {'; '.join(losses)}" if losses else ""),
+    )
+
+    if idle:
+        d = idle["drain_seconds"]
+        add("idle drain under 1 s", d is not None and d < 1, f"{d:.2f} s" if d is not None else "killed after 60 s")
+    else:
+        add("idle drain under 1 s", None, "not run")
+
+    drain = by_contender(r for r in results["drain"] if "error" not in r).get("generated")
+    if drain:
+        redone = drain["redelivered_completed"] + drain["processed_twice"]
+        add(
+            "zero redeliveries of completed work on SIGTERM",
+            redone == 0,
+            f"{drain['redelivered_completed']} redelivered after completing, {drain['processed_twice']} run twice; "
+            f"{drain['left_in_flight']} left in flight, {drain['lost']} lost",
+        )
+    else:
+        add("zero redeliveries of completed work on SIGTERM", None, "not run")
+    return out
+
+
+def fmt_requests(requests: dict[str, int]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in sorted(requests.items())) or "none"
+
+
+# -- markdown --------------------------------------------------------------------------
+
+
+def num(value: float | None, digits: int = 1) -> str:
+    if value is None:
+        return "–"
+    return f"{value:,.{digits}f}"
+
+
+def table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def scenario_table(
+    results: dict[str, Any], cell: Any, handlers: Iterable[str] | None = None, ideal: bool = False
+) -> str:
+    labels = results["contenders"]
+    header = ["handler", "concurrency", *(labels[c] for c in CONTENDERS)]
+    if ideal:
+        header.append("ideal")
+    rows = []
+    for handler in handlers or results["plan"]["handlers"]:
+        for concurrency in results["plan"]["concurrencies"]:
+            row = [HANDLER_TEXT.get(handler, handler), str(concurrency)]
+            ideal_value = None
+            for contender in CONTENDERS:
+                r = find(results, contender, handler, concurrency)
+                failed = next(
+                    (
+                        x
+                        for x in results["runs"]
+                        if "error" in x
+                        and x["contender"] == contender
+                        and x["handler"] == handler
+                        and (contender == "handloop" or x["concurrency"] == concurrency)
+                    ),
+                    None,
+                )
+                text = cell(r) if r else ("error" if failed else "–")
+                if contender == "handloop" and r and text != "–":
+                    text += " (c=1)"
+                row.append(text)
+                if r and r.get("ideal") and contender == "generated":
+                    ideal_value = r["ideal"]
+            if ideal:
+                row.append(num(ideal_value))
+            rows.append(row)
+    return table(header, rows)
+
+
+def summary_columns(results: dict[str, Any]) -> list[str]:
+    plan = results["plan"]
+    handler, concurrency = reference(results)
+    return [
+        "contender",
+        f"msg/s ({HANDLER_TEXT[handler]}, c={concurrency})",
+        "efficiency, I/O-like (min–max)",
+        f"SQS requests / message (no-op, c={concurrency})",
+        "idle requests / min (per poller)",
+        f"CPU s / 1,000 messages (no-op, c={concurrency})",
+        "peak RSS idle (MiB)",
+        f"peak RSS, c={plan['rss_concurrency']}, {plan['rss_bytes'] // 1024} KiB messages (MiB)",
+        "idle drain (s)",
+        "drain with jobs in flight (s): SIGTERM to exit / after the last job",
+        "redelivered completed / left in flight on exit",
+    ]
+
+
+def summary_rows(results: dict[str, Any]) -> list[list[str]]:
+    handler, concurrency = reference(results)
+    idle = by_contender(results["idle"])
+    memory = by_contender(results["memory"])
+    drain = by_contender(results["drain"])
+    rows = []
+    for contender in CONTENDERS:
+        ref = find(results, contender, handler, concurrency)
+        noop = find(results, contender, "noop", concurrency)
+        effs = [
+            r["efficiency"] for r in ok_runs(results) if r["contender"] == contender and r["handler"] in IO_HANDLERS
+        ]
+        i, m, d = idle.get(contender, {}), memory.get(contender, {}), drain.get(contender, {})
+        row = [
+            results["contenders"][contender],
+            num(ref["throughput"]) + (" (c=1)" if contender == "handloop" else "") if ref else "–",
+            f"{min(effs):.2f}–{max(effs):.2f}" if effs else "–",
+            num(noop["requests_per_message"], 3) if noop else "–",
+            (
+                f"{num(i['requests_per_minute'])} ({num(i['requests_per_minute_per_poller'])})"
+                if "requests_per_minute" in i
+                else "error"
+            ),
+            num(noop["cpu_ms_per_message"], 2) if noop else "–",
+            num(i["peak_rss_bytes"] / MiB) if "peak_rss_bytes" in i else "error",
+            num(m["peak_rss_bytes"] / MiB) if "peak_rss_bytes" in m else "error",
+            drain_text(i) if "drain_seconds" in i else "error",
+            (f"{drain_text(d)} / {num(d['after_last_job_seconds'], 2)}" if "after_last_job_seconds" in d else "error"),
+            (
+                f"{d['redelivered_completed'] + d['processed_twice']} / {d['left_in_flight']}"
+                if "redelivered_completed" in d
+                else "error"
+            ),
+        ]
+        rows.append(row)
+    return rows
+
+
+def round_trips(results: dict[str, Any]) -> str:
+    runs = [r for r in results["ceiling"]["runs"] if "error" not in r]
+    if not runs:
+        return "–"
+    best = max(runs, key=lambda r: r["throughput"])
+    ms = best.get("request_ms", {})
+    return ", ".join(f"{op} {value:.1f} ms" for op, value in sorted(ms.items()))
+
+
+def drain_text(row: dict[str, Any]) -> str:
+    return "killed" if row.get("drain_seconds") is None else num(row["drain_seconds"], 2)
+
+
+def markdown(results: dict[str, Any]) -> str:
+    plan = results["plan"]
+    m = results["machine"]
+    labels = results["contenders"]
+    libs = m["libraries"]
+    parts: list[str] = []
+    add = parts.append
+    add("# Benchmarks: the generated worker against the alternatives\n")
+    add(
+        f"Run of {results['date']} (`{plan['name']}` plan, {results['duration_seconds'] / 60:.0f} min), regenerated by "
+        "`make bench`. Every contender ran as its own process against fresh queues on the same LocalStack, "
+        "with the same handler, and every SQS request went through one counting proxy. The raw figures are in "
+        "[benchmarks.json](benchmarks.json); the method is below.\n"
+    )
+    if plan["name"] == "smoke":
+        add("> A smoke run: tiny counts and 1 s long polls. It checks the harness; its figures mean nothing.\n")
+    add("## Targets for the generated worker\n")
+    add(
+        table(
+            ["target", "", "figure"],
+            [
+                [t["name"], {True: "met", False: "**not met**", None: "not measured"}[t["met"]], t["figure"]]
+                for t in results["targets"]
+            ],
+        )
+        + "\n"
+    )
+    add("## Summary\n")
+    add(table(summary_columns(results), summary_rows(results)) + "\n")
+    add(
+        "\n![Throughput against concurrency for the I/O-like handlers](benchmarks.png)\n\n"
+        "Throughput against concurrency, I/O-like handlers, log scales. The dotted line is the ideal: "
+        "concurrency / handler latency, capped by the emulator's ceiling (the grey band). The hand-written "
+        "loop has one concurrency (1) and is drawn flat.\n"
+    )
+    add("## Method\n")
+    add(
+        f"""- **Contenders.** {labels["generated"]}: `python -m {results["package"]} run`, settings from the environment
+  (concurrency via `WORKER_CONCURRENCY`, its default pollers, 20 s long polls, batched deletes), the
+  handler module given by `WORKER_HANDLERS` (`bench/contenders/generated_handlers.py`).
+  {labels["handloop"]}: boto3, receive 10, handle each in turn, `DeleteMessage` each; stops between
+  batches on SIGTERM. {labels["threadpool"]}: one boto3 receiver (10 at a time, whenever a thread is
+  free) feeding a `ThreadPoolExecutor` of *concurrency* threads, each deleting its message when done.
+  {labels["celery"]}: Celery {libs.get("celery")} with kombu {libs.get("kombu")}'s SQS transport, threads pool of
+  *concurrency* threads, `task_acks_late` (delete after the handler, like the others); Celery's
+  defaults otherwise: prefetch multiplier 4, 10 s long polls, one `DeleteMessage` per message, and
+  kombu's `polling_interval` of 1 s, which it also waits whenever its prefetch is full (so at low
+  concurrency Celery fetches at most *4 x concurrency* messages a second).
+  Celery consumes its own message format: its queues get the same payloads wrapped in the envelope
+  Celery itself produces.
+- **Same handler.** `bench/contenders/common.py`, for all: parse the JSON body, do the work, append
+  the id and time to a completion log. No-op; I/O-like: wait 10 ms, 100 ms or 1 s (`asyncio.sleep`
+  in the generated worker's `async def` handler, `time.sleep` in the threaded ones); CPU-like:
+  sha256 over 1 MiB ({results["cpu_handler_seconds"] * 1000:.2f} ms here; the generated worker runs it as a plain
+  `def`, in its thread pool, as the others run every handler).
+- **Counting.** Every contender's endpoint is the generated project's `tests/faultproxy.py` proxy
+  in front of LocalStack (with its per-client message tracking off, so that it parses nothing);
+  SQS requests are the proxy's per-operation counts. Messages processed
+  are read from the completion log. No figure comes from a contender's own account.
+- **Throughput.** For each handler and concurrency, each contender in turn (the order rotates
+  every scenario) gets a fresh queue seeded beforehand, straight to LocalStack, with enough
+  messages for the whole run; after {plan["warmup"]:g} s of warm-up, a {plan["window"]:g} s window counts
+  completions, proxy requests and the process's CPU time (user + system, psutil). The window
+  closes early if the backlog runs low, so the queue never runs dry inside it.
+- **Efficiency** = throughput / min(concurrency / handler latency, the emulator's ceiling); for the
+  CPU-like handler, min(concurrency, cores) / latency. The **ceiling** is a raw batched loop
+  (`bench/contenders/raw_loop.py`: processes of threads that receive 10 and `DeleteMessageBatch`
+  them, nothing else) through the same proxy in the same run: {num(results["ceiling"]["messages_per_second"])} msg/s, the best of
+  {len(results["ceiling"]["runs"])} measurement(s).
+- **SQS requests per message** = all requests in the window / messages completed in it (0.2 is
+  the floor: one receive of 10 and one batch delete of 10). "At saturation" is the no-op handler.
+- **Idle.** An empty queue, concurrency {plan["idle_concurrency"]} (its pollers as listed), {plan["idle_window"]:g} s after start-up
+  calls are over: requests per minute, and per poller; resident memory; then SIGTERM and the
+  seconds to exit (**idle drain**).
+- **Memory under load.** Concurrency {plan["rss_concurrency"]}, {plan["rss_bytes"] // 1024} KiB payloads, {HANDLER_TEXT.get(plan["rss_handler"], plan["rss_handler"])} handler: peak RSS
+  (VmHWM) over {plan["rss_seconds"]:g} s of processing.
+- **Drain.** Concurrency {plan["drain_concurrency"]}, {plan["drain_handler"]} handler, visibility timeout {plan["drain_visibility"]} s: after the first
+  wave completes and the next is half-way, SIGTERM. Reported: seconds from SIGTERM to exit, and
+  from the last job's end to exit (the drain's own cost, without the remaining job time);
+  messages left in flight on exit (hidden until their visibility timeout although no one works
+  on them); and, after waiting that timeout out, messages SQS delivers again although they had
+  completed (**redelivered completed**: the handler would run twice), plus any lost.
+- **Profile.** py-spy samples the generated worker at saturation (and at its worst I/O-like case
+  if one fell short of 0.9): the share of samples by function and file.
+"""
+    )
+    add("## Machine\n")
+    add(
+        table(
+            ["", ""],
+            [
+                ["template revision (the service measured)", m.get("template", "–")],
+                ["cores", str(m["cores"])],
+                ["CPU", m["cpu"]],
+                ["memory", f"{m['memory_gib']} GiB"],
+                ["OS", m["os"]],
+                ["Python (contenders)", m["contender_python"]],
+                ["Python (harness, proxy)", m["harness_python"]],
+                ["LocalStack", m["localstack"]],
+                ["SQS round trip (raw loop at the ceiling, via the proxy)", round_trips(results)],
+                ["libraries", ", ".join(f"{k} {v}" for k, v in libs.items())],
+                ["load average (start, end)", f"{m['load_average_at_start']}, {m.get('load_average_at_end', '–')}"],
+                ["date", results["date"]],
+            ],
+        )
+        + "\n"
+    )
+    add(
+        "\nLocalStack, the proxy, the harness and the contender share the cores: on a small machine the "
+        "ceiling is the emulator's and the proxy's CPU, not SQS's. Compare contenders within this run; "
+        "absolute rates on AWS differ.\n"
+    )
+    add("## Throughput (messages per second)\n")
+    add(scenario_table(results, lambda r: num(r["throughput"]), ideal=True) + "\n")
+    add("\n## Efficiency (throughput / ideal)\n")
+    add(scenario_table(results, lambda r: num(r["efficiency"], 2) if r.get("efficiency") is not None else "–") + "\n")
+    add("\n## SQS requests per processed message\n")
+    add(scenario_table(results, lambda r: num(r["requests_per_message"], 3)) + "\n")
+    add("\n## CPU seconds per 1,000 messages\n")
+    add(
+        "The contender's own process (user + system); the no-op rows are the cost of the machinery alone.\n\n"
+        + scenario_table(results, lambda r: num(r["cpu_ms_per_message"], 2))
+        + "\n"
+    )
+    add("\n## Idle\n")
+    rows = []
+    for r in sorted(results["idle"], key=lambda r: CONTENDERS.index(r["contender"])):
+        if "error" in r:
+            rows.append([labels[r["contender"]], "error", "", "", "", "", ""])
+            continue
+        rows.append(
+            [
+                labels[r["contender"]],
+                f"{r['concurrency']} / {r['pollers']}",
+                num(r["requests_per_minute"], 2),
+                num(r["requests_per_minute_per_poller"], 2),
+                fmt_requests(r["requests"]),
+                num(r["peak_rss_bytes"] / MiB),
+                drain_text(r),
+            ]
+        )
+    add(
+        table(
+            [
+                "contender",
+                "concurrency / pollers",
+                "requests / min",
+                "per poller",
+                f"requests in {plan['idle_window']:g} s",
+                "peak RSS (MiB)",
+                "idle drain (s)",
+            ],
+            rows,
+        )
+        + "\n"
+    )
+    add("\n## Memory with every slot busy\n")
+    rows = []
+    for r in sorted(results["memory"], key=lambda r: CONTENDERS.index(r["contender"])):
+        peak = num(r["peak_rss_bytes"] / MiB) if "peak_rss_bytes" in r else "error"
+        rows.append([labels[r["contender"]], str(r["concurrency"]), f"{r['message_bytes'] // 1024} KiB", peak])
+    add(table(["contender", "concurrency", "payload", "peak RSS (MiB)"], rows) + "\n")
+    add("\n## Drain with jobs in flight\n")
+    rows = []
+    for r in sorted(results["drain"], key=lambda r: CONTENDERS.index(r["contender"])):
+        if "error" in r:
+            rows.append([labels[r["contender"]], "error", "", "", "", "", "", ""])
+            continue
+        rows.append(
+            [
+                labels[r["contender"]],
+                str(r["concurrency"]),
+                drain_text(r),
+                num(r["after_last_job_seconds"], 2),
+                str(r["jobs_finished_after_signal"]),
+                str(r["left_in_flight"]),
+                str(r["redelivered_completed"] + r["processed_twice"]),
+                str(r["lost"]),
+            ]
+        )
+    add(
+        table(
+            [
+                "contender",
+                "concurrency",
+                "SIGTERM to exit (s)",
+                "after the last job (s)",
+                "jobs finished after SIGTERM",
+                "left in flight",
+                "redelivered completed",
+                "lost",
+            ],
+            rows,
+        )
+        + "\n"
+    )
+    if results.get("profiles"):
+        add("\n## Where the generated worker spends its CPU\n")
+        for p in results["profiles"]:
+            add(f"\n### {HANDLER_TEXT.get(p['handler'], p['handler'])}, concurrency {p['concurrency']}\n")
+            if "error" in p:
+                add(f"Profile failed: {p['error']}\n")
+                continue
+            add(
+                f"{p['samples']} samples (py-spy, 200 Hz, busy threads only) over {p.get('messages', 0)} messages; "
+                f"the worker used {p.get('cpu_cores', 0):.2f} cores meanwhile.\n"
+            )
+            for title, key, rows in (
+                ("self time, by library", "areas", 10),
+                ("what the event loop was running (inclusive)", "callbacks", 10),
+                ("the worker's own functions (inclusive of the calls they make)", "runtime", 12),
+                ("hottest functions (self)", "self", 10),
+            ):
+                add(table([title, "share"], [[f"`{x['frame']}`", f"{x['share']:.0%}"] for x in p[key][:rows]]) + "\n")
+    errors = [r for r in results["runs"] + results["idle"] + results["memory"] + results["drain"] if "error" in r]
+    if errors:
+        add("\n## Errors\n")
+        for r in errors:
+            add(f"- {r['contender']} {r.get('handler', '')} c={r.get('concurrency', '')}: {r['error'][:400]}\n")
+    return "\n".join(p.rstrip("\n") + "\n" for p in parts)
+
+
+# -- the chart -------------------------------------------------------------------------
+
+COLOURS = {"generated": "#1b6ac9", "handloop": "#7f7f7f", "threadpool": "#e08214", "celery": "#2ca25f"}
+
+
+def chart(results: dict[str, Any], path: Path) -> bool:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    handlers = [h for h in results["plan"]["handlers"] if h in IO_HANDLERS]
+    if not handlers:
+        return False
+    concurrencies = results["plan"]["concurrencies"]
+    ceiling = results["ceiling"]["messages_per_second"]
+    fig, axes = plt.subplots(1, len(handlers), figsize=(max(9.0, 4.6 * len(handlers)), 4.6), squeeze=False)
+    for ax, handler in zip(axes[0], handlers, strict=True):
+        ideal = [r["ideal"] for c in concurrencies if (r := find(results, "generated", handler, c)) and r.get("ideal")]
+        if len(ideal) == len(concurrencies):
+            ax.plot(concurrencies, ideal, ":", color="#444444", lw=1.2, label="ideal")
+        ax.axhspan(ceiling * 0.97, ceiling, color="#dddddd", zorder=0)
+        for contender in CONTENDERS:
+            if contender == "handloop":
+                r = find(results, contender, handler, 1)
+                if r:
+                    ax.axhline(
+                        r["throughput"],
+                        ls="--",
+                        color=COLOURS[contender],
+                        lw=1.2,
+                        label=results["contenders"][contender],
+                    )
+                continue
+            xs, ys = [], []
+            for c in concurrencies:
+                r = find(results, contender, handler, c)
+                if r:
+                    xs.append(c)
+                    ys.append(r["throughput"])
+            if xs:
+                ax.plot(
+                    xs,
+                    ys,
+                    "o-",
+                    color=COLOURS[contender],
+                    lw=2.6 if contender == "generated" else 1.5,
+                    ms=5,
+                    zorder=4 if contender == "generated" else 3,  # on top where lines meet
+                    label=results["contenders"][contender],
+                )
+        if len(concurrencies) > 1:
+            ax.set_xscale("log")
+            ax.set_xticks(concurrencies)
+            ax.set_xticklabels([str(c) for c in concurrencies])
+        ax.set_yscale("log")
+        ax.set_title(HANDLER_TEXT[handler])
+        ax.set_xlabel("concurrency")
+        ax.grid(True, which="major", alpha=0.3)
+    axes[0][0].set_ylabel("messages / s")
+    handles, names = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, names, loc="lower center", ncol=min(len(names), 5), frameon=False)
+    m = results["machine"]
+    fig.suptitle(
+        f"SQS workers on LocalStack {m['localstack']}, {m['cores']} cores, Python {m['contender_python']} ({results['date']})",
+        fontsize=10,
+    )
+    fig.tight_layout(rect=(0, 0.08, 1, 0.95))
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def write(results: dict[str, Any], out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    chart(results, out / "benchmarks.png")
+    (out / "benchmarks.md").write_text(markdown(results))
+
+
+if __name__ == "__main__":
+    source = Path(
+        sys.argv[1] if len(sys.argv) > 1 else Path(__file__).resolve().parents[1] / "docs" / "benchmarks.json"
+    )
+    data = json.loads(source.read_text())
+    data["targets"] = targets(data)
+    write(data, source.parent)

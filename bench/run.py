@@ -1,0 +1,1138 @@
+#!/usr/bin/env python3
+"""Benchmark the generated worker against the alternatives, on one LocalStack, same handler.
+
+    make bench                     # full run: docs/benchmarks.md, .json and .png
+    python bench/run.py --quick    # a small run (minutes), same report
+    python bench/run.py --smoke --out DIR   # tiny counts: checks the harness, not the figures
+
+It bakes the default service, installs it, finds or starts LocalStack the way the generated
+project's tests do, and runs every contender as its own process against fresh queues,
+behind one counting proxy (the generated project's tests/faultproxy.py) that every SQS
+request goes through. Contenders take turns within each scenario, so drift on a shared
+machine hits them all alike. bench/README.md describes the method; the report repeats it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.util
+import json
+import logging
+import math
+import os
+import platform
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import boto3
+import psutil
+from botocore.config import Config
+from botocore.exceptions import BotoCoreError, ClientError
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+CONTENDERS_DIR = HERE / "contenders"
+sys.path.insert(0, str(CONTENDERS_DIR))
+sys.path.insert(0, str(HERE))
+
+# From bench/ and bench/contenders/, put on the path above.
+import report
+from common import RECORD_BYTES, parse_handler
+
+REGION = "us-east-1"
+CONTENDERS = ("generated", "handloop", "threadpool", "celery")
+LABELS = {
+    "generated": "generated worker",
+    "handloop": "hand-written loop",
+    "threadpool": "boto3 thread pool",
+    "celery": "Celery (SQS broker)",
+    "raw": "raw batched loop",
+}
+IO_HANDLERS = ("io10ms", "io100ms", "io1s")
+
+
+@dataclass(frozen=True)
+class Plan:
+    name: str
+    handlers: tuple[str, ...]
+    concurrencies: tuple[int, ...]
+    warmup: float  # seconds of processing before the measurement window opens
+    window: float  # the measurement window (it closes early if the backlog runs low)
+    max_seed: int  # most messages enqueued for one run
+    ceiling_loops: tuple[tuple[int, int], ...]  # raw loop (processes, threads) tried; the best counts
+    idle_window: float  # seconds of an idle worker counted for requests per minute
+    idle_concurrency: int
+    rss_concurrency: int
+    rss_bytes: int  # body size for the loaded-memory run
+    rss_handler: str
+    rss_seconds: float
+    drain_concurrency: int
+    drain_handler: str
+    drain_visibility: int
+    wait_seconds: int | None  # long-poll wait forced on every contender (smoke only)
+    profile: bool
+
+
+PLANS = {
+    "full": Plan(
+        "full",
+        ("noop", "io10ms", "io100ms", "io1s", "cpu"),
+        (1, 10, 50, 100, 200),
+        warmup=2.0,
+        window=8.0,
+        max_seed=30_000,
+        ceiling_loops=((1, 8), (3, 6), (4, 4)),
+        idle_window=60.0,
+        idle_concurrency=10,
+        rss_concurrency=200,
+        rss_bytes=256 * 1024,
+        rss_handler="io1s",
+        rss_seconds=4.0,
+        drain_concurrency=10,
+        drain_handler="io2s",
+        drain_visibility=10,
+        wait_seconds=None,
+        profile=True,
+    ),
+    "quick": Plan(
+        "quick",
+        ("noop", "io10ms", "io100ms", "cpu"),
+        (1, 10, 100),
+        warmup=1.0,
+        window=4.0,
+        max_seed=12_000,
+        ceiling_loops=((3, 6),),
+        idle_window=30.0,
+        idle_concurrency=10,
+        rss_concurrency=100,
+        rss_bytes=256 * 1024,
+        rss_handler="io1s",
+        rss_seconds=3.0,
+        drain_concurrency=10,
+        drain_handler="io2s",
+        drain_visibility=10,
+        wait_seconds=None,
+        profile=True,
+    ),
+    # Checks that every contender runs and every figure is produced; the figures mean
+    # nothing (long polls are cut to 1 s so that stops are quick).
+    "smoke": Plan(
+        "smoke",
+        ("noop", "io100ms"),
+        (10,),
+        warmup=0.3,
+        window=1.0,
+        max_seed=1_500,
+        ceiling_loops=((1, 4),),
+        idle_window=2.0,
+        idle_concurrency=10,
+        rss_concurrency=10,
+        rss_bytes=16 * 1024,
+        rss_handler="io100ms",
+        rss_seconds=0.5,
+        drain_concurrency=10,
+        drain_handler="io500ms",
+        drain_visibility=3,
+        wait_seconds=1,
+        profile=False,
+    ),
+}
+
+
+# -- the proxy every contender talks to ----------------------------------------------
+
+
+def load_module(name: str, path: Path) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec and spec.loader, path
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def counting_proxy(faultproxy: ModuleType) -> type:
+    """The tests' FaultProxy, resending once when LocalStack has dropped a kept-alive
+    connection under it (the request is counted once: the contender made one)."""
+    import aiohttp
+
+    class CountingProxy(faultproxy.FaultProxy):  # type: ignore[name-defined,misc]
+        """Also times each operation through to LocalStack and back (`seconds`)."""
+
+        def _follow(self, *_args: Any) -> None:
+            # The tests' proxy parses every receive and delete to track what each client
+            # holds; the bench needs only the counts, and the parsing would tax every
+            # contender's requests with the proxy's CPU on a machine they share.
+            return None
+
+        async def _handle(self, request: Any) -> Any:
+            target = request.headers.get("X-Amz-Target", "")
+            operation = target.rsplit(".", 1)[-1] if target else request.path
+            started = time.perf_counter()
+            try:
+                response = await super()._handle(request)
+            except aiohttp.ServerDisconnectedError:
+                with self._lock:
+                    self.counts[operation] -= 1
+                    self.resent += 1
+                response = await super()._handle(request)
+            with self._lock:
+                self.seconds[operation] += time.perf_counter() - started
+            return response
+
+    return CountingProxy
+
+
+# -- processes -------------------------------------------------------------------------
+
+
+class Proc:
+    """A contender process: CPU time, memory and a timed stop."""
+
+    def __init__(self, cmd: list[str], env: dict[str, str], log: Path) -> None:
+        self.log = log
+        with open(log, "ab") as out:
+            self.popen = subprocess.Popen(
+                cmd, env=env, cwd=CONTENDERS_DIR, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        self.ps = psutil.Process(self.popen.pid)
+
+    def _tree(self) -> list[psutil.Process]:
+        try:
+            return [self.ps, *self.ps.children(recursive=True)]
+        except psutil.Error:
+            return []
+
+    def cpu(self) -> float:
+        """User + system seconds of the process and all its children."""
+        total = 0.0
+        for i, p in enumerate(self._tree()):
+            with contextlib.suppress(psutil.Error):
+                t = p.cpu_times()
+                total += t.user + t.system
+                if i == 0:
+                    total += t.children_user + t.children_system
+        return total
+
+    def rss(self) -> int:
+        total = 0
+        for p in self._tree():
+            with contextlib.suppress(psutil.Error):
+                total += p.memory_info().rss
+        return total
+
+    def peak_rss(self) -> int:
+        """High-water mark of resident memory (VmHWM), summed over the process tree."""
+        total = 0
+        for p in self._tree():
+            try:
+                status = Path(f"/proc/{p.pid}/status").read_text()
+            except OSError:
+                continue
+            match = re.search(r"^VmHWM:\s+(\d+) kB", status, re.MULTILINE)
+            if match:
+                total += int(match.group(1)) * 1024
+        return total
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def stop(self, timeout: float) -> float | None:
+        """SIGTERM, then wait: seconds to exit, or None if it had to be killed."""
+        if not self.alive():
+            return 0.0
+        sent = time.monotonic()
+        self.popen.send_signal(signal.SIGTERM)
+        while time.monotonic() - sent < timeout:
+            if self.popen.poll() is not None:
+                return time.monotonic() - sent
+            time.sleep(0.005)
+        self.kill()
+        return None
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.popen.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.popen.wait(10)
+
+    def tail(self, chars: int = 1500) -> str:
+        try:
+            return self.log.read_text(errors="replace")[-chars:]
+        except OSError:
+            return ""
+
+
+def completions(log: Path) -> int:
+    try:
+        return log.stat().st_size // RECORD_BYTES
+    except FileNotFoundError:
+        return 0
+
+
+def read_completions(log: Path) -> list[tuple[str, float]]:
+    if not log.exists():
+        return []
+    rows = []
+    for line in log.read_text().splitlines():
+        parts = line.split()
+        if len(parts) == 2:
+            rows.append((parts[0], float(parts[1])))
+    return rows
+
+
+@dataclass
+class Snapshot:
+    t: float
+    wall: float  # the clock the completion log is written in
+    done: int
+    requests: Counter[str]
+    seconds: Counter[str]  # time spent per operation, at the proxy
+    cpu: float
+
+
+def aligned_rate(times: list[float], start: float, end: float, waves: tuple[int, ...]) -> float | None:
+    """Messages per second between completions of the same rank in their wave.
+
+    Handlers that start together finish together: completions come in waves (of up to
+    `concurrency` messages, or 10 per receive). A fixed window catches a whole number of
+    waves plus or minus one, which is a large error when there are few (1 s jobs). Timing
+    the k-th and the (k+m)-th completion inside the window, with m a multiple of the wave
+    size, measures whole waves exactly; for a steady stream it is the plain rate.
+    """
+    inside = sorted(t for t in times if start <= t <= end)
+    for wave in waves:  # the largest wave size that fits the window at least once
+        m = (len(inside) - 1) // wave * wave
+        if m >= wave and inside[m] > inside[0]:
+            return m / (inside[m] - inside[0])
+    return None
+
+
+class RunError(RuntimeError):
+    pass
+
+
+# -- the bench -------------------------------------------------------------------------
+
+
+class Bench:
+    def __init__(self, plan: Plan, project: Path, package: str, endpoint: str, work: Path, faultproxy: ModuleType):
+        self.plan = plan
+        self.project = project
+        self.package = package
+        self.endpoint = endpoint
+        self.work = work
+        self.proxy_class = counting_proxy(faultproxy)
+        self.python = str(project / ".venv" / "bin" / "python")
+        self.sqs = boto3.client(
+            "sqs",
+            endpoint_url=endpoint,
+            region_name=REGION,
+            aws_access_key_id="test",
+            aws_secret_access_key="test",
+            config=Config(max_pool_connections=16, retries={"mode": "standard"}),
+        )
+        import celery_worker
+
+        self.celery_template = celery_worker.envelope_template()
+        self.celery_envelope = celery_worker.envelope
+        self.ceiling = 0.0
+        self.cpu_seconds = 0.0  # one cpu-like handler call, measured in this run
+        self.raw_processes = 1
+        self.runs = 0
+
+    # -- queues --------------------------------------------------------------------
+
+    def new_queue(self, tag: str, visibility: int = 30) -> tuple[str, str]:
+        name = f"bench-{tag}-{uuid.uuid4().hex[:8]}"[:80]
+        url = self.sqs.create_queue(QueueName=name, Attributes={"VisibilityTimeout": str(visibility)})["QueueUrl"]
+        return name, url
+
+    def delete_queue(self, url: str) -> None:
+        with contextlib.suppress(Exception):
+            self.sqs.delete_queue(QueueUrl=url)
+
+    def seed(self, queue: tuple[str, str], count: int, contender: str, size: int = 0) -> None:
+        """Enqueue `count` messages (ids 0..count-1) straight to LocalStack, not through the
+        proxy, before the contender starts: seeding costs no contender anything."""
+        name, url = queue
+
+        def body(i: int) -> str:
+            text = json.dumps({"id": f"{i:012d}"})
+            if size:
+                text = json.dumps({"id": f"{i:012d}", "pad": "x" * max(0, size - len(text) - 10)})
+            return self.celery_envelope(self.celery_template, text, name) if contender == "celery" else text
+
+        limit = 900_000  # SendMessageBatch takes at most 1 MiB in all
+        batches: list[list[str]] = [[]]
+        used = 0
+        for i in range(count):
+            b = body(i)
+            if len(batches[-1]) == 10 or used + len(b) > limit:
+                batches.append([])
+                used = 0
+            batches[-1].append(b)
+            used += len(b)
+
+        def send(batch: list[str]) -> None:
+            entries = [{"Id": str(i), "MessageBody": b} for i, b in enumerate(batch)]
+            for _ in range(5):
+                failed = self.sqs.send_message_batch(QueueUrl=url, Entries=entries).get("Failed", [])  # type: ignore[arg-type]
+                if not failed:
+                    return
+                ids = {f["Id"] for f in failed}
+                entries = [e for e in entries if e["Id"] in ids]
+            raise RunError(f"could not seed {len(entries)} message(s)")
+
+        with ThreadPoolExecutor(8) as pool:
+            list(pool.map(send, [b for b in batches if b]))
+
+    def queue_counts(self, url: str) -> tuple[int, int]:
+        attrs = self.sqs.get_queue_attributes(
+            QueueUrl=url, AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"]
+        )["Attributes"]
+        return int(attrs["ApproximateNumberOfMessages"]), int(attrs["ApproximateNumberOfMessagesNotVisible"])
+
+    # -- contenders ----------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def proxy(self) -> Iterator[Any]:
+        proxy = self.proxy_class(self.endpoint)
+        proxy.resent = 0
+        proxy.seconds = Counter()
+        proxy.start()
+        try:
+            yield proxy
+        finally:
+            proxy.stop()
+
+    def start(
+        self,
+        contender: str,
+        queue: tuple[str, str],
+        handler: str,
+        concurrency: int,
+        proxy: Any,
+        *,
+        visibility: int = 30,
+    ) -> tuple[Proc, Path]:
+        name, url = queue
+        self.runs += 1
+        log = self.work / f"run-{self.runs:03d}-{contender}.done"
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("WORKER_", "BENCH_", "AWS_", "VIRTUAL_ENV"))}
+        env.update(
+            AWS_ENDPOINT_URL=proxy.url,
+            AWS_REGION=REGION,
+            AWS_DEFAULT_REGION=REGION,
+            AWS_ACCESS_KEY_ID="test",
+            AWS_SECRET_ACCESS_KEY="test",
+            PYTHONPATH=str(CONTENDERS_DIR),
+            BENCH_HANDLER=handler,
+            BENCH_LOG=str(log),
+            BENCH_QUEUE=name,
+            BENCH_QUEUE_URL=url,
+            BENCH_CONCURRENCY=str(concurrency),
+            BENCH_VISIBILITY=str(visibility),
+        )
+        if self.plan.wait_seconds is not None:
+            env["BENCH_WAIT_SECONDS"] = str(self.plan.wait_seconds)
+        py = self.python
+        if contender == "generated":
+            env.update(
+                BENCH_PACKAGE=self.package,
+                WORKER_QUEUES=name,
+                WORKER_CONCURRENCY=str(concurrency),
+                WORKER_HANDLERS="generated_handlers:router",
+                WORKER_VISIBILITY_TIMEOUT_SECONDS=str(visibility),
+                WORKER_METRICS_PORT="0",  # nothing scrapes it here; a fixed port could clash
+                WORKER_HEALTH_FILE=str(self.work / f"run-{self.runs:03d}.progress"),
+                WORKER_ID=f"bench-{self.runs}",
+            )
+            if self.plan.wait_seconds is not None:
+                env["WORKER_WAIT_TIME_SECONDS"] = str(self.plan.wait_seconds)
+            cmd = [py, "-m", self.package, "run"]
+        elif contender == "celery":
+            cmd = [py, "-m", "celery", "-A", "celery_worker", "worker", "-P", "threads", "-c", str(concurrency)]
+            cmd += ["-Q", name, "--without-gossip", "--without-mingle", "--without-heartbeat", "-l", "WARNING"]
+        elif contender == "raw":
+            env["BENCH_PROCESSES"] = str(self.raw_processes)
+            env["BENCH_CONCURRENCY"] = str(concurrency // self.raw_processes)
+            cmd = [py, str(CONTENDERS_DIR / "raw_loop.py")]
+        else:
+            script = contender
+            cmd = [py, str(CONTENDERS_DIR / f"{script}.py")]
+        return Proc(cmd, env, self.work / f"run-{self.runs:03d}-{contender}.log"), log
+
+    def snapshot(self, proc: Proc, log: Path, proxy: Any) -> Snapshot:
+        return Snapshot(
+            time.monotonic(), time.time(), completions(log), Counter(proxy.counts), Counter(proxy.seconds), proc.cpu()
+        )
+
+    def wait_for(self, proc: Proc, what: str, check: Callable[[], bool], timeout: float = 90.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not check():
+            if not proc.alive():
+                raise RunError(f"exited (code {proc.popen.returncode}) while waiting for {what}:\n{proc.tail()}")
+            if time.monotonic() > deadline:
+                raise RunError(f"no {what} after {timeout:.0f} s:\n{proc.tail()}")
+            time.sleep(0.02)
+
+    # -- scenarios -----------------------------------------------------------------
+
+    def ideal(self, handler: str, concurrency: int) -> float:
+        """What the handler alone allows at this concurrency, capped by the emulator."""
+        kind, seconds = parse_handler(handler)
+        if kind == "io":
+            return min(concurrency / seconds, self.ceiling)
+        if kind == "cpu":
+            # CPU-bound work cannot run on more cores than there are.
+            return min(min(concurrency, os.cpu_count() or 1) / self.cpu_seconds, self.ceiling)
+        return self.ceiling
+
+    def throughput(self, contender: str, handler: str, concurrency: int) -> dict[str, Any]:
+        plan = self.plan
+        # Before the ceiling is known (the raw loop itself), plan for more than any rate seen here.
+        expected = self.ideal(handler, concurrency) if self.ceiling else 6000.0
+        reserve = 2 * concurrency + 20
+        most = plan.max_seed * (2 if contender == "raw" else 1)
+        seed = min(most, math.ceil(expected * (plan.warmup + plan.window) * 1.3) + reserve + concurrency)
+        row: dict[str, Any] = {"contender": contender, "handler": handler, "concurrency": concurrency, "seeded": seed}
+        queue = self.new_queue(f"{contender}-{handler}-c{concurrency}")
+        proc: Proc | None = None
+        try:
+            self.seed(queue, seed, contender)
+            with self.proxy() as proxy:
+                proc, log = self.start(contender, queue, handler, concurrency, proxy)
+                started = time.monotonic()
+                self.wait_for(proc, "first completed message", lambda: completions(log) >= 1)
+                row["startup_seconds"] = round(time.monotonic() - started, 3)
+                warm_until = time.monotonic() + plan.warmup
+                self.wait_for(
+                    proc,
+                    "warm-up",
+                    lambda: time.monotonic() >= warm_until or completions(log) >= seed - reserve,
+                    plan.warmup + 60,
+                )
+                a = self.snapshot(proc, log, proxy)
+                end = a.t + plan.window
+                self.wait_for(
+                    proc,
+                    "the window",
+                    lambda: time.monotonic() >= end or completions(log) >= seed - reserve,
+                    plan.window + 60,
+                )
+                b = self.snapshot(proc, log, proxy)
+                proc.kill()  # the stop is measured on its own (drain); here it would only cost time
+            done = b.done - a.done
+            elapsed = b.t - a.t
+            requests = b.requests - a.requests
+            if done <= 0:
+                raise RunError(f"no message completed in the {elapsed:.1f} s window")
+            finished = read_completions(log)
+            ids = [i for i, _ in finished]
+            waves = (math.lcm(concurrency, 10), concurrency, 1)
+            aligned = aligned_rate([t for _, t in finished], a.wall, b.wall, waves)
+            row.update(
+                window_seconds=round(elapsed, 3),
+                messages=done,
+                throughput=aligned or done / elapsed,
+                window_throughput=done / elapsed,
+                requests=dict(requests),
+                requests_per_message=sum(requests.values()) / done,
+                cpu_seconds=b.cpu - a.cpu,
+                cpu_ms_per_message=1000 * (b.cpu - a.cpu) / done,
+                cpu_cores=(b.cpu - a.cpu) / elapsed,
+                # Mean round trip per operation through the proxy to LocalStack and back.
+                request_ms={
+                    op: round(1000 * (b.seconds[op] - a.seconds[op]) / n, 2) for op, n in requests.items() if n > 0
+                },
+                processed_twice=len(ids) - len(set(ids)),
+            )
+            if contender == "raw":
+                row["efficiency"] = None
+            else:
+                row["ideal"] = self.ideal(handler, concurrency)
+                row["efficiency"] = row["throughput"] / row["ideal"] if row["ideal"] else None
+        except (RunError, BotoCoreError, ClientError, OSError) as exc:  # reported; the other runs go on
+            row["error"] = str(exc) if isinstance(exc, RunError) else f"{type(exc).__name__}: {exc}"
+        finally:
+            if proc is not None and proc.alive():
+                proc.kill()
+            self.delete_queue(queue[1])
+        return row
+
+    def measure_ceiling(self) -> list[dict[str, Any]]:
+        rows = []
+        for processes, threads in self.plan.ceiling_loops:
+            self.raw_processes = processes
+            row = self.throughput("raw", "noop", processes * threads)
+            row.update(processes=processes, threads=threads)
+            rows.append(row)
+            if "error" not in row:
+                self.ceiling = max(self.ceiling, row["throughput"])
+        return rows
+
+    def measure_cpu_handler(self) -> None:
+        """Seconds one cpu-like handler call takes, in the contenders' interpreter."""
+        code = (
+            "import time, common\n"
+            "common.cpu_work(); t = time.perf_counter()\n"
+            "for _ in range(50): common.cpu_work()\n"
+            "print((time.perf_counter() - t) / 50)\n"
+        )
+        out = subprocess.run([self.python, "-c", code], cwd=CONTENDERS_DIR, capture_output=True, text=True, check=True)
+        self.cpu_seconds = float(out.stdout.strip())
+
+    def idle(self, contender: str) -> dict[str, Any]:
+        """Empty queue: requests per minute and resident memory; then the idle stop."""
+        plan = self.plan
+        concurrency = 1 if contender == "handloop" else plan.idle_concurrency
+        row: dict[str, Any] = {
+            "contender": contender,
+            "concurrency": concurrency,
+            "pollers": pollers(contender, concurrency),
+        }
+        queue = self.new_queue(f"{contender}-idle")
+        proc: Proc | None = None
+        try:
+            with self.proxy() as proxy:
+                proc, log = self.start(contender, queue, "noop", concurrency, proxy)
+                started = time.monotonic()
+                self.wait_for(proc, "a first receive", lambda: proxy.counts["ReceiveMessage"] >= 1)
+                # Start-up calls (queue URL, attributes) are over once it polls; let it settle.
+                time.sleep(max(0.0, started + 3.0 - time.monotonic()) if plan.name != "smoke" else 0.5)
+                a = self.snapshot(proc, log, proxy)
+                self.wait_for(
+                    proc, "the idle window", lambda: time.monotonic() >= a.t + plan.idle_window, plan.idle_window + 30
+                )
+                b = self.snapshot(proc, log, proxy)
+                row["rss_bytes"] = proc.rss()
+                row["peak_rss_bytes"] = proc.peak_rss()
+                requests = b.requests - a.requests
+                minutes = (b.t - a.t) / 60
+                row.update(
+                    window_seconds=round(b.t - a.t, 3),
+                    requests=dict(requests),
+                    requests_per_minute=sum(requests.values()) / minutes,
+                    receives_per_minute=requests["ReceiveMessage"] / minutes,
+                    cpu_seconds_per_minute=(b.cpu - a.cpu) / minutes,
+                )
+                row["requests_per_minute_per_poller"] = row["requests_per_minute"] / row["pollers"]
+                took = proc.stop(60)
+                row["drain_seconds"] = took
+                row["killed"] = took is None
+                row["exit_code"] = proc.popen.returncode
+        except (RunError, BotoCoreError, ClientError, OSError) as exc:  # reported; the other runs go on
+            row["error"] = str(exc) if isinstance(exc, RunError) else f"{type(exc).__name__}: {exc}"
+        finally:
+            if proc is not None and proc.alive():
+                proc.kill()
+            self.delete_queue(queue[1])
+        return row
+
+    def loaded_memory(self, contender: str) -> dict[str, Any]:
+        """Peak resident memory with big messages and every slot busy."""
+        plan = self.plan
+        concurrency = 1 if contender == "handloop" else plan.rss_concurrency
+        _, seconds = parse_handler(plan.rss_handler)
+        count = min(plan.max_seed, math.ceil(concurrency * (plan.rss_seconds / seconds + 3)))
+        row: dict[str, Any] = {
+            "contender": contender,
+            "concurrency": concurrency,
+            "message_bytes": plan.rss_bytes,
+            "handler": plan.rss_handler,
+            "seeded": count,
+        }
+        queue = self.new_queue(f"{contender}-rss")
+        proc: Proc | None = None
+        try:
+            self.seed(queue, count, contender, size=plan.rss_bytes)
+            with self.proxy() as proxy:
+                proc, log = self.start(contender, queue, plan.rss_handler, concurrency, proxy)
+                self.wait_for(proc, "first completed message", lambda: completions(log) >= 1)
+                end = time.monotonic() + plan.rss_seconds
+                peak = 0
+                while time.monotonic() < end and completions(log) < count and proc.alive():
+                    peak = max(peak, proc.rss())
+                    time.sleep(0.05)
+                row["peak_rss_bytes"] = max(peak, proc.peak_rss())
+                row["completed"] = completions(log)
+                proc.stop(60)
+        except (RunError, BotoCoreError, ClientError, OSError) as exc:  # reported; the other runs go on
+            row["error"] = str(exc) if isinstance(exc, RunError) else f"{type(exc).__name__}: {exc}"
+        finally:
+            if proc is not None and proc.alive():
+                proc.kill()
+            self.delete_queue(queue[1])
+        return row
+
+    def drain(self, contender: str) -> dict[str, Any]:
+        """SIGTERM with jobs in flight: how long to exit, and what SQS delivers again."""
+        plan = self.plan
+        concurrency = 1 if contender == "handloop" else plan.drain_concurrency
+        _, seconds = parse_handler(plan.drain_handler)
+        count = concurrency * 6 + 10
+        visibility = plan.drain_visibility
+        row: dict[str, Any] = {
+            "contender": contender,
+            "concurrency": concurrency,
+            "handler": plan.drain_handler,
+            "seeded": count,
+            "visibility_seconds": visibility,
+        }
+        queue = self.new_queue(f"{contender}-drain", visibility)
+        proc: Proc | None = None
+        try:
+            self.seed(queue, count, contender)
+            with self.proxy() as proxy:
+                proc, log = self.start(contender, queue, plan.drain_handler, concurrency, proxy, visibility=visibility)
+                first_wave = min(concurrency, 10)
+                self.wait_for(proc, "a first wave of jobs", lambda: completions(log) >= first_wave)
+                time.sleep(seconds / 2)  # the next wave is half-way through its jobs
+                signalled = time.time()
+                took = proc.stop(120)
+                exited = time.time()
+            done = read_completions(log)
+            completed = {i for i, _ in done}
+            last = max((t for _, t in done), default=signalled)
+            visible, hidden = self.queue_counts(queue[1])
+            row.update(
+                drain_seconds=took,
+                killed=took is None,
+                exit_code=proc.popen.returncode,
+                jobs_finished_after_signal=sum(1 for _, t in done if t >= signalled),
+                after_last_job_seconds=max(0.0, exited - max(signalled, last)),
+                completed=len(completed),
+                processed_twice=len(done) - len(completed),
+                left_visible=visible,
+                left_in_flight=hidden,  # held by nobody: back only when their visibility runs out
+            )
+            # Wait out the visibility timeout, then see which messages SQS delivers again.
+            deadline = time.monotonic() + visibility + 15
+            while hidden and time.monotonic() < deadline:
+                time.sleep(0.5)
+                visible, hidden = self.queue_counts(queue[1])
+            again: set[str] = set()
+            empty = 0
+            while empty < 2:
+                msgs = self.sqs.receive_message(
+                    QueueUrl=queue[1], MaxNumberOfMessages=10, WaitTimeSeconds=1, VisibilityTimeout=120
+                ).get("Messages", [])
+                empty = 0 if msgs else empty + 1
+                for m in msgs:
+                    again.add(message_id(m["Body"], contender))
+            row["redelivered_completed"] = len(again & completed)
+            row["redelivered_unfinished"] = len(again - completed)
+            row["lost"] = count - len(completed | again)
+        except (RunError, BotoCoreError, ClientError, OSError) as exc:  # reported; the other runs go on
+            row["error"] = str(exc) if isinstance(exc, RunError) else f"{type(exc).__name__}: {exc}"
+        finally:
+            if proc is not None and proc.alive():
+                proc.kill()
+            self.delete_queue(queue[1])
+        return row
+
+    # -- profile -------------------------------------------------------------------
+
+    def profile(self, handler: str, concurrency: int, seconds: float) -> dict[str, Any]:
+        """py-spy on the generated worker at saturation: where its CPU time goes."""
+        pyspy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+        out = self.work / f"profile-{handler}-c{concurrency}.txt"
+        rate = self.ideal(handler, concurrency)
+        count = min(self.plan.max_seed * 2, math.ceil(rate * (seconds + 6) * 1.3) + 100)
+        queue = self.new_queue(f"profile-{handler}-c{concurrency}")
+        info: dict[str, Any] = {"handler": handler, "concurrency": concurrency}
+        proc: Proc | None = None
+        try:
+            self.seed(queue, count, "generated")
+            with self.proxy() as proxy:
+                proc, log = self.start("generated", queue, handler, concurrency, proxy)
+                self.wait_for(proc, "first completed message", lambda: completions(log) >= 1)
+                time.sleep(1.0)
+                before, cpu_before, t0 = completions(log), proc.cpu(), time.monotonic()
+                cmd = [pyspy, "record", "--pid", str(proc.popen.pid), "--duration", str(int(seconds))]
+                cmd += ["--rate", "200", "--format", "raw", "--nonblocking", "--output", str(out)]
+                result = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=seconds + 60)
+                info["messages"] = completions(log) - before
+                info["cpu_cores"] = (proc.cpu() - cpu_before) / (time.monotonic() - t0)
+                proc.stop(30)
+            if result.returncode != 0 or not out.exists():
+                raise RunError(f"py-spy failed: {result.stderr.strip()[-500:]}")
+            info.update(summarise_profile(out.read_text(), self.package))
+        except (RunError, subprocess.TimeoutExpired) as exc:
+            info["error"] = str(exc)
+        finally:
+            if proc is not None and proc.alive():
+                proc.kill()
+            self.delete_queue(queue[1])
+        return info
+
+
+def pollers(contender: str, concurrency: int) -> int:
+    """Concurrent receives a contender keeps open (the generated worker: one per 10 slots)."""
+    return math.ceil(concurrency / 10) if contender == "generated" else 1
+
+
+def message_id(body: str, contender: str) -> str:
+    if contender == "celery":
+        import base64
+
+        envelope = json.loads(base64.b64decode(body))
+        args = json.loads(base64.b64decode(envelope["body"]))[0]
+        body = args[0]
+    return str(json.loads(body)["id"])
+
+
+AREAS = {
+    "aiobotocore": "aiobotocore",
+    "botocore": "botocore",
+    "aiohttp": "aiohttp",
+    "yarl": "aiohttp",
+    "multidict": "aiohttp",
+    "asyncio": "asyncio",
+    "selectors.py": "sockets and polling",
+    "socket.py": "sockets and polling",
+    "json": "json",
+    "logging": "logging",
+    "aws_lambda_powertools": "Powertools (logs)",
+    "prometheus_client": "prometheus_client",
+    "pydantic": "pydantic",
+    "pydantic_core": "pydantic",
+    "threading.py": "threading",
+}
+
+
+def frame_file(frame: str) -> str:
+    """`fn (pkg/mod.py:12)` -> `pkg/mod.py` (py-spy already gives module-relative paths)."""
+    match = re.search(r" \(([^()]*?)(?::\d+)?\)$", frame)
+    return match.group(1) if match else ""
+
+
+def frame_area(frame: str, package: str) -> str:
+    path = frame_file(frame)
+    if path.startswith(f"{package}/runtime/"):
+        return "worker runtime"
+    if path.startswith(f"{package}/"):
+        return "service package"
+    if path.startswith(("generated_handlers", "common")):
+        return "bench handler"
+    return AREAS.get(path.split("/", 1)[0], "other (stdlib, libraries)")
+
+
+def summarise_profile(raw: str, package: str) -> dict[str, Any]:
+    """Collapsed stacks -> shares of samples: self time by library, the worker's own
+    functions inclusive of the calls they make, the event-loop callbacks, the hottest lines."""
+    total = 0
+    own: Counter[str] = Counter()
+    areas: Counter[str] = Counter()
+    runtime: Counter[str] = Counter()
+    callbacks: Counter[str] = Counter()
+    for line in raw.splitlines():
+        stack, _, n = line.rpartition(" ")
+        if not stack or not n.isdigit():
+            continue
+        count = int(n)
+        total += count
+        frames = [re.sub(r":\d+\)$", ")", f) for f in stack.split(";") if f]
+        own[frames[-1]] += count
+        areas[frame_area(frames[-1], package)] += count
+        for frame in set(frames):
+            if frame_area(frame, package) == "worker runtime":
+                runtime[frame] += count
+        # What the event loop was running: the frame under the innermost Handle._run.
+        loop = max((i for i, f in enumerate(frames) if f.startswith("Handle._run ")), default=None)
+        if loop is not None and loop + 1 < len(frames):
+            callbacks[frames[loop + 1]] += count
+        elif "select" in frames[-1].lower():
+            callbacks["(polling for I/O)"] += count
+        else:
+            callbacks["(the event loop itself)" if loop is not None or "_run_once" in stack else frames[-1]] += count
+
+    def top(counter: Counter[str], n: int) -> list[dict[str, Any]]:
+        return [{"frame": k, "share": v / total} for k, v in counter.most_common(n)] if total else []
+
+    return {
+        "samples": total,
+        "areas": top(areas, 12),
+        "runtime": top(runtime, 15),
+        "callbacks": top(callbacks, 12),
+        "self": top(own, 12),
+    }
+
+
+# -- setup -----------------------------------------------------------------------------
+
+
+def tool_env() -> dict[str, str]:
+    """Our tools first on PATH, every pyenv interpreter visible to uv, one uv cache."""
+    env = dict(os.environ)
+    env["PATH"] = f"{ROOT / '.venv' / 'bin'}{os.pathsep}{env.get('PATH', '')}"
+    env.pop("VIRTUAL_ENV", None)
+    env.setdefault("UV_CACHE_DIR", str(ROOT / ".venv" / "uv-cache"))
+    if "PYENV_VERSION" not in env and shutil.which("pyenv"):
+        out = subprocess.run(["pyenv", "versions", "--bare"], capture_output=True, text=True, check=False).stdout
+        usable = [v for v in out.split() if v.startswith("3.1") and v.replace(".", "").isdigit()]
+        if usable:
+            env["PYENV_VERSION"] = ":".join(sorted(usable, reverse=True))
+    return env
+
+
+def bake(into: Path) -> Path:
+    from cookiecutter.main import cookiecutter
+
+    project = Path(cookiecutter(str(ROOT), no_input=True, output_dir=str(into)))
+    env = tool_env()
+    result = subprocess.run(["make", "install"], cwd=project, env=env, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise SystemExit(f"make install failed in the baked project:\n{result.stdout}{result.stderr}")
+    # The contenders all run on the service's interpreter; Celery at the version this
+    # repository locks (its bench group), next to the service's own botocore.
+    from importlib.metadata import version
+
+    uv = shutil.which("uv", path=env["PATH"]) or "uv"
+    pins = [f"celery[sqs]=={version('celery')}", f"kombu=={version('kombu')}"]
+    result = subprocess.run(
+        [uv, "pip", "install", "--quiet", "--python", str(project / ".venv" / "bin" / "python"), *pins],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if result.returncode != 0:
+        raise SystemExit(f"installing Celery next to the service failed:\n{result.stdout}{result.stderr}")
+    return project
+
+
+def package_name(project: Path) -> str:
+    found = [p.parent.name for p in (project / "src").glob("*/__main__.py")]
+    if len(found) != 1:
+        raise SystemExit(f"cannot tell the service's package in {project.name}/src")
+    return found[0]
+
+
+def machine(bench: Bench, endpoint: str) -> dict[str, Any]:
+    code = (
+        "import sys, json, importlib.metadata as m\n"
+        "names = ['boto3', 'botocore', 'aiobotocore', 'celery', 'kombu', 'pycurl']\n"
+        "print(json.dumps({'python': sys.version.split()[0], **{n: m.version(n) for n in names}}))\n"
+    )
+    versions = json.loads(subprocess.run([bench.python, "-c", code], capture_output=True, text=True, check=True).stdout)
+    try:
+        with urllib.request.urlopen(f"{endpoint.rstrip('/')}/_localstack/health", timeout=5) as r:
+            localstack_version = json.load(r).get("version", "unknown")
+    except OSError:
+        localstack_version = "unknown"
+    model = "unknown"
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    git = ["git", "-C", str(ROOT)]
+    revision = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False)
+    changed = subprocess.run(
+        [*git, "status", "--porcelain", "--", "{{cookiecutter.project_slug}}"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return {
+        "template": revision.stdout.strip() + (" with uncommitted changes" if changed.stdout.strip() else ""),
+        "cores": os.cpu_count(),
+        "cpu": model,
+        "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
+        "os": f"{platform.system()} {platform.release()}",
+        "contender_python": versions.pop("python"),
+        "harness_python": platform.python_version(),
+        "libraries": versions,
+        "localstack": localstack_version,
+        "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
+    }
+
+
+# -- the run ---------------------------------------------------------------------------
+
+
+def rotation(items: tuple[str, ...], turn: int) -> list[str]:
+    """The contenders in a different order each scenario, so none always goes first."""
+    k = turn % len(items)
+    return list(items[k:] + items[:k])
+
+
+def run(
+    plan: Plan,
+    out: Path,
+    project: Path | None,
+    log: Callable[[str], None],
+    contenders: tuple[str, ...] = CONTENDERS,
+) -> dict[str, Any]:
+    started = time.monotonic()
+    with contextlib.ExitStack() as stack:
+        scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="sqs-bench-")))
+        if project is None:
+            log("baking the default service and installing it (make install)")
+            project = bake(scratch)
+        package = package_name(project)
+        localstack = load_module("bench_localstack", project / "tests" / "localstack.py")
+        faultproxy = load_module("bench_faultproxy", project / "tests" / "faultproxy.py")
+        ls = localstack.ensure()
+        stack.callback(ls.stop)  # stops it only if it was started here
+        log(f"LocalStack ({ls.mode}) ready")
+        work = scratch / "runs"
+        work.mkdir()
+        bench = Bench(plan, project, package, ls.endpoint, work, faultproxy)
+        results: dict[str, Any] = {
+            "plan": asdict(plan),
+            "contenders": {k: LABELS[k] for k in CONTENDERS},
+            "machine": machine(bench, ls.endpoint),
+            "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+            "package": package,
+        }
+        bench.measure_cpu_handler()
+        results["cpu_handler_seconds"] = bench.cpu_seconds
+        log("emulator ceiling (raw batched loop)")
+        ceiling_runs = bench.measure_ceiling()
+        if not bench.ceiling:
+            raise SystemExit(f"the raw loop could not run: {ceiling_runs}")
+        runs: list[dict[str, Any]] = []
+        turn = 0
+        for handler in plan.handlers:
+            for i, concurrency in enumerate(plan.concurrencies):
+                # The hand-written loop has one speed: run it with the first concurrency.
+                names = contenders if i == 0 else tuple(c for c in contenders if c != "handloop")
+                for contender in rotation(names, turn):
+                    row = bench.throughput(contender, handler, 1 if contender == "handloop" else concurrency)
+                    runs.append(row)
+                    log(describe(row))
+                turn += 1
+        if plan.name == "full":
+            log("emulator ceiling again (the best of both counts)")
+            ceiling_runs += bench.measure_ceiling()
+            for row in runs:
+                if row.get("throughput") is not None:
+                    row["ideal"] = bench.ideal(row["handler"], row["concurrency"])
+                    row["efficiency"] = row["throughput"] / row["ideal"]
+        results["ceiling"] = {"messages_per_second": bench.ceiling, "runs": ceiling_runs}
+        results["runs"] = runs
+        results["idle"] = []
+        results["memory"] = []
+        results["drain"] = []
+        for contender in rotation(contenders, turn):
+            results["idle"].append(bench.idle(contender))
+            log(f"idle {contender}: {results['idle'][-1]}")
+        for contender in rotation(contenders, turn + 1):
+            results["memory"].append(bench.loaded_memory(contender))
+            log(f"memory {contender}: {results['memory'][-1]}")
+        for contender in rotation(contenders, turn + 2):
+            results["drain"].append(bench.drain(contender))
+            log(f"drain {contender}: {results['drain'][-1]}")
+        results["targets"] = report.targets(results)
+        results["profiles"] = []
+        if plan.profile:
+            for handler, concurrency in profile_cases(results, plan):
+                log(f"profiling the generated worker: {handler} at concurrency {concurrency}")
+                results["profiles"].append(bench.profile(handler, concurrency, 10.0 if plan.name == "full" else 5.0))
+        results["machine"]["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
+        results["duration_seconds"] = round(time.monotonic() - started, 1)
+        scrub(results, [str(scratch), str(project), str(ROOT), str(Path.home()), tempfile.gettempdir()])
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "benchmarks.json").write_text(json.dumps(results, indent=1) + "\n")
+        report.write(results, out)
+    return results
+
+
+def profile_cases(results: dict[str, Any], plan: Plan) -> list[tuple[str, int]]:
+    """Saturation (where CPU per message and requests per message are measured), and the
+    I/O case the generated worker fell furthest short in, if it fell short."""
+    cases = [("noop", 10 if 10 in plan.concurrencies else plan.concurrencies[-1])]
+    worst = min(
+        (
+            r
+            for r in results["runs"]
+            if r["contender"] == "generated" and r["handler"] in IO_HANDLERS and r.get("efficiency")
+        ),
+        key=lambda r: r["efficiency"],
+        default=None,
+    )
+    if worst is not None and worst["efficiency"] < 0.9:
+        cases.append((worst["handler"], worst["concurrency"]))
+    return cases
+
+
+def scrub(value: Any, prefixes: list[str]) -> Any:
+    """Replace this machine's paths in error texts with neutral names."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            value[k] = scrub(v, prefixes)
+        return value
+    if isinstance(value, list):
+        return [scrub(v, prefixes) for v in value]
+    if isinstance(value, str):
+        for prefix in sorted(prefixes, key=len, reverse=True):
+            value = value.replace(prefix, "<local>")
+        return value
+    return value
+
+
+def describe(row: dict[str, Any]) -> str:
+    head = f"{row['handler']:>8} c={row['concurrency']:<3} {row['contender']:<10}"
+    if "error" in row:
+        return f"{head} ERROR {row['error'][:300]}"
+    eff = f" eff {row['efficiency']:.2f}" if row.get("efficiency") is not None else ""
+    return (
+        f"{head} {row['throughput']:8.1f} msg/s{eff}  {row['requests_per_message']:.3f} req/msg  "
+        f"{row['cpu_ms_per_message']:.3f} ms CPU/msg  ({row['messages']} in {row['window_seconds']} s)"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--quick", action="store_true", help="a small run: fewer scenarios, shorter windows")
+    mode.add_argument("--smoke", action="store_true", help="tiny counts: checks the harness, not the figures")
+    parser.add_argument("--out", type=Path, default=ROOT / "docs", help="where the report goes (default: docs/)")
+    parser.add_argument("--project", type=Path, help="an already baked and installed service to use")
+    parser.add_argument(
+        "--contenders", default=",".join(CONTENDERS), help="comma-separated subset (the report expects all)"
+    )
+    args = parser.parse_args(argv)
+    chosen = tuple(c for c in args.contenders.split(",") if c)
+    unknown = set(chosen) - set(CONTENDERS)
+    if unknown:
+        parser.error(f"unknown contender(s) {', '.join(sorted(unknown))}; choose from {', '.join(CONTENDERS)}")
+    plan = PLANS["smoke" if args.smoke else "quick" if args.quick else "full"]
+    os.environ.setdefault("AWS_ACCESS_KEY_ID", "test")
+    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "test")
+    # Each run ends by killing its contender mid-request: the proxy's server would log
+    # every one of those dropped connections as an error.
+    logging.getLogger("aiohttp.server").setLevel(logging.CRITICAL)
+
+    def log(text: str) -> None:
+        print(f"[bench {time.strftime('%H:%M:%S')}] {text}", flush=True)
+
+    results = run(plan, args.out, args.project.resolve() if args.project else None, log, chosen)
+    log(f"done in {results['duration_seconds']:.0f} s: {args.out / 'benchmarks.md'}")
+    for target in results["targets"]:
+        verdict = {True: "met    ", False: "NOT MET", None: "n/a    "}[target["met"]]
+        log(f"{verdict} {target['name']}: {target['figure']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,65 @@
+"""`make bench`'s harness in smoke mode, against the suite's LocalStack: it bakes the
+default service, runs every contender through every kind of measurement with tiny counts,
+and writes the report. What is checked is the report's shape (every contender, every
+figure); the figures themselves are timings on a shared machine and are never asserted."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from conftest import ROOT, run
+
+sys.path.insert(0, str(ROOT / "bench"))
+import report
+
+
+def test_bench_smoke_reports_every_contender_and_figure(tmp_path: Path, localstack_endpoint: str) -> None:
+    out = tmp_path / "report"
+    result = run(
+        [sys.executable, str(ROOT / "bench" / "run.py"), "--smoke", "--out", str(out)],
+        ROOT,
+        timeout=600,
+        AWS_ENDPOINT_URL=localstack_endpoint,
+    )
+    assert result.returncode == 0, (result.stdout + result.stderr)[-6000:]
+    data = json.loads((out / "benchmarks.json").read_text())
+    markdown = (out / "benchmarks.md").read_text()
+    assert (out / "benchmarks.png").stat().st_size > 0
+
+    failed = [
+        f"{r['contender']} {r.get('handler', '')}: {r['error'][:800]}"
+        for r in data["runs"] + data["idle"] + data["memory"] + data["drain"]
+        if "error" in r
+    ]
+    assert not failed, "\n".join(failed)
+    assert data["ceiling"]["messages_per_second"] > 0
+
+    # Every contender ran every throughput scenario, and every other measurement.
+    for contender in report.CONTENDERS:
+        for handler in data["plan"]["handlers"]:
+            for concurrency in data["plan"]["concurrencies"]:
+                row = report.find(data, contender, handler, concurrency)
+                assert row is not None, f"no {handler} run at concurrency {concurrency} for {contender}"
+                for figure in ("throughput", "efficiency", "requests_per_message", "cpu_ms_per_message"):
+                    assert isinstance(row[figure], float), (contender, handler, figure)
+        for kind in ("idle", "memory", "drain"):
+            assert [r["contender"] for r in data[kind]].count(contender) == 1, (kind, contender)
+
+    # The summary table has a column per figure and a complete row per contender.
+    lines = markdown.splitlines()
+    header = "| " + " | ".join(report.summary_columns(data)) + " |"
+    assert header in lines, "the summary table's header"
+    columns = len(report.summary_columns(data))
+    for label in (data["contenders"][c] for c in report.CONTENDERS):
+        row = next((line for line in lines if line.startswith(f"| {label} | ")), None)
+        assert row is not None, f"no summary row for {label}"
+        cells = [cell.strip() for cell in row.strip("|").split("|")]
+        assert len(cells) == columns, row
+        assert "error" not in cells and "–" not in cells, row
+
+    # Each target is reported with its verdict.
+    assert len(data["targets"]) == 8
+    for target in data["targets"]:
+        assert target["name"] in markdown
