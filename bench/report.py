@@ -302,7 +302,64 @@ def drain_text(row: dict[str, Any]) -> str:
     return "killed" if row.get("drain_seconds") is None else num(row["drain_seconds"], 2)
 
 
-def markdown(results: dict[str, Any]) -> str:
+def before_after(results: dict[str, Any], base: dict[str, Any]) -> str:
+    """The generated worker now against its figures before the profile's fixes (a stored
+    earlier run). Two runs, so machine drift applies; efficiency is each run's throughput
+    over its own ceiling, which is why it is the figure to compare."""
+    parts = [
+        "\n## Before and after the profile's fixes\n",
+        (
+            f"The profile of the run of {base['date']} (revision {base['template']}) led to these changes "
+            "in the worker runtime:\n"
+        ),
+        "\n".join(f"- {change}" for change in base["changes"]) + "\n",
+        (
+            f"Below, that run (**before**; ceiling {num(base['ceiling']['messages_per_second'], 0)} msg/s) against "
+            f"this one (**after**; ceiling {num(results['ceiling']['messages_per_second'], 0)} msg/s). They are two "
+            "runs on a shared machine: compare efficiency (throughput over each run's own ceiling or handler "
+            "bound), requests and CPU per message rather than raw rates.\n"
+        ),
+    ]
+    rows = []
+    for before in base["runs"]:
+        after = find(results, "generated", before["handler"], before["concurrency"])
+        if after is None or "error" in before:
+            continue
+        eff = [r.get("efficiency") for r in (before, after)]
+        rows.append(
+            [
+                HANDLER_TEXT.get(before["handler"], before["handler"]),
+                str(before["concurrency"]),
+                f"{num(before['throughput'])} → {num(after['throughput'])}",
+                f"{num(eff[0], 2)} → {num(eff[1], 2)}" if None not in eff else "–",
+                f"{num(before['requests_per_message'], 3)} → {num(after['requests_per_message'], 3)}",
+                f"{num(before['cpu_ms_per_message'], 3)} → {num(after['cpu_ms_per_message'], 3)}",
+            ]
+        )
+    parts.append(
+        table(["handler", "concurrency", "msg/s", "efficiency", "SQS requests / message", "CPU ms / message"], rows)
+        + "\n"
+    )
+    other = []
+    for title, key, field, scale, digits in (
+        ("idle requests / min", "idle", "requests_per_minute", 1, 1),
+        ("idle receives / min", "idle", "receives_per_minute", 1, 1),
+        ("idle drain (s)", "idle", "drain_seconds", 1, 2),
+        ("peak RSS idle (MiB)", "idle", "peak_rss_bytes", MiB, 1),
+        ("peak RSS at the memory scenario (MiB)", "memory", "peak_rss_bytes", MiB, 1),
+        ("drain with jobs in flight: after the last job (s)", "drain", "after_last_job_seconds", 1, 2),
+        ("drain: redelivered completed", "drain", "redelivered_completed", 1, 0),
+    ):
+        b = by_contender(base[key]).get("generated", {})
+        a = by_contender(results[key]).get("generated", {})
+        if field in b and field in a:
+            other.append([title, num(b[field] / scale, digits), num(a[field] / scale, digits)])
+    if other:
+        parts.append(table(["figure", "before", "after"], other) + "\n")
+    return "\n".join(parts)
+
+
+def markdown(results: dict[str, Any], baseline: dict[str, Any] | None = None) -> str:
     plan = results["plan"]
     m = results["machine"]
     labels = results["contenders"]
@@ -498,6 +555,8 @@ def markdown(results: dict[str, Any]) -> str:
         )
         + "\n"
     )
+    if baseline and plan["name"] == "full":
+        add(before_after(results, baseline))
     if results.get("profiles"):
         add("\n## Where the generated worker spends its CPU\n")
         for p in results["profiles"]:
@@ -602,7 +661,10 @@ def chart(results: dict[str, Any], path: Path) -> bool:
 def write(results: dict[str, Any], out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     chart(results, out / "benchmarks.png")
-    (out / "benchmarks.md").write_text(markdown(results))
+    # The figures from before the profile's fixes, kept beside the report (see before_after).
+    stored = out / "benchmarks-baseline.json"
+    baseline = json.loads(stored.read_text()) if stored.exists() else None
+    (out / "benchmarks.md").write_text(markdown(results, baseline))
 
 
 if __name__ == "__main__":

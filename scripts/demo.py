@@ -19,6 +19,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from pathlib import Path
 
 import boto3
@@ -128,6 +129,12 @@ def run_demo(python: str, package: str, project: Path, env: dict[str, str], coun
     reader = threading.Thread(target=follow, daemon=True)
     reader.start()
     wait_until(lambda: len(done) >= count, 120, f"{count} jobs")
+    port = config["metrics_port"]
+    say(f"curl http://127.0.0.1:{port}/metrics  (the worker's own figures; a few of its series)")
+    # A job counts as processed once its delete is sent, a moment after its "task done" line.
+    series = f'jobs_processed_total{{outcome="success",queue="{config["queues"][0]["name"]}"}}'
+    wait_until(lambda: scrape_metrics(port).get(series, 0.0) >= count, 30, "the success counter")
+    succeeded = scrape_metrics(port, show=True).get(series, 0.0)
     say(f"all {count} processed; now 6 slower jobs (3 s each), and a SIGTERM while they run")
     print(cli("send", "--count", "6", "--work-ms", "3000"))
     time.sleep(1.5)
@@ -141,9 +148,35 @@ def run_demo(python: str, package: str, project: Path, env: dict[str, str], coun
     queue = config["queues"][0]["name"]
     attrs = queue_counts(config["aws_region"], env["AWS_ENDPOINT_URL"], queue)
     print(f"   queue {queue}: {attrs['visible']} visible, {attrs['in_flight']} in flight")
-    ok = code == 0 and finished == 6 and attrs == {"visible": 0, "in_flight": 0}
+    ok = code == 0 and finished == 6 and attrs == {"visible": 0, "in_flight": 0} and succeeded >= count
     say("demo OK: every message processed, nothing stranded" if ok else "demo FAILED")
     return 0 if ok else 1
+
+
+SHOWN_SERIES = (
+    "jobs_processed_total",
+    "job_duration_seconds_count",
+    "job_duration_seconds_sum",
+    "worker_inflight_jobs",
+    "worker_concurrency",
+    "sqs_api_calls_total",
+    "worker_info",
+)
+
+
+def scrape_metrics(port: int, show: bool = False) -> dict[str, float]:
+    """Every sample of the worker's /metrics by its name and labels; prints a few if asked."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    samples: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        series, _, value = line.rpartition(" ")
+        samples[series] = float(value)
+        if show and series.split("{")[0] in SHOWN_SERIES:
+            print(f"   {line}")
+    return samples
 
 
 def queue_counts(region: str, endpoint: str, queue: str) -> dict[str, int]:

@@ -22,4 +22,7 @@ def test_demo_scaffolds_processes_and_drains(tmp_path: Path, localstack_endpoint
     assert "SIGTERM received: draining" in output and "worker stopped" in output
     assert "worker exited with code 0; 6 of 6 running jobs finished during the drain" in output
     assert "0 visible, 0 in flight" in output
+    assert 'jobs_processed_total{outcome="success",queue="orders-worker-jobs"} 8.0' in output, (
+        "the /metrics scrape is shown"
+    )
     assert "demo OK" in output

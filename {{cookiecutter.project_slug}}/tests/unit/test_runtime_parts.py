@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from pathlib import Path
@@ -10,14 +11,14 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from {{ cookiecutter.package_name }}.runtime import Job, Router
+from {{ cookiecutter.package_name }}.runtime import Job, Router, pool
 from {{ cookiecutter.package_name }}.runtime.backoff import Backoff, backoff_delay
 from {{ cookiecutter.package_name }}.runtime.dlq import dead_letter_request
 from {{ cookiecutter.package_name }}.runtime.errors import NonRetryableError, PayloadError
 from {{ cookiecutter.package_name }}.runtime.events import Events
 from {{ cookiecutter.package_name }}.runtime.health import Health, check_file
 from {{ cookiecutter.package_name }}.runtime.lease import extension_seconds
-from {{ cookiecutter.package_name }}.runtime.pool import parse_payload
+from {{ cookiecutter.package_name }}.runtime.pool import Slots, parse_payload
 
 
 def test_backoff_grows_with_jitter_and_is_capped() -> None:
@@ -152,3 +153,50 @@ def test_liveness_follows_the_pool_longest_without_progress() -> None:
     assert not health.live() and health.stalled_for() >= 120
     health.progress("receipts")
     assert health.live()
+
+
+def test_slots_gather_a_wave_of_releases_into_one_reservation(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A long batch wait makes the test independent of the machine's speed: the reservation
+    # must come back as soon as the whole wave is free, not when the wait runs out.
+    monkeypatch.setattr(pool, "BATCH_WAIT", 30.0)
+
+    async def scenario() -> tuple[int, int]:
+        slots = Slots(10)
+        assert await slots.reserve(10) == 10
+        poller = asyncio.ensure_future(slots.reserve(10))
+        for _ in range(10):  # one job ends per loop iteration, as a wave's jobs do
+            slots.release()
+            await asyncio.sleep(0)
+        n = await asyncio.wait_for(poller, 5)
+        return n, slots.in_use
+
+    assert asyncio.run(scenario()) == (10, 10)
+
+
+def test_slots_take_a_lone_free_slot_after_the_batch_wait(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(pool, "BATCH_WAIT", 0.01)
+
+    async def scenario() -> int:
+        slots = Slots(10)
+        await slots.reserve(10)
+        poller = asyncio.ensure_future(slots.reserve(10))
+        slots.release()  # the other nine stay busy with longer jobs
+        return await asyncio.wait_for(poller, 5)
+
+    assert asyncio.run(scenario()) == 1
+
+
+def test_slots_never_hand_out_more_than_capacity() -> None:
+    async def scenario() -> list[int]:
+        slots = Slots(12)
+        first = await slots.reserve(10)
+        second = await slots.reserve(10)
+        pollers = [asyncio.ensure_future(slots.reserve(10)) for _ in range(3)]
+        slots.release(first)
+        done, pending = await asyncio.wait(pollers, timeout=1)
+        for task in pending:
+            task.cancel()
+        assert slots.in_use <= slots.capacity
+        return [first, second, *sorted(t.result() for t in done)]
+
+    assert asyncio.run(scenario()) == [10, 2, 10]

