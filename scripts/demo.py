@@ -21,6 +21,7 @@ import threading
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import boto3
 from cookiecutter.main import cookiecutter
@@ -82,7 +83,7 @@ def run_demo(python: str, package: str, project: Path, env: dict[str, str], coun
     leftovers = queue_counts(config["aws_region"], env["AWS_ENDPOINT_URL"], config["queues"][0]["name"])
     if any(leftovers.values()):
         print(f"   (the queue holds {leftovers} from an earlier demo on this LocalStack: purging it)")
-        sqs = boto3.client("sqs", region_name=config["aws_region"], endpoint_url=env["AWS_ENDPOINT_URL"])
+        sqs = local_sqs(config["aws_region"], env["AWS_ENDPOINT_URL"])
         sqs.purge_queue(QueueUrl=sqs.get_queue_url(QueueName=config["queues"][0]["name"])["QueueUrl"])
         wait_until(
             lambda: (
@@ -179,8 +180,16 @@ def scrape_metrics(port: int, show: bool = False) -> dict[str, float]:
     return samples
 
 
+def local_sqs(region: str, endpoint: str) -> Any:
+    # LocalStack takes any credentials; explicit ones keep the demo working on a machine
+    # with no AWS configuration at all (and never touch a real account's).
+    return boto3.client(
+        "sqs", region_name=region, endpoint_url=endpoint, aws_access_key_id="test", aws_secret_access_key="test"
+    )
+
+
 def queue_counts(region: str, endpoint: str, queue: str) -> dict[str, int]:
-    sqs = boto3.client("sqs", region_name=region, endpoint_url=endpoint)
+    sqs = local_sqs(region, endpoint)
     url = sqs.get_queue_url(QueueName=queue)["QueueUrl"]
     attrs = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
     return {

@@ -3,18 +3,27 @@ sees first), against the suite's LocalStack."""
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from pathlib import Path
 
-from conftest import ROOT, run
+from conftest import ROOT, tool_env
 
 
 def test_demo_scaffolds_processes_and_drains(tmp_path: Path, localstack_endpoint: str) -> None:
-    demo = run(
+    env = tool_env(AWS_ENDPOINT_URL=localstack_endpoint)
+    # A new user's machine: no AWS credentials or configuration at all.
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        env.pop(name, None)
+    env["AWS_CONFIG_FILE"] = env["AWS_SHARED_CREDENTIALS_FILE"] = str(tmp_path / "no-aws-config")
+    demo = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "demo.py"), "--output", str(tmp_path / "demo"), "--messages", "8"],
-        ROOT,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
         timeout=600,
-        AWS_ENDPOINT_URL=localstack_endpoint,
+        check=False,
     )
     output = demo.stdout + demo.stderr
     assert demo.returncode == 0, output[-4000:]
