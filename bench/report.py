@@ -317,7 +317,9 @@ def before_after(results: dict[str, Any], base: dict[str, Any]) -> str:
             f"Below, that run (**before**; ceiling {num(base['ceiling']['messages_per_second'], 0)} msg/s) against "
             f"this one (**after**; ceiling {num(results['ceiling']['messages_per_second'], 0)} msg/s). They are two "
             "runs on a shared machine: compare efficiency (throughput over each run's own ceiling or handler "
-            "bound), requests and CPU per message rather than raw rates.\n"
+            "bound), requests and CPU per message rather than raw rates, and even those drift with the "
+            "machine's load (the other contenders' figures move between runs too). A change is established "
+            "only by measuring both versions side by side in one run, as the last change above was.\n"
         ),
     ]
     rows = []
