@@ -123,13 +123,15 @@ def ensure(services: str = "sqs", timeout: float = 180) -> LocalStack:
         return LocalStack(DEFAULT_URL, "external")
     if _docker_available():
         return _start_docker(services, timeout)
-    return start_private(services=services, timeout=timeout)
+    return start_private(services=services, timeout=timeout, port=4566)
 
 
-def start_private(services: str = "sqs", persist: bool = False, timeout: float = 180) -> LocalStack:
-    """Start a LocalStack of our own on a free port, on the host (for tests that stop it)."""
+def start_private(services: str = "sqs", persist: bool = False, timeout: float = 180, port: int = 0) -> LocalStack:
+    """Start a LocalStack of our own on the host, on `port` if it is free, else on a random
+    free one. Tests that stop or kill theirs keep the random port: two test runs side by side
+    would otherwise both try 4566, and the second would talk to (and kill) the first's."""
     workdir = tempfile.mkdtemp(prefix="localstack-")
-    port = _free_port(4566) if not persist else _free_port(0)
+    port = _free_port(port)
     try:
         return _start_host(port, workdir, services, persist=persist, timeout=timeout)
     except BaseException:
@@ -164,12 +166,12 @@ def _start_host(port: int, workdir: str, services: str, persist: bool, timeout: 
     endpoint = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            break  # it could not start (its port taken meanwhile, say): whoever answers is not ours
         if healthy(endpoint, services.split(",")[0], timeout=1):
             return LocalStack(
                 endpoint, "host", pid=proc.pid, workdir=workdir, log_path=log_path, services=services, _proc=proc
             )
-        if proc.poll() is not None:
-            break
         time.sleep(0.3)
     _kill_group(proc.pid)
     tail = Path(log_path).read_text(errors="replace")[-3000:]
