@@ -1,5 +1,5 @@
 # The template's own commands. `make demo` scaffolds and runs a demo worker; `make test`
-# runs the whole suite (what CI runs).
+# runs the whole suite, the engine's included (what CI runs).
 PYTHON ?= python3
 VENV := .venv
 UV := $(VENV)/bin/uv
@@ -26,7 +26,7 @@ tools:
 	  else echo "promtool not found: alert rules get a structure check only (apt-get install prometheus)"; fi; }
 
 test: install tools
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/pytest -n $(JOBS) --dist loadgroup tests
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/pytest -n $(JOBS) --dist loadgroup tests engine/tests
 
 demo: install
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/python scripts/demo.py

@@ -467,7 +467,7 @@ def markdown(results: dict[str, Any], baseline: dict[str, Any] | None = None) ->
   in the generated worker's `async def` handler, `time.sleep` in the threaded ones); CPU-like:
   sha256 over 1 MiB ({results["cpu_handler_seconds"] * 1000:.2f} ms here; the generated worker runs it as a plain
   `def`, in its thread pool, as the others run every handler).
-- **Counting.** Every contender's endpoint is the generated project's `tests/faultproxy.py` proxy
+- **Counting.** Every contender's endpoint is the engine's `engine/tests/faultproxy.py` proxy
   in front of LocalStack (with its per-client message tracking off, so that it parses nothing);
   SQS requests are the proxy's per-operation counts. Messages processed
   are read from the completion log. No figure comes from a contender's own account.

@@ -5,10 +5,11 @@
     python bench/run.py --quick    # a small run (minutes), same report
     python bench/run.py --smoke --out DIR   # tiny counts: checks the harness, not the figures
 
-It bakes the default service, installs it, finds or starts LocalStack the way the generated
-project's tests do, and runs every contender as its own process against fresh queues,
-behind one counting proxy (the generated project's tests/faultproxy.py) that every SQS
-request goes through. Contenders take turns within each scenario, so drift on a shared
+It bakes the default service, installs it (its worker is the engine, engine/, which the
+baked service depends on by path), finds or starts LocalStack as the suites do
+(sqs_worker_engine.localstack), and runs every contender as its own process against fresh
+queues, behind one counting proxy (the engine's tests/faultproxy.py) that every SQS request
+goes through. Contenders take turns within each scenario, so drift on a shared
 machine hits them all alike. bench/README.md describes the method; the report repeats it.
 """
 
@@ -47,6 +48,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
+ENGINE = ROOT / "engine"  # the worker engine every baked service runs on
 CONTENDERS_DIR = HERE / "contenders"
 sys.path.insert(0, str(CONTENDERS_DIR))
 sys.path.insert(0, str(HERE))
@@ -54,6 +56,7 @@ sys.path.insert(0, str(HERE))
 # From bench/ and bench/contenders/, put on the path above.
 import report
 from common import RECORD_BYTES, parse_handler
+from sqs_worker_engine import localstack
 
 REGION = "us-east-1"
 CONTENDERS = ("generated", "handloop", "threadpool", "celery")
@@ -824,11 +827,19 @@ def frame_file(frame: str) -> str:
     return match.group(1) if match else ""
 
 
+ENGINE_PACKAGE = "sqs_worker_engine"
+# The engine's command line: its frames hold the event loop (every sample of the main
+# thread), so inclusive of their calls they say nothing; left out of the worker's own list.
+ENGINE_ENTRY = (f"{ENGINE_PACKAGE}/entry.py", f"{ENGINE_PACKAGE}/cli.py")
+
+
 def frame_area(frame: str, package: str) -> str:
     path = frame_file(frame)
-    if path.startswith(f"{package}/runtime/"):
+    # The engine is installed into the service's virtualenv (py-spy gives
+    # `sqs_worker_engine/...`); were it run from a checkout, its path would hold the same.
+    if path.startswith(f"{ENGINE_PACKAGE}/") or f"/{ENGINE_PACKAGE}/" in path:
         return "worker runtime"
-    if path.startswith(f"{package}/"):
+    if path.startswith(f"{package}/") or f"/src/{package}/" in path:
         return "service package"
     if path.startswith(("generated_handlers", "common")):
         return "bench handler"
@@ -853,7 +864,7 @@ def summarise_profile(raw: str, package: str) -> dict[str, Any]:
         own[frames[-1]] += count
         areas[frame_area(frames[-1], package)] += count
         for frame in set(frames):
-            if frame_area(frame, package) == "worker runtime":
+            if frame_area(frame, package) == "worker runtime" and not frame_file(frame).endswith(ENGINE_ENTRY):
                 runtime[frame] += count
         # What the event loop was running: the frame under the innermost Handle._run.
         loop = max((i for i, f in enumerate(frames) if f.startswith("Handle._run ")), default=None)
@@ -901,11 +912,31 @@ def bake(into: Path) -> Path:
     result = subprocess.run(["make", "install"], cwd=project, env=env, capture_output=True, text=True, check=False)
     if result.returncode != 0:
         raise SystemExit(f"make install failed in the baked project:\n{result.stdout}{result.stderr}")
+    uv = shutil.which("uv", path=env["PATH"]) or "uv"
+    # The service installs this checkout's engine/ by path, and uv reuses a wheel it built
+    # earlier from that path unless engine/pyproject.toml changed: rebuild it, so that the
+    # worker measured is the engine as it is now.
+    result = subprocess.run(
+        [
+            uv,
+            "sync",
+            "--quiet",
+            *(["--locked"] if (project / "uv.lock").exists() else []),
+            "--reinstall-package",
+            "sqs-worker-engine",
+        ],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if result.returncode != 0:
+        raise SystemExit(f"reinstalling the engine into the baked project failed:\n{result.stdout}{result.stderr}")
     # The contenders all run on the service's interpreter; Celery at the version this
     # repository locks (its bench group), next to the service's own botocore.
     from importlib.metadata import version
 
-    uv = shutil.which("uv", path=env["PATH"]) or "uv"
     pins = [f"celery[sqs]=={version('celery')}", f"kombu=={version('kombu')}"]
     result = subprocess.run(
         [uv, "pip", "install", "--quiet", "--python", str(project / ".venv" / "bin" / "python"), *pins],
@@ -929,7 +960,7 @@ def package_name(project: Path) -> str:
 def machine(bench: Bench, endpoint: str) -> dict[str, Any]:
     code = (
         "import sys, json, importlib.metadata as m\n"
-        "names = ['boto3', 'botocore', 'aiobotocore', 'celery', 'kombu', 'pycurl']\n"
+        "names = ['sqs-worker-engine', 'boto3', 'botocore', 'aiobotocore', 'celery', 'kombu', 'pycurl']\n"
         "print(json.dumps({'python': sys.version.split()[0], **{n: m.version(n) for n in names}}))\n"
     )
     versions = json.loads(subprocess.run([bench.python, "-c", code], capture_output=True, text=True, check=True).stdout)
@@ -947,7 +978,7 @@ def machine(bench: Bench, endpoint: str) -> dict[str, Any]:
     git = ["git", "-C", str(ROOT)]
     revision = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False)
     changed = subprocess.run(
-        [*git, "status", "--porcelain", "--", "{{cookiecutter.project_slug}}"],
+        [*git, "status", "--porcelain", "--", "{{cookiecutter.project_slug}}", "engine/src", "engine/pyproject.toml"],
         capture_output=True,
         text=True,
         check=False,
@@ -989,8 +1020,7 @@ def run(
             log("baking the default service and installing it (make install)")
             project = bake(scratch)
         package = package_name(project)
-        localstack = load_module("bench_localstack", project / "tests" / "localstack.py")
-        faultproxy = load_module("bench_faultproxy", project / "tests" / "faultproxy.py")
+        faultproxy = load_module("bench_faultproxy", ENGINE / "tests" / "faultproxy.py")
         ls = localstack.ensure()
         stack.callback(ls.stop)  # stops it only if it was started here
         log(f"LocalStack ({ls.mode}) ready")

@@ -19,8 +19,14 @@ from urllib.parse import unquote
 # Rendered by Jinja before it runs; percent-encoded JSON so no answer can alter this code.
 ENCODED_ANSWERS = "{{ cookiecutter | tojson | urlencode }}"
 
+# Where this bake came from, for `cruft update` (rendered by the template's Jinja extension).
+TEMPLATE_ORIGIN = unquote("{{ template_origin(cookiecutter) | urlencode }}")
+TEMPLATE_COMMIT = "{{ template_commit() }}"
+# Answers that describe this machine, not the service: kept out of .cruft.json.
+LOCAL_KEYS = ("_output_dir", "_repo_dir", "_checkout", "_template")
+
 # Files that only make sense with Powertools idempotency (DynamoDB).
-IDEMPOTENCY_FILES = ("src/{package}/idempotency.py", "tests/integration/test_idempotency.py")
+IDEMPOTENCY_FILES = ("src/{package}/idempotency.py", "tests/test_idempotency.py")
 DEPLOY_DIRS = {"ecs": "deploy/ecs", "eks": "deploy/k8s"}
 
 
@@ -53,6 +59,29 @@ def prune_empty_dirs(root: Path) -> None:
                 path.rmdir()
         except OSError as exc:
             warn(f"could not remove empty directory {path.relative_to(root)}: {exc}")
+
+
+def record_origin(root: Path, answers: dict[str, object]) -> None:
+    """Write .cruft.json (answers, template and commit), so `cruft update` can bring template
+    changes in later. `cruft create` writes its own; this covers plain `cookiecutter`."""
+    path = root / ".cruft.json"
+    if path.exists() or not TEMPLATE_COMMIT:
+        return
+    state = {
+        "template": TEMPLATE_ORIGIN,
+        "commit": TEMPLATE_COMMIT,
+        "checkout": None,
+        "context": {
+            "cookiecutter": {
+                **{k: v for k, v in answers.items() if k not in LOCAL_KEYS},
+                "_template": TEMPLATE_ORIGIN,  # as `cruft create` records them
+                "_commit": TEMPLATE_COMMIT,
+            }
+        },
+        "directory": None,
+        "skip": [],  # pyproject.toml's [tool.cruft] lists what updates leave alone
+    }
+    path.write_text(json.dumps(state, indent=2) + "\n")
 
 
 def lock_dependencies(root: Path) -> None:
@@ -106,6 +135,10 @@ def main() -> int:
         prune_empty_dirs(root)
     except Exception as exc:  # noqa: BLE001
         warn(f"could not prune empty directories ({exc!r})")
+    try:
+        record_origin(root, answers)
+    except Exception as exc:  # noqa: BLE001
+        warn(f"could not write .cruft.json ({exc!r}); `cruft link` can add it later")
     try:
         lock_dependencies(root)
     except Exception as exc:  # noqa: BLE001

@@ -9,11 +9,13 @@ each, naming the variable, the value and what is allowed.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import keyword
 import re
 import sys
 from collections.abc import Callable
+from types import ModuleType
 from urllib.parse import unquote
 
 # Cookiecutter renders this file with Jinja before running it. The answers arrive as JSON,
@@ -21,14 +23,26 @@ from urllib.parse import unquote
 # string literal early or change this program; it also keeps the file plain Python for ruff.
 ENCODED_ANSWERS = "{{ cookiecutter | tojson | urlencode }}"
 
-# SQS limits (CreateQueue / RedrivePolicy API reference).
-SQS_MAX_NAME = 80
-SQS_MAX_VISIBILITY = 43_200  # 12 h: also the cap on a message's total visibility
-SQS_MAX_RECEIVE_COUNT = 1000
-FIFO_SUFFIX = ".fifo"
-DLQ_SUFFIX = "-dlq"
-# ECS rejects a container stopTimeout above 120 s (Fargate and the EC2 agent alike).
-ECS_MAX_STOP_TIMEOUT = 120
+# SQS and platform limits, and the DLQ naming rule: the engine's own `limits.py`, the one
+# place they are stated (rendered as a path by the template's Jinja extension).
+LIMITS_FILE = unquote("{{ limits_file | urlencode }}")
+
+
+def _load_limits() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("sqs_worker_engine_limits", LIMITS_FILE)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+LIMITS = _load_limits()
+SQS_MAX_NAME = LIMITS.MAX_QUEUE_NAME
+SQS_MAX_VISIBILITY = LIMITS.MAX_VISIBILITY_SECONDS  # 12 h: also the cap on a message's total visibility
+SQS_MAX_RECEIVE_COUNT = LIMITS.MAX_RECEIVE_COUNT
+FIFO_SUFFIX = LIMITS.FIFO_SUFFIX
+ECS_MAX_STOP_TIMEOUT = LIMITS.ECS_MAX_STOP_TIMEOUT
+GRACE_MARGIN = LIMITS.GRACE_MARGIN_SECONDS
 # A non-root container cannot bind below 1024; LocalStack owns 4566 in `make dev`/`make up`.
 LOCALSTACK_PORT = 4566
 
@@ -56,6 +70,7 @@ SHADOWED_MODULES = frozenset(
         "pydantic_core",
         "pydantic_settings",
         "pytest",
+        "sqs_worker_engine",
         "ruff",
         "tests",
         "typing_extensions",
@@ -252,9 +267,9 @@ def check_queue_name(problems: Problems, answers: dict[str, object]) -> None:
             f"is {len(value)} characters; SQS allows at most {SQS_MAX_NAME}, '.fifo' included",
         )
         return
-    dlq = base + DLQ_SUFFIX + (FIFO_SUFFIX if fifo else "")
+    dlq = LIMITS.dlq_name(value)
     if len(dlq) > SQS_MAX_NAME:
-        longest_base = SQS_MAX_NAME - len(DLQ_SUFFIX) - (len(FIFO_SUFFIX) if fifo else 0)
+        longest_base = SQS_MAX_NAME - (len(dlq) - len(base))
         problem(
             problems,
             "queue_name",
@@ -312,13 +327,7 @@ def check_grace_period(problems: Problems, answers: dict[str, object], shutdown:
     """ECS stopTimeout and Kubernetes terminationGracePeriodSeconds are shutdown + margin."""
     if answers.get("deploy_target") not in ECS_TARGETS:
         return  # Kubernetes has no cap on terminationGracePeriodSeconds
-    raw_margin = answers.get("_grace_margin_seconds")
-    if isinstance(raw_margin, int) and not isinstance(raw_margin, bool):
-        raw_margin = str(raw_margin)
-    if not isinstance(raw_margin, str) or not CANONICAL_INT_RE.fullmatch(raw_margin) or len(raw_margin) > 6:
-        problem(problems, "_grace_margin_seconds", raw_margin, "must be a whole number of seconds")
-        return
-    margin = int(raw_margin)
+    margin = GRACE_MARGIN
     if shutdown + margin > ECS_MAX_STOP_TIMEOUT:
         most = ECS_MAX_STOP_TIMEOUT - margin
         problem(

@@ -25,6 +25,7 @@ from typing import Any
 
 import boto3
 from cookiecutter.main import cookiecutter
+from sqs_worker_engine import localstack  # the engine's LocalStack finder/starter (the suites' too)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -47,12 +48,9 @@ def main() -> int:
     env = {**os.environ, "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test"}
     env.pop("VIRTUAL_ENV", None)
 
-    say("make install  (uv sync: the service and its dev tools)")
+    say("make install  (uv sync: the service, the worker engine it runs on, its dev tools)")
     subprocess.run(["make", "install"], cwd=project, env=env, check=True)
     python = str(project / ".venv" / "bin" / "python")
-
-    sys.path.insert(0, str(project / "tests"))
-    import localstack  # the generated project's own LocalStack finder/starter
 
     say("LocalStack: using AWS_ENDPOINT_URL, a running one, Docker, or LocalStack's runtime on this machine")
     ls = localstack.ensure()

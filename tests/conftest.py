@@ -7,31 +7,20 @@ creates queues with unique names, so bakes can run in parallel.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 from cookiecutter.main import cookiecutter
+from sqs_worker_engine import localstack
 
 ROOT = Path(__file__).resolve().parents[1]
 TEMPLATE = ROOT / "{{cookiecutter.project_slug}}"
 _STATE: dict[str, Any] = {}
-
-
-def load_localstack() -> ModuleType:
-    """The generated project's LocalStack manager: the template uses the same mechanism."""
-    spec = importlib.util.spec_from_file_location("template_localstack", TEMPLATE / "tests" / "localstack.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 def tool_env(**extra: str) -> dict[str, str]:
@@ -77,7 +66,6 @@ def run(cmd: list[str], cwd: Path, timeout: float = 900, **env: str) -> subproce
 def pytest_configure(config: pytest.Config) -> None:
     if hasattr(config, "workerinput") or os.environ.get("TEMPLATE_TESTS_NO_LOCALSTACK"):
         return  # xdist workers inherit the endpoint from the controller
-    localstack = load_localstack()
     ls = localstack.ensure()
     _STATE["localstack"] = ls
     os.environ["AWS_ENDPOINT_URL"] = ls.endpoint

@@ -1,27 +1,28 @@
-"""Fixtures. Integration tests talk to a real LocalStack: one already reachable through
-AWS_ENDPOINT_URL, else one started for the session (Docker, or LocalStack's runtime on the
-host), see `localstack.py`. Every test makes its own queues, so nothing leaks between them."""
+"""Fixtures. The end-to-end test talks to a real LocalStack: the one AWS_ENDPOINT_URL names,
+else one on 127.0.0.1:4566, else one started for the session (Docker, or LocalStack's own
+runtime from PyPI) by the engine's `sqs_worker_engine.localstack`."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from pathlib import Path
 
+{% if cookiecutter.use_idempotency == "yes" -%}
+import boto3
+{% endif -%}
 import pytest
+{%- if cookiecutter.use_idempotency == "yes" %}
+from moto.server import ThreadedMotoServer
+{%- endif %}
+from sqs_worker_engine import localstack
+{%- if cookiecutter.use_idempotency == "yes" %}
 
-from . import localstack
-from .support import Sqs
+from {{ cookiecutter.package_name }}.idempotency import IdempotencySettings
+{%- endif %}
 
 # LocalStack accepts any credentials; never let a test pick up real ones.
 os.environ.setdefault("AWS_ACCESS_KEY_ID", "test")
 os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "test")
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        if f"{os.sep}integration{os.sep}" in str(item.path):
-            item.add_marker(pytest.mark.integration)
 
 
 @pytest.fixture(scope="session")
@@ -29,15 +30,38 @@ def localstack_endpoint() -> Iterator[str]:
     ls = localstack.ensure()
     yield ls.endpoint
     ls.stop()
+{%- if cookiecutter.use_idempotency == "yes" %}
 
 
-@pytest.fixture
-def sqs(localstack_endpoint: str) -> Iterator[Sqs]:
-    client = Sqs(localstack_endpoint)
-    yield client
-    client.cleanup()
+_MOTO: dict[str, ThreadedMotoServer] = {}
 
 
-@pytest.fixture
-def health_file(tmp_path: Path) -> str:
-    return str(tmp_path / "worker.progress")
+def pytest_configure(config: pytest.Config) -> None:
+    """DynamoDB for the idempotency records, from moto's server (SQS stays on LocalStack).
+    Started before the tests are imported: the handlers' persistence layer makes its
+    DynamoDB client when `handlers.py` is imported."""
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0)
+    server.start()
+    _MOTO["server"] = server
+    host, port = server.get_host_and_port()
+    endpoint = f"http://{host}:{port}"
+    os.environ["AWS_ENDPOINT_URL_DYNAMODB"] = endpoint
+    table = IdempotencySettings().table  # IDEMPOTENCY_TABLE, or the service's default
+    boto3.client("dynamodb", endpoint_url=endpoint, region_name="{{ cookiecutter.aws_region }}").create_table(
+        TableName=table,
+        KeySchema=[{"AttributeName": "id", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "id", "AttributeType": "S"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    server = _MOTO.pop("server", None)
+    if server is not None:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def dynamodb() -> str:
+    return os.environ["AWS_ENDPOINT_URL_DYNAMODB"]
+{%- endif %}

@@ -9,6 +9,8 @@ Map each queue in WORKER_QUEUES to a handler with `@router.handler(queue)`:
   payload fail its model) and it goes to the dead-letter queue with the error recorded.
   Raise anything else and it is retried with backoff, until SQS dead-letters it after
   maxReceiveCount deliveries.
+- `tests/test_handlers.py` shows how to test a handler without AWS
+  (`sqs_worker_engine.testing.run_handler`).
 - Delivery is at-least-once: a crash or SIGKILL mid-job means the message runs again.
   Make handlers idempotent (upsert rather than insert, key side effects on `job.id` or a
   business key, check before you send an email twice).
@@ -23,14 +25,14 @@ from __future__ import annotations
 import asyncio
 
 from pydantic import BaseModel, Field
+from sqs_worker_engine import Job, NonRetryableError, Router
+{%- if cookiecutter.use_idempotency == "yes" %}
 
-{% if cookiecutter.use_idempotency == "yes" -%}
 from .idempotency import once
-{% endif -%}
-from .runtime import Job, NonRetryableError, Router
+{%- endif %}
 
 router = Router()
-# The queue this handler serves (also the default of WORKER_QUEUES, in settings.py and deploy/).
+# The queue this handler serves (also the default of WORKER_QUEUES, in service.py and deploy/).
 QUEUE = "{{ cookiecutter.queue_name }}"
 
 
@@ -39,7 +41,12 @@ class Task(BaseModel):
 
     task_id: str = Field(min_length=1)
     work_ms: int = Field(default=0, ge=0, le=3_600_000)
-    fail: bool = False
+    fail: bool = False  # fail for good: straight to the dead-letter queue
+    fail_attempts: int = Field(default=0, ge=0)  # fail (retryably) on the first N deliveries
+
+
+class TransientError(Exception):
+    """A failure worth retrying (a timeout, a 503): any exception but NonRetryableError is one."""
 
 
 @router.handler(QUEUE, payload=Task)
@@ -47,6 +54,8 @@ async def handle_task(job: Job[Task]) -> None:
     task = job.payload
     if task.fail:
         raise NonRetryableError(f"task {task.task_id} asked to fail")
+    if job.receive_count <= task.fail_attempts:
+        raise TransientError(f"task {task.task_id} fails on delivery {job.receive_count} of {task.fail_attempts}")
     job.progress(0, "started")
     # Your work goes here. Sleep in steps so a shutdown can stop it at a checkpoint.
     remaining = task.work_ms / 1000
@@ -79,5 +88,5 @@ def record_completion(task: Task) -> dict[str, str]:
 #         return await conn.fetchval("select 1") == 1
 #
 # With DB_POOL_SIZE set, feed the db_pool_in_use gauge from your pool's hooks:
-#     from .runtime import set_db_pool_in_use
+#     from sqs_worker_engine import set_db_pool_in_use
 #     set_db_pool_in_use(pool.get_size() - pool.get_idle_size())

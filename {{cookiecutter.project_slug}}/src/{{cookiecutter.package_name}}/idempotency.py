@@ -21,12 +21,32 @@ from aws_lambda_powertools.utilities.idempotency import (
     idempotent_function,
 )
 from botocore.config import Config
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+from sqs_worker_engine import load_settings
 
-from .settings import load_settings
+from .service import SERVICE
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-_settings = load_settings().settings
+
+class IdempotencySettings(BaseSettings):
+    """IDEMPOTENCY_TABLE and IDEMPOTENCY_TTL_SECONDS, validated like the engine's settings."""
+
+    model_config = SettingsConfigDict(frozen=True, extra="ignore", populate_by_name=True)
+
+    table: str = Field(
+        default="{{ cookiecutter.project_slug }}-idempotency",
+        min_length=3,
+        max_length=255,
+        pattern=r"^[A-Za-z0-9_.-]+$",  # DynamoDB's table names
+        validation_alias="IDEMPOTENCY_TABLE",
+    )
+    ttl_seconds: int = Field(default=86_400, ge=60, le=30 * 86_400, validation_alias="IDEMPOTENCY_TTL_SECONDS")
+
+
+_worker = load_settings(service=SERVICE).settings
+_settings = IdempotencySettings()
 
 
 class _JobDeadline:
@@ -46,15 +66,15 @@ def once(key: str) -> Callable[[F], F]:
     config = IdempotencyConfig(
         event_key_jmespath=key,
         raise_on_no_idempotency_key=True,
-        expires_after_seconds=_settings.idempotency_ttl_seconds,
+        expires_after_seconds=_settings.ttl_seconds,
     )
-    config.register_lambda_context(_JobDeadline(_settings.job_timeout_ms))  # type: ignore[arg-type]
+    config.register_lambda_context(_JobDeadline(_worker.job_timeout_ms))  # type: ignore[arg-type]
     # One persistence layer per function: Powertools configures a layer once, with the
     # first function's key, and would apply it to every other function sharing it.
     # Same region as the queues unless AWS_REGION says otherwise; AWS_ENDPOINT_URL_DYNAMODB
     # points it elsewhere (a local DynamoDB in tests).
     persistence = DynamoDBPersistenceLayer(
-        table_name=_settings.idempotency_table, boto_config=Config(region_name=_settings.aws_region)
+        table_name=_settings.table, boto_config=Config(region_name=_worker.aws_region)
     )
 
     def wrap(fn: F) -> F:

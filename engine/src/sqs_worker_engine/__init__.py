@@ -1,0 +1,64 @@
+"""sqs-worker-engine: an asyncio SQS worker that leases, heartbeats, settles and drains.
+
+A service registers its handlers on a `Router` and runs `entry.main(ServiceDefaults(...))`;
+see the README for the whole public API.
+
+The names below are imported on first use (PEP 562), so that `sqs_worker_engine.entry`
+can catch a stop signal before the heavy dependencies load.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .errors import JobCancelled, NonRetryableError, PayloadError
+    from .job import Job
+    from .metrics import set_db_pool_in_use
+    from .router import Router
+    from .settings import ConfigError, ServiceDefaults, WorkerConfig, load_settings
+    from .worker import Worker, WorkerState
+
+_EXPORTS = {
+    "ConfigError": "settings",
+    "Job": "job",
+    "JobCancelled": "errors",
+    "NonRetryableError": "errors",
+    "PayloadError": "errors",
+    "Router": "router",
+    "ServiceDefaults": "settings",
+    "Worker": "worker",
+    "WorkerConfig": "settings",
+    "WorkerState": "worker",
+    "load_settings": "settings",
+    "set_db_pool_in_use": "metrics",
+}
+__all__ = [
+    "ConfigError",
+    "Job",
+    "JobCancelled",
+    "NonRetryableError",
+    "PayloadError",
+    "Router",
+    "ServiceDefaults",
+    "Worker",
+    "WorkerConfig",
+    "WorkerState",
+    "__version__",
+    "load_settings",
+    "set_db_pool_in_use",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "__version__":
+        from ._version import ENGINE_VERSION
+
+        return ENGINE_VERSION
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'sqs_worker_engine' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value

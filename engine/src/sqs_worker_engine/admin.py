@@ -1,0 +1,88 @@
+"""Operator tasks that are not the worker loop: creating queues, looking into the DLQ."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from .limits import MAX_RETENTION_SECONDS as RETENTION_SECONDS  # the DLQ keeps messages as long as SQS allows
+from .limits import dlq_name
+from .settings import WorkerConfig
+from .sqs import SQSClient, create_client, describe_queue
+
+
+async def ensure_queue(client: SQSClient, name: str, attributes: dict[str, str]) -> str:
+    """CreateQueue, or bring an existing queue's attributes in line (idempotent)."""
+    try:
+        return (await client.create_queue(QueueName=name, Attributes=attributes))["QueueUrl"]  # type: ignore[arg-type]
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") not in ("QueueAlreadyExists", "QueueNameExists"):
+            raise
+    url = (await client.get_queue_url(QueueName=name))["QueueUrl"]
+    mutable = {k: v for k, v in attributes.items() if k not in ("FifoQueue",)}
+    await client.set_queue_attributes(QueueUrl=url, Attributes=mutable)  # type: ignore[arg-type]
+    return url
+
+
+async def queue_arn(client: SQSClient, url: str) -> str:
+    attrs = await client.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])
+    return attrs["Attributes"]["QueueArn"]
+
+
+async def bootstrap_queues(config: WorkerConfig, max_receive_count: int) -> list[str]:
+    s = config.settings
+    report = []
+    async with create_client(s.aws_region, s.aws_endpoint_url, 4) as client:
+        for q in config.queues:
+            common = {"SqsManagedSseEnabled": "true"}
+            if q.fifo:
+                common["FifoQueue"] = "true"
+            dlq = dlq_name(q.name)
+            dlq_url = await ensure_queue(client, dlq, {**common, "MessageRetentionPeriod": str(RETENTION_SECONDS)})
+            dlq_arn = await queue_arn(client, dlq_url)
+            url = await ensure_queue(
+                client,
+                q.name,
+                {
+                    **common,
+                    "VisibilityTimeout": str(q.visibility_timeout_seconds),
+                    "ReceiveMessageWaitTimeSeconds": "20",
+                    "RedrivePolicy": json.dumps(
+                        {"deadLetterTargetArn": dlq_arn, "maxReceiveCount": str(max_receive_count)}
+                    ),
+                },
+            )
+            arn = await queue_arn(client, url)
+            allow = json.dumps({"redrivePermission": "byQueue", "sourceQueueArns": [arn]})
+            await client.set_queue_attributes(QueueUrl=dlq_url, Attributes={"RedriveAllowPolicy": allow})
+            report.append(f"queue {q.name}: {url} (DLQ {dlq} after {max_receive_count} receives)")
+    return report
+
+
+async def resolve_dlq(client: SQSClient, queue: str) -> tuple[str, str, str, str, bool]:
+    """(source url, source arn, dlq url, dlq arn, fifo) from the queue's RedrivePolicy."""
+    info = await describe_queue(client, queue)
+    if info.dlq_url is None:
+        raise LookupError(f"queue {queue!r} has no RedrivePolicy, so no dead-letter queue")
+    return info.url, info.arn, info.dlq_url, await queue_arn(client, info.dlq_url), info.fifo
+
+
+async def peek(client: SQSClient, dlq_url: str, count: int) -> list[dict[str, Any]]:
+    """Look at up to `count` DLQ messages without taking them (visibility 0)."""
+    seen: dict[str, dict[str, Any]] = {}
+    for _ in range(max(3, count // 5)):
+        resp = await client.receive_message(
+            QueueUrl=dlq_url,
+            MaxNumberOfMessages=min(10, count),
+            VisibilityTimeout=0,
+            WaitTimeSeconds=1,
+            MessageAttributeNames=["All"],
+            MessageSystemAttributeNames=["All"],
+        )
+        for message in resp.get("Messages", []):
+            seen.setdefault(message["MessageId"], dict(message))
+        if len(seen) >= count or not resp.get("Messages"):
+            break
+    return list(seen.values())[:count]

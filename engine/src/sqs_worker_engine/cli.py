@@ -1,0 +1,249 @@
+"""The service's command line, built for it: `python -m <service> <command>`.
+
+A service's `__main__` is `sys.exit(cli.main(SERVICE))`, where SERVICE is its
+`ServiceDefaults` (name, version, command and the defaults of its environment).
+
+run          run the worker until SIGTERM/SIGINT
+send         enqueue test messages
+bootstrap    create the queues and their DLQs (idempotent)
+config       print the validated effective configuration (secrets redacted)
+healthcheck  liveness as an exit code (for ECS health checks and exec probes)
+redrive      move DLQ messages back to their queue (StartMessageMoveTask, or a safe copy)
+dlq peek     show DLQ messages and their recorded errors without taking them
+dlq purge    delete everything in the DLQ (asks first)
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import sys
+import uuid
+from collections.abc import Sequence
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from . import entry
+from .health import check_file
+from .settings import ConfigError, ServiceDefaults, WorkerConfig, load_settings
+
+EXIT_CONFIG = 2
+EXIT_STARTUP = 3
+
+
+def main(service: ServiceDefaults | None = None, argv: Sequence[str] | None = None) -> int:
+    """Parse `argv`, load the settings over `service`'s defaults, run the command; the exit code."""
+    service = service or ServiceDefaults()
+    parser = build_parser(service.command)
+    args = parser.parse_args(argv)
+    if args.command != "run":
+        entry.restore_default_signals()  # only `run` drains; anything else just stops
+    try:
+        config = load_settings(service=service)
+    except ConfigError as exc:
+        print(f"{parser.prog}: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    handler = COMMANDS[args.command]
+    try:
+        return handler(config, args)
+    except ConfigError as exc:
+        print(f"{parser.prog}: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    except (LookupError, ClientError, BotoCoreError) as exc:
+        print(f"{parser.prog} {args.command}: {exc}", file=sys.stderr)
+        return 1
+
+
+def build_parser(prog: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("run", help="run the worker until SIGTERM/SIGINT")
+    send = sub.add_parser("send", help="enqueue test messages")
+    send.add_argument("--queue", help="queue name (default: the first of WORKER_QUEUES)")
+    send.add_argument("--count", type=int, default=10)
+    send.add_argument("--body", help="message body; default: a demo task as JSON")
+    send.add_argument("--work-ms", type=int, default=200, help="demo task duration")
+    send.add_argument("--group", default="demo", help="MessageGroupId (FIFO queues)")
+    boot = sub.add_parser("bootstrap", help="create the queues and their DLQs (idempotent)")
+    boot.add_argument("--max-receive-count", type=int, help="default: WORKER_MAX_RECEIVE_COUNT")
+    sub.add_parser("config", help="print the effective configuration")
+    health = sub.add_parser("healthcheck", help="exit 0 if the worker makes progress, 1 if stalled")
+    health.add_argument("--stalled-after", type=float, help="seconds; default: WORKER_STALLED_AFTER_SECONDS")
+    redrive = sub.add_parser("redrive", help="move DLQ messages back to their source queue")
+    redrive.add_argument("--queue", help="source queue (default: the first of WORKER_QUEUES)")
+    redrive.add_argument("--rate", type=int, help="messages per second (1-500)")
+    redrive.add_argument("--cancel", action="store_true", help="cancel a running move task")
+    redrive.add_argument("--copy", action="store_true", help="copy in batches instead of StartMessageMoveTask")
+    dlq = sub.add_parser("dlq", help="look into or empty the DLQ")
+    dlq_sub = dlq.add_subparsers(dest="dlq_command", required=True)
+    peek = dlq_sub.add_parser("peek", help="show DLQ messages with their recorded errors, without taking them")
+    peek.add_argument("--queue", help="source queue (default: the first of WORKER_QUEUES)")
+    peek.add_argument("--count", type=int, default=10)
+    purge = dlq_sub.add_parser("purge", help="delete every message in the DLQ")
+    purge.add_argument("--queue", help="source queue (default: the first of WORKER_QUEUES)")
+    purge.add_argument("--yes", action="store_true", help="do not ask")
+    return parser
+
+
+def cmd_run(config: WorkerConfig, args: argparse.Namespace) -> int:
+    from . import logs
+    from .worker import StartupError, Worker, load_router
+
+    if not config.settings.handlers:
+        raise ConfigError([("WORKER_HANDLERS", "name the Router to serve, as package.module:attribute")])
+    logs.configure(config.settings.service_name, config.settings.log_level)
+    router = load_router(config.settings.handlers)
+    worker = Worker(config, router)
+    try:
+        asyncio.run(worker.run(handle_signals=True))
+    except StartupError as exc:
+        logging.getLogger(__name__).error("cannot start: %s", exc)
+        return EXIT_STARTUP
+    stuck = worker.stuck_threads()
+    if stuck:
+        # A thread cannot be interrupted; its message was already released. Exit anyway.
+        logging.getLogger(__name__).warning("exiting with %d handler thread(s) still running", stuck)
+        logging.shutdown()
+        sys.stdout.flush()
+        os._exit(0)
+    return 0
+
+
+def cmd_send(config: WorkerConfig, args: argparse.Namespace) -> int:
+    from .sqs import create_client
+
+    queue = args.queue or config.queues[0].name
+    fifo = queue.endswith(".fifo")
+
+    async def send() -> int:
+        async with create_client(config.settings.aws_region, config.settings.aws_endpoint_url, 4) as client:
+            url = (await client.get_queue_url(QueueName=queue))["QueueUrl"]
+            sent = 0
+            while sent < args.count:
+                entries = []
+                for i in range(sent, min(sent + 10, args.count)):
+                    body = args.body or json.dumps({"task_id": f"demo-{i}", "work_ms": args.work_ms})
+                    entry: dict[str, object] = {"Id": str(i), "MessageBody": body}
+                    if fifo:
+                        entry["MessageGroupId"] = args.group
+                        entry["MessageDeduplicationId"] = uuid.uuid4().hex
+                    entries.append(entry)
+                resp = await client.send_message_batch(QueueUrl=url, Entries=entries)  # type: ignore[arg-type]
+                if resp.get("Failed"):
+                    print(f"send failed: {resp['Failed']}", file=sys.stderr)
+                    return 1
+                sent += len(entries)
+            print(f"sent {sent} message(s) to {queue}")
+            return 0
+
+    return asyncio.run(send())
+
+
+def cmd_bootstrap(config: WorkerConfig, args: argparse.Namespace) -> int:
+    from .admin import bootstrap_queues
+
+    max_receive = args.max_receive_count or config.settings.max_receive_count
+    for line in asyncio.run(bootstrap_queues(config, max_receive)):
+        print(line)
+    return 0
+
+
+def cmd_config(config: WorkerConfig, args: argparse.Namespace) -> int:
+    print(json.dumps(config.describe(), indent=2, sort_keys=True))
+    return 0
+
+
+def cmd_healthcheck(config: WorkerConfig, args: argparse.Namespace) -> int:
+    ok, message = check_file(config.health_file, args.stalled_after or config.stalled_after)
+    print(message, file=sys.stdout if ok else sys.stderr)
+    return 0 if ok else 1
+
+
+def cmd_redrive(config: WorkerConfig, args: argparse.Namespace) -> int:
+    from . import admin, redrive
+    from .sqs import create_client
+
+    queue = args.queue or config.queues[0].name
+    if args.rate is not None and not 1 <= args.rate <= 500:
+        print(f"{config.service.command}: --rate must be within 1..500 (SQS's limit), got {args.rate}", file=sys.stderr)
+        return EXIT_CONFIG
+
+    async def go() -> int:
+        async with create_client(config.settings.aws_region, config.settings.aws_endpoint_url, 4) as client:
+            src_url, src_arn, dlq_url, dlq_arn, fifo = await admin.resolve_dlq(client, queue)
+            if args.cancel:
+                cancelled = await redrive.cancel_move(client, dlq_arn)
+                print("cancelled the running move task" if cancelled else "no move task is running")
+                return 0
+            dlq_name = dlq_arn.rsplit(":", 1)[-1]
+            if not args.copy:
+                try:
+                    # Always name the destination: SQS only knows the source of messages it
+                    # dead-lettered itself, not of those the worker sent there (non-retryable).
+                    await redrive.start_move(client, dlq_arn, src_arn, args.rate)
+                except Exception as exc:
+                    if not redrive.unsupported(exc):
+                        raise
+                    print(f"StartMessageMoveTask is not available here ({exc}); copying instead")
+                else:
+                    final = await redrive.wait_move(client, dlq_arn, redrive.print_progress)
+                    return 0 if final.status == "COMPLETED" else 1
+            journal = redrive.Journal(redrive.journal_path(dlq_name))
+            if journal.sent:
+                print(f"resuming: {len(journal.sent)} message(s) were copied by an interrupted run")
+            moved = await redrive.copy_back(
+                client,
+                dlq_url,
+                src_url,
+                fifo,
+                journal,
+                rate=args.rate,
+                report=lambda n: print(f"moved {n}", flush=True),
+            )
+            print(f"COMPLETED: moved {moved} message(s) from {dlq_name} to {queue}")
+            return 0
+
+    return asyncio.run(go())
+
+
+def cmd_dlq(config: WorkerConfig, args: argparse.Namespace) -> int:
+    from . import admin, redrive
+    from .sqs import create_client
+
+    queue = args.queue or config.queues[0].name
+
+    async def go() -> int:
+        async with create_client(config.settings.aws_region, config.settings.aws_endpoint_url, 4) as client:
+            _src_url, _src_arn, dlq_url, dlq_arn, _fifo = await admin.resolve_dlq(client, queue)
+            dlq_name = dlq_arn.rsplit(":", 1)[-1]
+            if args.dlq_command == "peek":
+                for message in await admin.peek(client, dlq_url, args.count):
+                    print(json.dumps(redrive.describe(message)))
+                return 0
+            if not args.yes:
+                prompt = f"Delete every message in {dlq_name}? Type its name to confirm: "
+                answer = await asyncio.to_thread(input, prompt)
+                if answer.strip() != dlq_name:
+                    print("not purged")
+                    return 1
+            await client.purge_queue(QueueUrl=dlq_url)
+            print(f"purged {dlq_name}")
+            return 0
+
+    return asyncio.run(go())
+
+
+COMMANDS = {
+    "run": cmd_run,
+    "send": cmd_send,
+    "bootstrap": cmd_bootstrap,
+    "config": cmd_config,
+    "healthcheck": cmd_healthcheck,
+    "redrive": cmd_redrive,
+    "dlq": cmd_dlq,
+}

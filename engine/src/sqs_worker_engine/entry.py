@@ -1,0 +1,78 @@
+"""The process entry point: `sys.exit(entry.main("my_service.service:SERVICE"))` in a
+service's `__main__`.
+
+A platform may stop a task at any moment, also while Python is still importing the
+worker's dependencies (a rolling deploy replacing a replica that has just started). With
+Python's default handler that SIGTERM kills the process with -15 before it could say
+anything. So the very first thing this module does, before the heavy imports, is to keep
+SIGTERM and SIGINT; the worker acts on a kept signal as soon as it can (it stops without
+receiving anything and exits 0); for any other command the signal acts as usual once
+the command line is parsed.
+Standard library only, and imported without the package's other modules.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Sequence
+from types import FrameType
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .settings import ServiceDefaults
+
+_early: list[int] = []
+
+
+def _keep(signum: int, _frame: FrameType | None) -> None:
+    _early.append(signum)
+
+
+def keep_stop_signals() -> None:
+    """Hold SIGTERM/SIGINT until the worker installs its own handlers."""
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, _keep)
+
+
+def take_early_signal() -> int | None:
+    """The first stop signal that arrived before the worker listened, if any (once)."""
+    if not _early:
+        return None
+    first = _early[0]
+    _early.clear()
+    return first
+
+
+def restore_default_signals() -> None:
+    """For commands other than `run`: signals act as usual again (a kept one now)."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    early = take_early_signal()
+    if early is not None:
+        signal.raise_signal(early)
+
+
+def main(service: ServiceDefaults | str | None = None, argv: Sequence[str] | None = None) -> int:
+    """Keep stop signals, then import and run the CLI; returns the exit code.
+
+    `service` may be given as "package.module:NAME" so that building it (pydantic and the
+    rest) also happens after the signals are kept: that is what a service's `__main__`
+    passes."""
+    keep_stop_signals()
+    from .cli import main as cli_main
+
+    if isinstance(service, str):
+        service = _resolve(service)
+    return cli_main(service, argv)
+
+
+def _resolve(reference: str) -> ServiceDefaults:
+    import importlib
+
+    from .settings import ServiceDefaults
+
+    module_name, _, attribute = reference.partition(":")
+    value = getattr(importlib.import_module(module_name), attribute)
+    if not isinstance(value, ServiceDefaults):
+        raise TypeError(f"{reference} is a {type(value).__name__}, not ServiceDefaults")
+    return value

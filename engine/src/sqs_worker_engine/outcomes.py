@@ -1,0 +1,26 @@
+"""What a handler's ending means for its message: a pure decision, shared by the pool and
+by `testing.run_handler`, so a unit test of a handler sees the outcome the worker acts on."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from .errors import JobCancelled, NonRetryableError
+
+# success: deleted. retry / timeout: visible again after a backoff. dead_letter: sent to
+# the DLQ with its reason. released: given back at once (shutdown). lease_lost: never
+# touched again (another delivery owns the message now).
+Outcome = Literal["success", "retry", "dead_letter", "timeout", "lease_lost", "released"]
+
+
+def classify(error: BaseException | None) -> Outcome:
+    """The outcome of a handler that returned (`error` None) or raised `error`."""
+    if error is None:
+        return "success"
+    if isinstance(error, NonRetryableError):
+        return "dead_letter"
+    if isinstance(error, JobCancelled) and error.reason == "shutdown":
+        return "released"
+    if isinstance(error, JobCancelled) and error.reason == "lease_lost":
+        return "lease_lost"
+    return "retry"

@@ -1,0 +1,436 @@
+"""Configuration, read from the environment and validated before the worker starts.
+
+Every knob an operator may need during an incident is an environment variable, so it can
+be tuned without a deploy. A bad value refuses to boot: `load_settings()` raises
+`ConfigError`, which names every offending variable at once, and the CLI turns it into a
+non-zero exit without a traceback.
+
+Per-queue overrides use `WORKER_QUEUE_<KEY>_<SETTING>`, where KEY is the queue name in
+upper case with every character other than A-Z and 0-9 replaced by `_`
+(`orders.fifo` -> `ORDERS_FIFO`). Settings: URL, CONCURRENCY, JOB_TIMEOUT_MS,
+VISIBILITY_TIMEOUT_SECONDS, POLLERS.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
+
+from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from .limits import MAX_QUEUE_NAME, MAX_VISIBILITY_SECONDS, MAX_WAIT_SECONDS
+
+# SQS's own rule for queue names (CreateQueue API reference).
+QUEUE_NAME_RE = re.compile(rf"^(?=.{{1,{MAX_QUEUE_NAME}}}$)[A-Za-z0-9_-]+(\.fifo)?$")
+QUEUE_OVERRIDE_PREFIX = "WORKER_QUEUE_"
+QUEUE_OVERRIDES = ("URL", "CONCURRENCY", "JOB_TIMEOUT_MS", "VISIBILITY_TIMEOUT_SECONDS", "POLLERS")
+
+
+@dataclass(frozen=True)
+class ServiceDefaults:
+    """What a service tells the engine about itself: its name and version (logs, metrics,
+    `OTEL_SERVICE_NAME`'s default), the command that runs it (for messages), and defaults
+    for environment variables (`{"WORKER_QUEUES": "orders", ...}`: the answers it was
+    generated with). A default is read exactly like the variable it stands for and
+    validated the same way; the environment always wins."""
+
+    name: str = "sqs-worker"
+    version: str = "0.0.0"
+    command: str = "python -m sqs_worker_engine"
+    environ: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.environ) - set(_ALIASES))
+        if unknown:
+            raise ValueError(f"ServiceDefaults.environ names unknown settings: {', '.join(unknown)}")
+
+
+class ConfigError(Exception):
+    """The environment holds values the worker refuses to start with."""
+
+    def __init__(self, problems: list[tuple[str, str]]) -> None:
+        self.problems = problems
+        lines = [f"  {var}: {msg}" for var, msg in problems]
+        super().__init__("invalid configuration:\n" + "\n".join(lines))
+
+
+class Settings(BaseSettings):
+    """Process-wide settings. Field aliases are the environment variable names."""
+
+    model_config = SettingsConfigDict(frozen=True, extra="ignore", populate_by_name=True)
+
+    queues: Annotated[list[str], NoDecode] = Field(default=[], validate_default=True, validation_alias="WORKER_QUEUES")
+    concurrency: int = Field(default=8, ge=1, le=1000, validation_alias="WORKER_CONCURRENCY")
+    job_timeout_ms: int = Field(
+        default=60_000,
+        ge=100,
+        le=MAX_VISIBILITY_SECONDS * 1000,
+        validation_alias="WORKER_JOB_TIMEOUT_MS",
+    )
+    shutdown_timeout_ms: int = Field(
+        default=90_000,
+        ge=100,
+        le=MAX_VISIBILITY_SECONDS * 1000,
+        validation_alias="WORKER_SHUTDOWN_TIMEOUT_MS",
+    )
+    visibility_timeout_seconds: int = Field(
+        default=30,
+        ge=2,
+        le=MAX_VISIBILITY_SECONDS,
+        validation_alias="WORKER_VISIBILITY_TIMEOUT_SECONDS",
+    )
+    heartbeat_fraction: float = Field(default=0.5, ge=0.1, le=0.9, validation_alias="WORKER_HEARTBEAT_FRACTION")
+    wait_time_seconds: int = Field(
+        default=MAX_WAIT_SECONDS, ge=0, le=MAX_WAIT_SECONDS, validation_alias="WORKER_WAIT_TIME_SECONDS"
+    )
+    pollers: int = Field(default=0, ge=0, le=100, validation_alias="WORKER_POLLERS")
+    # On shutdown, a long poll still waiting on an empty queue is cancelled so the worker
+    # exits at once. SQS does not notice: that abandoned poll can take a message arriving
+    # in the next WaitTimeSeconds and hide it for its visibility timeout. `true` waits the
+    # poll out instead (no message is ever held that way; an idle stop takes up to 20 s).
+    drain_polls: bool = Field(default=False, validation_alias="WORKER_DRAIN_POLLS")
+    retry_base_seconds: float = Field(
+        default=2.0, ge=0, le=MAX_VISIBILITY_SECONDS, validation_alias="WORKER_RETRY_BASE_SECONDS"
+    )
+    retry_max_seconds: float = Field(
+        default=300.0, ge=0, le=MAX_VISIBILITY_SECONDS, validation_alias="WORKER_RETRY_MAX_SECONDS"
+    )
+    ack_flush_ms: int = Field(default=100, ge=1, le=10_000, validation_alias="WORKER_ACK_FLUSH_MS")
+    max_receive_count: int = Field(default=5, ge=1, le=1000, validation_alias="WORKER_MAX_RECEIVE_COUNT")
+    process_pool_size: int = Field(default=0, ge=0, le=256, validation_alias="WORKER_PROCESS_POOL_SIZE")
+    # None: the service names none; `run` then requires WORKER_HANDLERS.
+    handlers: str | None = Field(default=None, validation_alias="WORKER_HANDLERS")
+    worker_id: str = Field(
+        default_factory=socket.gethostname, min_length=1, max_length=128, validation_alias="WORKER_ID"
+    )
+
+    metrics_host: str = Field(default="0.0.0.0", min_length=1, validation_alias="WORKER_METRICS_HOST")  # noqa: S104 - scraped from outside the container
+    metrics_port: int = Field(default=9102, ge=0, le=65535, validation_alias="WORKER_METRICS_PORT")
+    # Bounded: an absurd or infinite threshold would switch liveness off without a word.
+    stalled_after_seconds: float | None = Field(
+        default=None, gt=0, le=2 * MAX_VISIBILITY_SECONDS, validation_alias="WORKER_STALLED_AFTER_SECONDS"
+    )
+    health_file: str = Field(default="", validation_alias="WORKER_HEALTH_FILE")
+    backlog_sample_seconds: float = Field(default=30.0, ge=1, le=3600, validation_alias="WORKER_BACKLOG_SAMPLE_SECONDS")
+    scale_in_protection_minutes: int = Field(
+        default=5, ge=1, le=2880, validation_alias="WORKER_SCALE_IN_PROTECTION_MINUTES"
+    )
+    ecs_agent_uri: str | None = Field(default=None, validation_alias="ECS_AGENT_URI")
+
+    db_pool_size: int | None = Field(default=None, ge=1, le=100_000, validation_alias="DB_POOL_SIZE")
+    database_url: SecretStr | None = Field(default=None, validation_alias="DATABASE_URL")
+    service_name: str = Field(default="sqs-worker", min_length=1, validation_alias="OTEL_SERVICE_NAME")
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(default="INFO", validation_alias="LOG_LEVEL")
+    log_payloads: bool = Field(default=False, validation_alias="LOG_PAYLOADS")
+
+    aws_region: str = Field(
+        default="us-east-1",
+        pattern=r"^[a-z]{2}(-[a-z]+)+-\d+$",
+        validation_alias=AliasChoices("AWS_REGION", "AWS_DEFAULT_REGION"),
+    )
+    aws_endpoint_url: str | None = Field(default=None, validation_alias="AWS_ENDPOINT_URL")
+
+    @field_validator("queues", mode="before")
+    @classmethod
+    def _split_queues(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
+
+    @field_validator("queues")
+    @classmethod
+    def _check_queues(cls, value: list[str]) -> list[str]:
+        if not value:
+            raise ValueError("name at least one queue, e.g. WORKER_QUEUES=orders,receipts")
+        for name in value:
+            if not QUEUE_NAME_RE.match(name):
+                raise ValueError(f"{name!r} is not a valid SQS queue name (1-80 of A-Z a-z 0-9 - _, optional .fifo)")
+        if len(set(value)) != len(value):
+            raise ValueError("a queue is listed twice")
+        return value
+
+    @field_validator("aws_endpoint_url", "ecs_agent_uri")
+    @classmethod
+    def _check_url(cls, value: str | None) -> str | None:
+        if value in (None, ""):
+            return None
+        problem = http_url_problem(value)
+        if problem:
+            raise ValueError(problem)
+        return value
+
+    @field_validator("database_url")
+    @classmethod
+    def _check_database_url(cls, value: SecretStr | None) -> SecretStr | None:
+        # Readiness connects to its host and port: a port that is not one fails at boot.
+        if value is not None and "://" in value.get_secret_value():
+            try:
+                urlsplit(value.get_secret_value()).port  # noqa: B018 - raises ValueError for a bad port
+            except ValueError:
+                raise ValueError("the port in the URL is not a number within 0-65535") from None
+        return value
+
+    @field_validator("handlers")
+    @classmethod
+    def _check_handlers(cls, value: str | None) -> str | None:
+        if value is not None and not re.match(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$", value):
+            raise ValueError(f"{value!r} must look like package.module:attribute (the Router the worker serves)")
+        return value
+
+    @property
+    def job_timeout(self) -> float:
+        return self.job_timeout_ms / 1000
+
+    @property
+    def shutdown_timeout(self) -> float:
+        return self.shutdown_timeout_ms / 1000
+
+
+@dataclass(frozen=True)
+class QueueSettings:
+    """What one queue's pool runs with, after per-queue overrides."""
+
+    name: str
+    url: str | None
+    concurrency: int
+    job_timeout_ms: int
+    visibility_timeout_seconds: int
+    pollers: int
+
+    @property
+    def fifo(self) -> bool:
+        return self.name.endswith(".fifo")
+
+    @property
+    def job_timeout(self) -> float:
+        return self.job_timeout_ms / 1000
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    """Settings plus the resolved per-queue view: everything the runtime reads."""
+
+    settings: Settings
+    queues: tuple[QueueSettings, ...]
+    service: ServiceDefaults = field(default_factory=lambda: ServiceDefaults())
+
+    @property
+    def stalled_after(self) -> float:
+        """Liveness threshold: longer than any job may legitimately hold every slot."""
+        if self.settings.stalled_after_seconds is not None:
+            return self.settings.stalled_after_seconds
+        return max(q.job_timeout for q in self.queues) + 60
+
+    @property
+    def health_file(self) -> str:
+        return self.settings.health_file or default_health_file(self.settings.service_name)
+
+    def describe(self) -> dict[str, Any]:
+        """The effective configuration as printed at start-up and by `config`; secrets redacted."""
+        data = self.settings.model_dump(mode="json", by_alias=False)
+        if self.settings.database_url is not None:
+            data["database_url"] = redact_url(self.settings.database_url.get_secret_value())
+        if self.settings.aws_endpoint_url:
+            data["aws_endpoint_url"] = redact_url(self.settings.aws_endpoint_url)
+        if self.settings.ecs_agent_uri:
+            data["ecs_agent_uri"] = redact_url(self.settings.ecs_agent_uri)
+        data["queues"] = [
+            {
+                "name": q.name,
+                "url": q.url,
+                "concurrency": q.concurrency,
+                "job_timeout_ms": q.job_timeout_ms,
+                "visibility_timeout_seconds": q.visibility_timeout_seconds,
+                "pollers": q.pollers,
+                "fifo": q.fifo,
+            }
+            for q in self.queues
+        ]
+        data["stalled_after_seconds"] = self.stalled_after
+        data["health_file"] = self.health_file
+        return data
+
+
+def default_health_file(service_name: str) -> str:
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", service_name)
+    return os.path.join(os.environ.get("TMPDIR", "/tmp"), f"{safe}.progress")  # noqa: S108 - a tmpfs/emptyDir in containers
+
+
+# `scheme://user:password@host`: everything up to the last "@" of the authority, as urlsplit reads it.
+_USERINFO_PASSWORD = re.compile(r"(://[^/?#:@\s]*):[^/?#\s]*@")
+# `password=...` in a query string, a libpq keyword DSN or `Password=...;` (quoted or not).
+_SECRET_PARAMETER = re.compile(
+    r"""(?i)\b(pass(?:word)?|passwd|pwd|secret|token|api[_-]?key|sslpassword)(\s*=\s*)('[^']*'|"[^"]*"|[^&;\s]*)"""
+)
+
+
+def redact_url(url: str) -> str:
+    """Hide the passwords in a URL or connection string, keep the rest for debugging: the
+    userinfo password (also inside jdbc:...), and secret-looking key=value parameters."""
+    return _SECRET_PARAMETER.sub(r"\1\2***", _USERINFO_PASSWORD.sub(r"\1:***@", url))
+
+
+def http_url_problem(value: str) -> str | None:
+    """Why `value` is not a usable http(s) URL, or None."""
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number within 0-65535
+    except ValueError as exc:
+        return f"{redact_url(value)!r} is not a valid URL ({exc})"
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return f"{redact_url(value)!r} is not an http(s) URL"
+    return None
+
+
+def queue_env_key(name: str) -> str:
+    return re.sub(r"[^A-Z0-9]", "_", name.upper())
+
+
+def load_settings(environ: Mapping[str, str] | None = None, service: ServiceDefaults | None = None) -> WorkerConfig:
+    """Read and validate everything (`environ`, default os.environ, over the service's
+    defaults); raise ConfigError naming every bad variable."""
+    service = service or ServiceDefaults()
+    given = os.environ if environ is None else environ
+    defaults = dict(service.environ)
+    if "AWS_DEFAULT_REGION" in given:
+        defaults.pop("AWS_REGION", None)  # a region the environment gives beats the service's default
+    env = {**defaults, **given}
+    problems: list[tuple[str, str]] = []
+    values: dict[str, Any] = {k: v for k, v in env.items() if k in _ALIASES}
+    values.setdefault("OTEL_SERVICE_NAME", service.name)
+    try:
+        settings = Settings.model_validate(values)
+    except ValidationError as exc:
+        raise ConfigError(_explain(exc, env)) from None
+
+    by_key = {queue_env_key(name): name for name in settings.queues}
+    overrides: dict[str, dict[str, str]] = {name: {} for name in settings.queues}
+    for var, value in env.items():
+        if not var.startswith(QUEUE_OVERRIDE_PREFIX):
+            continue
+        rest = var[len(QUEUE_OVERRIDE_PREFIX) :]
+        setting = next((s for s in QUEUE_OVERRIDES if rest.endswith("_" + s)), None)
+        if setting is None:
+            problems.append((var, f"unknown per-queue setting; use one of {', '.join(QUEUE_OVERRIDES)}"))
+            continue
+        key = rest[: -len(setting) - 1]
+        if key not in by_key:
+            problems.append((var, f"no queue with key {key!r} in WORKER_QUEUES ({', '.join(settings.queues)})"))
+            continue
+        overrides[by_key[key]][setting] = value
+
+    queues: list[QueueSettings] = []
+    for name in settings.queues:
+        own = overrides[name]
+        prefix = f"{QUEUE_OVERRIDE_PREFIX}{queue_env_key(name)}_"
+        concurrency = _int(own, "CONCURRENCY", prefix, settings.concurrency, 1, 1000, problems)
+        job_timeout_ms = _int(
+            own, "JOB_TIMEOUT_MS", prefix, settings.job_timeout_ms, 100, MAX_VISIBILITY_SECONDS * 1000, problems
+        )
+        visibility = _int(
+            own,
+            "VISIBILITY_TIMEOUT_SECONDS",
+            prefix,
+            settings.visibility_timeout_seconds,
+            2,
+            MAX_VISIBILITY_SECONDS,
+            problems,
+        )
+        # One long poll returns at most 10 messages, so a pool needs ceil(concurrency / 10)
+        # pollers to keep every slot busy.
+        pollers = _int(own, "POLLERS", prefix, settings.pollers or math.ceil(concurrency / 10), 1, 100, problems)
+        url = own.get("URL") or None
+        if url is not None and http_url_problem(url):
+            problems.append((prefix + "URL", f"{redact_url(url)!r} is not a queue URL"))
+        queues.append(QueueSettings(name, url, concurrency, job_timeout_ms, visibility, pollers))
+
+    for q in queues:
+        if q.job_timeout_ms >= settings.shutdown_timeout_ms:
+            var = (
+                f"{QUEUE_OVERRIDE_PREFIX}{queue_env_key(q.name)}_JOB_TIMEOUT_MS"
+                if "JOB_TIMEOUT_MS" in overrides[q.name]
+                else "WORKER_JOB_TIMEOUT_MS"
+            )
+            problems.append(
+                (
+                    var,
+                    f"job timeout {q.job_timeout_ms} ms must be below WORKER_SHUTDOWN_TIMEOUT_MS "
+                    f"({settings.shutdown_timeout_ms} ms), or SIGTERM cuts running jobs off",
+                )
+            )
+    if settings.retry_max_seconds < settings.retry_base_seconds:
+        problems.append(("WORKER_RETRY_MAX_SECONDS", "must be at least WORKER_RETRY_BASE_SECONDS"))
+    total = sum(q.concurrency for q in queues)
+    if settings.db_pool_size is not None and total > settings.db_pool_size:
+        problems.append(
+            (
+                "DB_POOL_SIZE",
+                f"{settings.db_pool_size} connections cannot serve {total} concurrent handlers "
+                "(sum of per-queue concurrency); lower WORKER_CONCURRENCY or raise the pool",
+            )
+        )
+    config = WorkerConfig(settings, tuple(queues), service)
+    if settings.stalled_after_seconds is not None:
+        # Progress is marked when a long poll returns and when a job ends: the threshold
+        # must outlast both, or an idle or busy worker would look stalled.
+        longest = max(q.job_timeout for q in queues)
+        floor = max(longest, settings.wait_time_seconds + 5)
+        if settings.stalled_after_seconds <= floor:
+            problems.append(
+                (
+                    "WORKER_STALLED_AFTER_SECONDS",
+                    f"must exceed {floor:g} s (the longest job timeout, and the long-poll wait plus 5 s), "
+                    "or a busy or idle worker looks stalled",
+                )
+            )
+    if problems:
+        raise ConfigError(problems)
+    return config
+
+
+def _int(
+    own: Mapping[str, str],
+    setting: str,
+    prefix: str,
+    default: int,
+    low: int,
+    high: int,
+    problems: list[tuple[str, str]],
+) -> int:
+    raw = own.get(setting)
+    if raw is None:
+        return default
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        problems.append((prefix + setting, f"{raw!r} is not a whole number"))
+        return default
+    if not low <= value <= high:
+        problems.append((prefix + setting, f"{value} is outside {low}..{high}"))
+    return value
+
+
+_ALIASES: dict[str, str] = {}
+for _name, _field in Settings.model_fields.items():
+    _alias = _field.validation_alias
+    for _choice in _alias.choices if isinstance(_alias, AliasChoices) else [_alias]:
+        if isinstance(_choice, str):
+            _ALIASES[_choice] = _name
+
+
+def _explain(exc: ValidationError, env: Mapping[str, str]) -> list[tuple[str, str]]:
+    problems = []
+    for err in exc.errors():
+        loc = str(err["loc"][0]) if err["loc"] else "?"
+        var = loc if loc in _ALIASES else next((a for a, n in _ALIASES.items() if n == loc), loc)
+        raw = env.get(var)
+        shown = "" if raw is None or "URL" in var else f" (got {raw!r})"
+        problems.append((var, f"{err['msg']}{shown}"))
+    return problems

@@ -1,0 +1,382 @@
+"""The worker's lifecycle: start, run one pool per queue, and drain on SIGTERM.
+
+Shutdown sequence (SIGTERM or SIGINT; a second signal exits at once):
+1. stop fetching: no new receive is sent; messages received but not started, and any a
+   long poll still in flight returns, are given back (visibility 0) at the end, once no
+   poll of ours is left that could take them again;
+3. running jobs get the cancellation signal (`job.cancelled`) and up to
+   WORKER_SHUTDOWN_TIMEOUT_MS to finish; whatever still runs then is cancelled and
+   released (visibility 0), so another worker takes it immediately;
+4. pending deletes and visibility changes are flushed; polls still waiting on an empty
+   queue are cancelled (with WORKER_DRAIN_POLLS=true they are waited out instead, see
+   settings.py), and the process exits 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import logging
+import multiprocessing
+import os
+import signal
+import time
+from collections.abc import Callable
+from contextlib import AsyncExitStack
+from enum import StrEnum
+from typing import Any
+
+from . import entry, metrics
+from ._version import ENGINE_VERSION
+from .backoff import Backoff
+from .ecs import ScaleInProtection
+from .events import Events, Listener
+from .health import Health, database_check
+from .pool import PoolOptions, QueuePool
+from .router import Router
+from .server import make_app, start_server
+from .settings import ConfigError, WorkerConfig
+from .sqs import NOT_FOUND_CODES, QueueInfo, SQSClient, create_client, describe_queue, error_code
+
+log = logging.getLogger(__name__)
+# How far past the shutdown timeout the worker may wait for its last long polls before it
+# gives messages back: within the platform's grace period, which keeps a margin above it.
+RELEASE_MARGIN_SECONDS = 10.0
+
+
+class WorkerState(StrEnum):
+    IDLE = "idle"
+    STARTING = "starting"
+    RUNNING = "running"
+    STOPPING = "stopping"
+    STOPPED = "stopped"
+    ERROR = "error"
+
+
+class StartupError(Exception):
+    """The worker cannot start (e.g. its queue does not exist)."""
+
+
+class StoppedWhileStarting(Exception):  # noqa: N818 - an event, like asyncio.CancelledError
+    """A stop came before the worker received anything: it exits cleanly, holding nothing."""
+
+
+class Worker:
+    def __init__(
+        self, config: WorkerConfig, router: Router, *, on_client: Callable[[SQSClient], None] | None = None
+    ) -> None:
+        """`on_client` is called with the SQS client before first use: register botocore
+        event handlers there (tracing, request accounting)."""
+        missing = [q.name for q in config.queues if router.get(q.name) is None]
+        if missing:
+            raise ConfigError(
+                [("WORKER_QUEUES", f"no handler registered for {', '.join(missing)} in {config.settings.handlers}")]
+            )
+        self.config = config
+        self.settings = config.settings
+        self.router = router
+        self.events = Events()
+        self.state = WorkerState.IDLE
+        self.worker_id = self.settings.worker_id
+        self.health = Health(config.stalled_after, config.health_file)
+        self.pools: list[QueuePool] = []
+        self.released_at_shutdown = 0
+        self._stop_requested: asyncio.Event | None = None
+        self._stop_reason = ""
+        self._signals = 0
+        self._tasks: list[asyncio.Task[Any]] = []
+        self._stack = AsyncExitStack()
+        self._process_pool: concurrent.futures.ProcessPoolExecutor | None = None
+        self._on_client = on_client
+        self._protection: ScaleInProtection | None = None
+        self._client: SQSClient | None = None
+
+    # -- the SDK-style surface -------------------------------------------------
+
+    def on(self, event: str, listener: Listener) -> Any:
+        return self.events.on(event, listener)
+
+    def off(self, event: str, listener: Listener) -> None:
+        self.events.off(event, listener)
+
+    @property
+    def active_job_count(self) -> int:
+        return sum(pool.active for pool in self.pools)
+
+    def stop(self, reason: str = "requested") -> None:
+        """Ask the worker to drain and stop (safe to call more than once)."""
+        self._stop_reason = self._stop_reason or reason
+        if self._stop_requested is not None:
+            self._stop_requested.set()
+
+    # -- lifecycle -------------------------------------------------------------
+
+    async def run(self, *, handle_signals: bool = False) -> None:
+        """Start, serve until stop() or a signal, then drain. Returns when stopped."""
+        self._stop_requested = asyncio.Event()
+        if self._stop_reason:
+            self._stop_requested.set()
+        if handle_signals:
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, self._on_signal, sig)
+            # A platform may stop a task that is still importing; the entry point kept the signal.
+            early = entry.take_early_signal()
+            if early is not None:
+                self._on_signal(signal.Signals(early))
+        try:
+            await self.start()
+            await self._stop_requested.wait()
+        except StoppedWhileStarting:
+            log.info("stopped while starting (%s): nothing was received", self._stop_reason)
+        finally:
+            await self.shutdown()
+
+    def _on_signal(self, sig: signal.Signals) -> None:
+        self._signals += 1
+        if self._signals > 1:
+            log.warning("second %s: exiting now without draining", sig.name)
+            logging.shutdown()
+            os._exit(128 + sig.value)
+        log.info("%s received: draining", sig.name)
+        self.stop(sig.name)
+
+    async def start(self) -> None:
+        self.state = WorkerState.STARTING
+        try:
+            if self._stop_requested is not None and self._stop_requested.is_set():
+                raise StoppedWhileStarting
+            await self._start()
+        except StoppedWhileStarting:
+            raise
+        except BaseException as exc:
+            self.state = WorkerState.ERROR
+            self.events.emit("error", worker_id=self.worker_id, error=exc, where="start")
+            raise
+        self.state = WorkerState.RUNNING
+        metrics.WORKER_INFO.info(
+            {"version": self.config.service.version, "engine_version": ENGINE_VERSION, "worker_id": self.worker_id}
+        )
+        log.info(
+            "worker started",
+            extra={
+                "version": self.config.service.version,
+                "engine_version": ENGINE_VERSION,
+                "worker_id": self.worker_id,
+                "config": self.config.describe(),
+            },
+        )
+        self.events.emit("started", worker_id=self.worker_id, queues=[p.name for p in self.pools])
+
+    async def _start(self) -> None:
+        s = self.settings
+        connections = sum(q.pollers for q in self.config.queues) + 10 * len(self.config.queues)
+        client: SQSClient = await self._stack.enter_async_context(
+            create_client(s.aws_region, s.aws_endpoint_url, connections, read_timeout=s.wait_time_seconds + 20)
+        )
+        self._client = client
+        if self._on_client is not None:
+            self._on_client(client)
+        if any(spec.mode == "process" for q in self.config.queues if (spec := self.router.get(q.name))):
+            self._process_pool = concurrent.futures.ProcessPoolExecutor(
+                s.process_pool_size or os.cpu_count() or 1, mp_context=multiprocessing.get_context("spawn")
+            )
+        if s.db_pool_size is not None:
+            metrics.enable_db_pool_gauge()
+        for q in self.config.queues:
+            info = await self._describe(client, q.name, q.url)
+            spec = self.router.get(q.name)
+            assert spec is not None
+            options = PoolOptions(
+                concurrency=q.concurrency,
+                pollers=q.pollers,
+                job_timeout=q.job_timeout,
+                visibility=q.visibility_timeout_seconds,
+                heartbeat_fraction=s.heartbeat_fraction,
+                wait_time=s.wait_time_seconds,
+                retry_base=s.retry_base_seconds,
+                retry_max=s.retry_max_seconds,
+                ack_flush=s.ack_flush_ms / 1000,
+                log_payloads=s.log_payloads,
+            )
+            pool = QueuePool(
+                client,
+                info,
+                spec,
+                options,
+                worker_id=self.worker_id,
+                events=self.events,
+                health=self.health,
+                process_pool=self._process_pool,
+            )
+            self.pools.append(pool)
+        self.health.track([pool.name for pool in self.pools])
+        self._tasks.append(asyncio.create_task(self.health.write_file_forever(), name="health-file"))
+        self._tasks.append(asyncio.create_task(self._sample_backlog(), name="backlog-sampler"))
+        if s.metrics_port:
+            checks = self.router.readiness_checks
+            if s.database_url is not None:
+                checks.append(("database", database_check(s.database_url.get_secret_value())))
+            try:
+                runner = await start_server(make_app(self.health, checks), s.metrics_host, s.metrics_port)
+            except OSError as exc:  # the port is taken, or the host is not this machine's
+                raise StartupError(
+                    f"cannot serve /metrics on {s.metrics_host}:{s.metrics_port} "
+                    f"(WORKER_METRICS_HOST, WORKER_METRICS_PORT): {exc}"
+                ) from None
+            self._stack.push_async_callback(runner.cleanup)
+        if s.ecs_agent_uri:
+            self._protection = ScaleInProtection(
+                s.ecs_agent_uri, s.scale_in_protection_minutes, lambda: self.active_job_count
+            )
+            self.events.on("job:claimed", self._protection.job_claimed)
+            self._tasks.append(asyncio.create_task(self._protection.run(), name="scale-in-protection"))
+        for pool in self.pools:
+            pool.start()
+
+    async def _describe(self, client: SQSClient, name: str, url: str | None) -> QueueInfo:
+        """Resolve a queue, riding out an unreachable SQS; a missing queue is fatal."""
+        backoff = Backoff(base=0.5, cap=15.0)
+        while True:
+            try:
+                info = await describe_queue(client, name, url)
+            except Exception as exc:
+                code = error_code(exc)
+                metrics.SQS_CALLS.labels("GetQueueAttributes", code).inc()
+                if code in NOT_FOUND_CODES:
+                    raise StartupError(
+                        f"queue {name!r} does not exist (region {self.settings.aws_region}"
+                        + (f", endpoint {self.settings.aws_endpoint_url}" if self.settings.aws_endpoint_url else "")
+                        + "); create it with `bootstrap` or deploy/aws/queues.yaml"
+                    ) from None
+                self.health.sqs_result(False)
+                delay = backoff.next_delay()
+                log.warning("cannot reach SQS for %s (%s); retrying in %.1f s", name, code, delay)
+                if self._stop_requested is None:
+                    await asyncio.sleep(delay)
+                    continue
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stop_requested.wait(), delay)
+                if self._stop_requested.is_set():
+                    raise StoppedWhileStarting from None
+                continue
+            metrics.SQS_CALLS.labels("GetQueueAttributes", "ok").inc()
+            self.health.sqs_result(True)
+            if info.max_receive_count is None:
+                log.warning("queue %s has no RedrivePolicy: failing messages will retry until retention ends", name)
+            return info
+
+    async def shutdown(self) -> None:
+        if self.state in (WorkerState.STOPPED, WorkerState.IDLE):
+            return
+        failed = self.state == WorkerState.ERROR
+        self.state = WorkerState.STOPPING
+        self.health.stopping = True
+        started = time.monotonic()
+        active = self.active_job_count
+        log.info("stopping: %d job(s) running", active, extra={"reason": self._stop_reason or "shutdown"})
+        for pool in self.pools:
+            pool.stop_polling()
+            pool.signal_shutdown()
+        deadline = time.monotonic() + self.settings.shutdown_timeout
+        cut = await asyncio.gather(*(pool.drain(deadline) for pool in self.pools))
+        self.released_at_shutdown = sum(cut)
+        # Polls still in flight could take any message released now. If there is something
+        # to give back (or WORKER_DRAIN_POLLS asks for it), let them answer first; their
+        # messages join the ones to give back. An idle worker cancels them and exits at once.
+        if self.settings.drain_polls or any(pool.deferred for pool in self.pools):
+            poll_deadline = max(deadline, time.monotonic()) + RELEASE_MARGIN_SECONDS
+            await asyncio.gather(*(pool.wait_polls(poll_deadline) for pool in self.pools))
+        await asyncio.gather(*(pool.cancel_polls() for pool in self.pools))
+        await asyncio.gather(*(pool.release_deferred() for pool in self.pools))
+        await asyncio.gather(*(pool.close() for pool in self.pools))
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self.health.write_file()
+        if self._protection is not None:
+            await self._protection.release()
+        await self._stack.aclose()
+        if self._process_pool is not None:
+            self._process_pool.shutdown(wait=False, cancel_futures=True)
+        self.state = WorkerState.ERROR if failed else WorkerState.STOPPED
+        log.info(
+            "worker stopped",
+            extra={
+                "version": self.config.service.version,
+                "worker_id": self.worker_id,
+                "reason": self._stop_reason or "shutdown",
+                "drain_seconds": round(time.monotonic() - started, 3),
+                "jobs_cut_off_and_released": self.released_at_shutdown,
+                "config": self.config.describe(),
+            },
+        )
+        self.events.emit("stopped", worker_id=self.worker_id, reason=self._stop_reason or "shutdown")
+
+    def stuck_threads(self) -> int:
+        return sum(pool.stuck_threads() for pool in self.pools)
+
+    async def _sample_backlog(self) -> None:
+        """Queue depth for the dashboards: one GetQueueAttributes per queue per interval."""
+        names = [
+            "ApproximateNumberOfMessages",
+            "ApproximateNumberOfMessagesNotVisible",
+            "ApproximateNumberOfMessagesDelayed",
+        ]
+        states = dict(zip(names, ("visible", "in_flight", "delayed"), strict=True))
+        oldest: dict[str, float] = {}
+        quiet: set[str] = set()  # queues the last sample found empty
+        interval = self.settings.backlog_sample_seconds
+        while True:
+            for pool in self.pools:
+                # An idle queue (nothing received, nothing running, nothing there last time)
+                # is not asked again: its polls would see new messages first, and an idle
+                # worker should cost no more than its long polls (SQS bills per request).
+                idle = not pool.received_since_sample and not pool.active and not pool.deferred
+                if idle and oldest.get(pool.name) == 0.0 and pool.name in quiet:
+                    continue
+                pool.received_since_sample = 0
+                try:
+                    assert self._client is not None
+                    resp = await self._client.get_queue_attributes(QueueUrl=pool.info.url, AttributeNames=names)  # type: ignore[arg-type]
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:
+                    metrics.SQS_CALLS.labels("GetQueueAttributes", error_code(exc)).inc()
+                    self.health.sqs_result(False)
+                    continue
+                metrics.SQS_CALLS.labels("GetQueueAttributes", "ok").inc()
+                self.health.sqs_result(True)
+                attrs: dict[str, str] = {str(k): v for k, v in resp.get("Attributes", {}).items()}
+                for name, state in states.items():
+                    metrics.QUEUE_MESSAGES.labels(pool.name, state).set(int(attrs.get(name, "0")))
+                visible = int(attrs.get("ApproximateNumberOfMessages", "0"))
+                if all(int(attrs.get(name, "0")) == 0 for name in names):
+                    quiet.add(pool.name)
+                else:
+                    quiet.discard(pool.name)
+                if pool.received_oldest_age:
+                    oldest[pool.name] = pool.received_oldest_age
+                elif visible == 0:
+                    oldest[pool.name] = 0.0
+                else:  # a backlog, but nothing received: it is ageing
+                    oldest[pool.name] = oldest.get(pool.name, 0.0) + interval
+                pool.received_oldest_age = 0.0
+                metrics.OLDEST_MESSAGE.labels(pool.name).set(oldest[pool.name])
+            await asyncio.sleep(interval)
+
+
+def load_router(path: str) -> Router:
+    """Import `package.module:attribute` and check it is a Router."""
+    import importlib
+
+    module_name, _, attr = path.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError([("WORKER_HANDLERS", f"cannot import {module_name!r}: {exc}")]) from None
+    router = getattr(module, attr, None)
+    if not isinstance(router, Router):
+        raise ConfigError([("WORKER_HANDLERS", f"{path!r} is not a Router (got {type(router).__name__})")])
+    return router

@@ -1,0 +1,44 @@
+"""Fixtures. Integration tests talk to a real LocalStack: one already reachable through
+AWS_ENDPOINT_URL, else one started for the session (Docker, or LocalStack's runtime on the
+host), see `sqs_worker_engine/localstack.py`. Every test makes its own queues, so nothing leaks between them."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from sqs_worker_engine import localstack
+
+from .support import Sqs
+
+# LocalStack accepts any credentials; never let a test pick up real ones.
+os.environ.setdefault("AWS_ACCESS_KEY_ID", "test")
+os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "test")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if f"{os.sep}integration{os.sep}" in str(item.path):
+            item.add_marker(pytest.mark.integration)
+
+
+@pytest.fixture(scope="session")
+def localstack_endpoint() -> Iterator[str]:
+    ls = localstack.ensure()
+    yield ls.endpoint
+    ls.stop()
+
+
+@pytest.fixture
+def sqs(localstack_endpoint: str) -> Iterator[Sqs]:
+    client = Sqs(localstack_endpoint)
+    yield client
+    client.cleanup()
+
+
+@pytest.fixture
+def health_file(tmp_path: Path) -> str:
+    return str(tmp_path / "worker.progress")

@@ -1,0 +1,458 @@
+"""What an on-call engineer relies on: metrics that move, health that tells the truth,
+structured logs, DLQ tools that lose nothing, and ECS scale-in protection."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+from prometheus_client.parser import text_string_to_metric_families
+
+from sqs_worker_engine import Job, NonRetryableError, Router, localstack, redrive
+from sqs_worker_engine import ecs as ecs_module
+from sqs_worker_engine.metrics import set_db_pool_in_use
+
+from ..support import (
+    PACKAGE,
+    PROJECT_ROOT,
+    REGION,
+    Sqs,
+    env_for,
+    free_port,
+    http_get,
+    log_lines,
+    running_worker,
+    until_status,
+    wait_for,
+    worker_process,
+)
+
+
+def samples(text: str, name: str, **labels: str) -> float:
+    total = 0.0
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
+                total += sample.value
+    return total
+
+
+def cli(*args: str, stdin: str | None = None, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", PACKAGE, *args],
+        env={**os.environ, "AWS_REGION": REGION, **env},
+        cwd=PROJECT_ROOT,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+
+
+def test_metrics_move_as_jobs_flow(sqs: Sqs, localstack_endpoint: str, health_file: str, tmp_path: Path) -> None:
+    queue = sqs.create(max_receive=3)
+    release = asyncio.Event()
+    router = Router()
+
+    @router.handler(queue.name)
+    async def handle(job: Job[Any]) -> None:
+        set_db_pool_in_use(3)  # what a pool hook would report
+        if job.payload.get("poison"):
+            raise NonRetryableError("poison")
+        await release.wait()
+
+    port = free_port()
+    env = env_for(
+        localstack_endpoint,
+        queue.name,
+        health_file,
+        WORKER_METRICS_PORT=port,
+        WORKER_METRICS_HOST="127.0.0.1",
+        WORKER_BACKLOG_SAMPLE_SECONDS=1,
+        WORKER_CONCURRENCY=4,
+        DB_POOL_SIZE=8,
+    )
+    scrapes: dict[str, str] = {}
+
+    async def scenario() -> None:
+        async with running_worker(env, router) as worker:
+            scrapes["before"] = (await http_get(port, "/metrics"))[1]
+            sqs.send(queue, [{"n": i} for i in range(10)] + [{"poison": True}])
+            await wait_for(lambda: worker.active_job_count == 4, 30, "4 jobs in flight")
+            await asyncio.sleep(1.5)  # let the backlog sampler run once with jobs in flight
+            scrapes["busy"] = (await http_get(port, "/metrics"))[1]
+            release.set()
+            await wait_for(lambda: sqs.counts(queue.url) == (0, 0), 60, "all settled")
+            await asyncio.sleep(1.5)
+            scrapes["after"] = (await http_get(port, "/metrics"))[1]
+
+    asyncio.run(scenario())
+    q = {"queue": queue.name}
+    before, busy, after = scrapes["before"], scrapes["busy"], scrapes["after"]
+    assert samples(before, "jobs_processed_total", outcome="success", **q) == 0
+    assert samples(busy, "worker_inflight_jobs", **q) == 4
+    assert samples(busy, "worker_concurrency", **q) == 4
+    assert (
+        samples(busy, "sqs_queue_messages", state="visible", **q)
+        + samples(busy, "sqs_queue_messages", state="in_flight", **q)
+        >= 4
+    )
+    assert samples(after, "jobs_processed_total", outcome="success", **q) == 10
+    assert samples(after, "jobs_processed_total", outcome="dead_letter", **q) == 1
+    assert samples(after, "worker_dead_letter_sends_total", **q) == 1
+    assert samples(after, "job_duration_seconds_count", **q) == 11
+    assert samples(after, "worker_inflight_jobs", **q) == 0
+    assert samples(after, "sqs_message_receive_count_count", **q) == 11
+    assert samples(after, "sqs_message_age_at_receive_seconds_count", **q) == 11
+    assert samples(after, "sqs_queue_messages", state="visible", **q) == 0
+    assert samples(after, "queue_oldest_message_seconds", **q) == 0
+    assert samples(after, "sqs_api_calls_total", operation="DeleteMessageBatch", outcome="ok") >= 1
+    assert samples(after, "db_pool_in_use") == 3
+    assert samples(after, "worker_last_progress_timestamp_seconds") > time.time() - 60
+    (tmp_path / "metrics.txt").write_text(after)
+
+
+def test_liveness_reports_hung_handlers_and_recovers(sqs: Sqs, localstack_endpoint: str, tmp_path: Path) -> None:
+    queue = sqs.create(visibility=60, max_receive=5)
+    unblock = threading.Event()
+    router = Router()
+
+    @router.handler(queue.name)
+    def stuck(job: Job[Any]) -> None:  # a thread that ignores the timeout: holds its slot
+        unblock.wait(60)
+
+    port = free_port()
+    progress = str(tmp_path / "progress")
+    env = env_for(
+        localstack_endpoint,
+        queue.name,
+        progress,
+        WORKER_METRICS_PORT=port,
+        WORKER_METRICS_HOST="127.0.0.1",
+        WORKER_CONCURRENCY=1,
+        WORKER_JOB_TIMEOUT_MS=1000,
+        WORKER_WAIT_TIME_SECONDS=1,
+        WORKER_STALLED_AFTER_SECONDS=7,
+    )
+    seen: list[tuple[str, int, int]] = []
+
+    def healthcheck() -> int:
+        return cli("healthcheck", **env).returncode  # the probe sees the worker's own environment
+
+    async def scenario() -> None:
+        async with running_worker(env, router):
+            seen.append(("idle", (await http_get(port, "/livez"))[0], await asyncio.to_thread(healthcheck)))
+            sqs.send(queue, [{"n": 1}])
+
+            async def stalled() -> bool:
+                return (await http_get(port, "/livez"))[0] == 503
+
+            deadline = time.monotonic() + 60
+            while not await stalled():
+                assert time.monotonic() < deadline, "liveness never reported the stall"
+                await asyncio.sleep(0.5)
+            await asyncio.sleep(1.5)  # the progress file is written once a second
+            seen.append(("hung", 503, await asyncio.to_thread(healthcheck)))
+            unblock.set()
+            deadline = time.monotonic() + 60
+            while (await http_get(port, "/livez"))[0] != 200:
+                assert time.monotonic() < deadline, "liveness never recovered"
+                await asyncio.sleep(0.5)
+            await asyncio.sleep(1.5)
+            seen.append(("recovered", 200, await asyncio.to_thread(healthcheck)))
+
+    asyncio.run(scenario())
+    assert seen == [("idle", 200, 0), ("hung", 503, 1), ("recovered", 200, 0)]
+
+
+def test_readiness_follows_sqs_while_liveness_stays_healthy(health_file: str) -> None:
+    """Stop the SQS emulator itself: not ready, still live; start it again: ready."""
+    ls = localstack.start_private()
+    try:
+        sqs = Sqs(ls.endpoint)
+        queue = sqs.create(max_receive=None)
+        done: list[int] = []
+        router = Router()
+
+        @router.handler(queue.name)
+        async def handle(job: Job[Any]) -> None:
+            done.append(job.payload["n"])
+
+        port = free_port()
+        env = env_for(
+            ls.endpoint,
+            queue.name,
+            health_file,
+            WORKER_METRICS_PORT=port,
+            WORKER_METRICS_HOST="127.0.0.1",
+            WORKER_WAIT_TIME_SECONDS=1,
+        )
+        seen: list[tuple[str, int, int]] = []
+
+        async def scenario() -> None:
+            async with running_worker(env, router):
+                await until_status(port, "/readyz", 200)
+                seen.append(("up", (await http_get(port, "/readyz"))[0], (await http_get(port, "/livez"))[0]))
+                await asyncio.to_thread(ls.kill)
+                await until_status(port, "/readyz", 503)
+                seen.append(("down", (await http_get(port, "/readyz"))[0], (await http_get(port, "/livez"))[0]))
+                await asyncio.to_thread(ls.restart)
+                # The emulator keeps no state across a restart: the queue comes back empty.
+                again = await asyncio.to_thread(Sqs(ls.endpoint).client.create_queue, QueueName=queue.name)
+                assert again["QueueUrl"] == queue.url
+                await asyncio.to_thread(sqs.send, queue, [{"n": 1}])
+                await wait_for(lambda: done == [1], 90, "a job after the restart")
+                await until_status(port, "/readyz", 200)
+                seen.append(("back", (await http_get(port, "/readyz"))[0], (await http_get(port, "/livez"))[0]))
+
+        asyncio.run(scenario())
+        assert seen == [("up", 200, 200), ("down", 503, 200), ("back", 200, 200)]
+    finally:
+        ls.stop()
+
+
+def test_logs_are_structured_and_carry_the_job(sqs: Sqs, localstack_endpoint: str, tmp_path: Path) -> None:
+    secret_body = "super-private-payload-marker"
+    lines: dict[bool, list[dict[str, Any]]] = {}
+    names: dict[bool, str] = {}
+    for log_payloads in (False, True):
+        queue = sqs.create()  # a queue each: the first worker's last long poll may linger in SQS
+        names[log_payloads] = queue.name
+        sqs.send(queue, [{"id": secret_body, "seconds": 0}])
+        log = tmp_path / f"worker-{log_payloads}.log"
+        env = env_for(
+            localstack_endpoint,
+            queue.name,
+            str(tmp_path / "progress"),
+            TEST_QUEUE=queue.name,
+            TEST_RECORD_FILE=str(tmp_path / "records.jsonl"),
+            LOG_PAYLOADS=str(log_payloads).lower(),
+            DATABASE_URL="postgresql://app:hunter2@db:5432/orders",
+        )
+        proc = worker_process(env, log)
+        deadline = time.monotonic() + 60
+        while "a library logs too" not in log.read_text():
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        time.sleep(0.3)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0
+        text = log.read_text()
+        assert "hunter2" not in text, "a secret leaked into the logs"
+        assert (secret_body in text) is log_payloads, "bodies are logged only with LOG_PAYLOADS"
+        lines[log_payloads] = list(log_lines(log))
+    parsed = lines[False]
+    in_job = [line for line in parsed if line.get("message") in ("working", "a library logs too")]
+    assert len(in_job) == 2
+    for line in in_job:
+        assert line["queue"] == names[False] and line["receive_count"] == 1 and line["job_id"]
+        assert line["level"] == "INFO" and line["service"] and line["timestamp"]
+    started = next(line for line in parsed if line.get("message") == "worker started")
+    stopped = next(line for line in parsed if line.get("message") == "worker stopped")
+    for line in (started, stopped):
+        assert line["version"] and line["worker_id"] == "test-worker"
+        assert line["config"]["database_url"] == "postgresql://app:***@db:5432/orders"
+        assert line["config"]["queues"][0]["name"] == names[False]
+
+
+def test_poison_messages_redrive_back_none_lost_none_duplicated(
+    sqs: Sqs, localstack_endpoint: str, health_file: str
+) -> None:
+    queue = sqs.create(max_receive=2)
+    router = Router()
+    poisoned: set[int] = set()
+
+    @router.handler(queue.name)
+    async def handle(job: Job[Any]) -> None:
+        poisoned.add(job.payload["n"])
+        raise NonRetryableError(f"cannot handle {job.payload['n']}")
+
+    sqs.send(queue, [{"n": i} for i in range(25)])
+
+    async def poison() -> None:
+        # WORKER_DRAIN_POLLS: this worker's last long poll must not linger in SQS and take
+        # one of the messages the redrive brings back (see WORKER_DRAIN_POLLS in settings.py).
+        env = env_for(
+            localstack_endpoint, queue.name, health_file, WORKER_DRAIN_POLLS="true", WORKER_WAIT_TIME_SECONDS=2
+        )
+        async with running_worker(env, router):
+            await wait_for(lambda: sqs.counts(queue.dlq_url or "")[0] == 25, 60, "25 in the DLQ")
+
+    asyncio.run(poison())
+    env = {"AWS_ENDPOINT_URL": localstack_endpoint, "WORKER_QUEUES": queue.name}
+    peek = cli("dlq", "peek", "--count", "5", **env)
+    assert peek.returncode == 0, peek.stderr
+    shown = [json.loads(line) for line in peek.stdout.splitlines()]
+    assert len(shown) == 5 and all(s["x-error-type"] == "NonRetryableError" for s in shown)
+    assert shown[0]["x-error-context"]["source_queue"] == queue.name
+    assert sqs.counts(queue.dlq_url or "") == (25, 0), "peek takes nothing"
+
+    moved = cli("redrive", "--rate", "50", **env)
+    assert moved.returncode == 0, moved.stderr
+    assert "COMPLETED" in moved.stdout and "moved 25 / 25" in moved.stdout.replace("moved 25 / 0", "moved 25 / 25")
+    back = sqs.receive_all(queue.url)
+    numbers = sorted(json.loads(m["Body"])["n"] for m in back)
+    assert numbers == list(range(25)), "every message back, each exactly once"
+    assert sqs.counts(queue.dlq_url or "") == (0, 0)
+
+
+def copy_back(sqs: Sqs, queue: Any, journal: Path, after_send: Any = None) -> int:
+    from aiobotocore.session import get_session
+
+    async def go() -> int:
+        async with get_session().create_client("sqs", region_name=REGION, endpoint_url=sqs.endpoint) as client:
+            return await redrive.copy_back(
+                client, queue.dlq_url, queue.url, False, redrive.Journal(journal), after_send=after_send
+            )
+
+    return asyncio.run(go())
+
+
+def fill_dlq(sqs: Sqs, queue: Any, count: int) -> None:
+    for start in range(0, count, 10):
+        entries = [{"Id": str(i), "MessageBody": json.dumps({"n": start + i})} for i in range(min(10, count - start))]
+        sqs.client.send_message_batch(QueueUrl=queue.dlq_url, Entries=entries)
+
+
+def test_copy_redrive_interrupted_then_resumed_moves_each_message_once(sqs: Sqs, tmp_path: Path) -> None:
+    queue = sqs.create(max_receive=2)
+    fill_dlq(sqs, queue, 20)
+    journal = tmp_path / "journal"
+
+    class CtrlCError(Exception):
+        pass
+
+    async def interrupt() -> None:
+        raise CtrlCError  # Ctrl-C right after SQS took the first copies
+
+    with pytest.raises(CtrlCError):
+        copy_back(sqs, queue, journal, interrupt)
+    assert copy_back(sqs, queue, journal) + sqs.counts(queue.url)[0] >= 20
+    numbers = sorted(json.loads(m["Body"])["n"] for m in sqs.receive_all(queue.url))
+    assert numbers == list(range(20)), "nothing lost, nothing sent twice"
+    assert sqs.counts(queue.dlq_url or "") == (0, 0)
+    assert not journal.exists()
+
+
+def test_copy_redrive_after_a_crash_deletes_what_was_copied_without_resending(sqs: Sqs, tmp_path: Path) -> None:
+    """The state a SIGKILL leaves: copies sent and journaled, originals still in the DLQ."""
+    queue = sqs.create(max_receive=2)
+    fill_dlq(sqs, queue, 5)
+    journal = tmp_path / "journal"
+    copied = sqs.client.receive_message(QueueUrl=queue.dlq_url, MaxNumberOfMessages=3, VisibilityTimeout=0)["Messages"]
+    for message in copied:
+        sqs.client.send_message(QueueUrl=queue.url, MessageBody=message["Body"])
+    redrive.Journal(journal).record([m["MessageId"] for m in copied])
+    assert copy_back(sqs, queue, journal) == 5
+    numbers = sorted(json.loads(m["Body"])["n"] for m in sqs.receive_all(queue.url))
+    assert numbers == list(range(5))
+    assert sqs.counts(queue.dlq_url or "") == (0, 0)
+
+
+def test_purge_asks_before_deleting(sqs: Sqs, localstack_endpoint: str) -> None:
+    queue = sqs.create(max_receive=2)
+    sqs.client.send_message(QueueUrl=queue.dlq_url, MessageBody="x")
+    env = {"AWS_ENDPOINT_URL": localstack_endpoint, "WORKER_QUEUES": queue.name}
+    refused = cli("dlq", "purge", stdin="no\n", **env)
+    assert refused.returncode == 1 and "not purged" in refused.stdout
+    assert sqs.counts(queue.dlq_url or "")[0] == 1
+    confirmed = cli("dlq", "purge", stdin=f"{queue.dlq_name}\n", **env)
+    assert confirmed.returncode == 0, confirmed.stderr
+    deadline = time.monotonic() + 30
+    while sqs.counts(queue.dlq_url or "")[0] != 0:
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+
+
+def test_ecs_scale_in_protection_while_busy(
+    sqs: Sqs, localstack_endpoint: str, health_file: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Against a stand-in for the ECS agent's task-protection endpoint."""
+    monkeypatch.setattr(ecs_module, "IDLE_BEFORE_RELEASE", 0.5)
+    calls: list[tuple[bool, float]] = []
+    queue = sqs.create()
+    running = asyncio.Event()
+    finish = asyncio.Event()
+    router = Router()
+
+    @router.handler(queue.name)
+    async def handle(job: Job[Any]) -> None:
+        running.set()
+        await finish.wait()
+
+    async def agent(request: web.Request) -> web.Response:
+        body = await request.json()
+        calls.append((bool(body["ProtectionEnabled"]), time.monotonic()))
+        return web.json_response({"protection": {"ProtectionEnabled": body["ProtectionEnabled"]}})
+
+    async def scenario() -> None:
+        app = web.Application()
+        app.router.add_put("/task-protection/v1/state", agent)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        port = free_port()
+        await web.TCPSite(runner, "127.0.0.1", port).start()
+        env = env_for(localstack_endpoint, queue.name, health_file, ECS_AGENT_URI=f"http://127.0.0.1:{port}")
+        try:
+            async with running_worker(env, router):
+                await asyncio.sleep(1.5)
+                assert calls == [], "an idle task is not protected"
+                sqs.send(queue, [{"n": 1}])
+                await running.wait()
+                await wait_for(lambda: [c for c, _ in calls] == [True], 10, "protection while busy")
+                finish.set()
+                await wait_for(lambda: [c for c, _ in calls] == [True, False], 20, "release when idle")
+        finally:
+            await runner.cleanup()
+
+    asyncio.run(scenario())
+
+
+def test_readiness_checks_the_configured_database(sqs: Sqs, localstack_endpoint: str, health_file: str) -> None:
+    """DATABASE_URL set: /readyz also needs its host:port to accept a connection."""
+    queue = sqs.create()
+    router = Router()
+    router.handler(queue.name)(lambda job: None)
+    database = socket.socket()
+    database.bind(("127.0.0.1", 0))
+    db_port = database.getsockname()[1]
+    port = free_port()
+    env = env_for(
+        localstack_endpoint,
+        queue.name,
+        health_file,
+        WORKER_METRICS_PORT=port,
+        WORKER_METRICS_HOST="127.0.0.1",
+        DATABASE_URL=f"postgresql://app:secret@127.0.0.1:{db_port}/orders",
+    )
+    seen: list[tuple[int, dict[str, bool]]] = []
+
+    async def scenario() -> None:
+        async with running_worker(env, router):
+            status, body = await http_get(port, "/readyz")
+            seen.append((status, json.loads(body)["checks"]))
+            database.listen()  # the database comes up
+            await until_status(port, "/readyz", 200)
+            status, body = await http_get(port, "/readyz")
+            seen.append((status, json.loads(body)["checks"]))
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        database.close()
+    assert seen == [
+        (503, {"sqs": True, "running": True, "database": False}),
+        (200, {"sqs": True, "running": True, "database": True}),
+    ]

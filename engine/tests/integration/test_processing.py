@@ -1,0 +1,235 @@
+"""Messages flow through the worker against LocalStack: received, run, deleted in batches."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from sqs_worker_engine import Job, Router, Worker, WorkerState
+from sqs_worker_engine.settings import load_settings
+from sqs_worker_engine.worker import StartupError
+
+from ..support import CallLog, Sqs, env_for, metric, running_worker, wait_for
+
+
+def test_messages_are_processed_once_and_deleted(sqs: Sqs, localstack_endpoint: str, health_file: str) -> None:
+    queue = sqs.create()
+    seen: Counter[str] = Counter()
+    router = Router()
+
+    @router.handler(queue.name)
+    async def handle(job: Job[Any]) -> None:
+        seen[job.payload["n"]] += 1
+
+    sqs.send(queue, [{"n": str(i)} for i in range(25)])
+    calls = CallLog()
+
+    async def scenario() -> None:
+        env = env_for(localstack_endpoint, queue.name, health_file, WORKER_CONCURRENCY=5)
+        async with running_worker(env, router, calls.attach):
+            await wait_for(lambda: len(seen) == 25, what="25 jobs")
+            await wait_for(lambda: sqs.counts(queue.url) == (0, 0), what="queue empty")
+
+    asyncio.run(scenario())
+    assert seen == Counter({str(i): 1 for i in range(25)})
+    assert metric("jobs_processed_total", queue=queue.name, outcome="success") == 25
+    deletes = calls.named("DeleteMessageBatch")
+    assert sum(len(d["Entries"]) for d in deletes) == 25
+    assert len(deletes) < 25, "deletes must be batched"
+    assert all(len(d["Entries"]) <= 10 for d in deletes)
+    assert not calls.named("DeleteMessage"), "single deletes cost one request per message"
+
+
+def test_never_receives_more_than_free_slots(sqs: Sqs, localstack_endpoint: str, health_file: str) -> None:
+    queue = sqs.create()
+    running = 0
+    peak = 0
+    router = Router()
+
+    @router.handler(queue.name)
+    async def handle(job: Job[Any]) -> None:
+        nonlocal running, peak
+        running += 1
+        peak = max(peak, running)
+        await asyncio.sleep(0.2)
+        running -= 1
+
+    sqs.send(queue, [{"n": i} for i in range(20)])
+    calls = CallLog()
+    in_flight_seen: list[int] = []
+
+    async def scenario() -> None:
+        env = env_for(localstack_endpoint, queue.name, health_file, WORKER_CONCURRENCY=3)
+        async with running_worker(env, router, calls.attach):
+            for _ in range(8):
+                in_flight_seen.append(sqs.counts(queue.url)[1])
+                await asyncio.sleep(0.2)
+            await wait_for(lambda: metric("jobs_processed_total", queue=queue.name, outcome="success") == 20)
+
+    asyncio.run(scenario())
+    asked = [c["MaxNumberOfMessages"] for c in calls.named("ReceiveMessage")]
+    assert asked and max(asked) <= 3, f"asked for more than the 3 slots: {asked}"
+    assert peak == 3
+    # Nothing held invisible beyond what can run (plus deletes not yet flushed).
+    assert max(in_flight_seen) <= 3 + 3
+
+
+def test_concurrency_above_ten_uses_several_pollers(sqs: Sqs, localstack_endpoint: str, health_file: str) -> None:
+    queue = sqs.create()
+    running = 0
+    peak = 0
+    router = Router()
+
+    @router.handler(queue.name)
+    async def handle(job: Job[Any]) -> None:
+        nonlocal running, peak
+        running += 1
+        peak = max(peak, running)
+        await asyncio.sleep(1.5)
+        running -= 1
+
+    sqs.send(queue, [{"n": i} for i in range(25)])
+    calls = CallLog()
+
+    async def scenario() -> None:
+        env = env_for(localstack_endpoint, queue.name, health_file, WORKER_CONCURRENCY=25)
+        async with running_worker(env, router, calls.attach) as worker:
+            assert worker.pools[0].options.pollers == 3
+            await wait_for(lambda: metric("jobs_processed_total", queue=queue.name, outcome="success") == 25)
+
+    asyncio.run(scenario())
+    assert peak == 25, f"only {peak} of 25 slots were ever busy at once"
+    assert all(c["MaxNumberOfMessages"] <= 10 for c in calls.named("ReceiveMessage"))
+
+
+def test_sync_handlers_run_in_threads_async_on_the_loop(sqs: Sqs, localstack_endpoint: str, health_file: str) -> None:
+    sync_q, async_q = sqs.create(), sqs.create()
+    where: dict[str, str] = {}
+    router = Router()
+    loop_thread = threading.get_ident()
+
+    @router.handler(sync_q.name)
+    def blocking(job: Job[Any]) -> None:
+        where["sync"] = "thread" if threading.get_ident() != loop_thread else "loop"
+        job.logger.info("from a thread")
+
+    @router.handler(async_q.name)
+    async def non_blocking(job: Job[Any]) -> None:
+        where["async"] = "thread" if threading.get_ident() != loop_thread else "loop"
+
+    sqs.send(sync_q, [{"n": 1}])
+    sqs.send(async_q, [{"n": 1}])
+
+    async def scenario() -> None:
+        nonlocal loop_thread
+        loop_thread = threading.get_ident()
+        env = env_for(localstack_endpoint, f"{sync_q.name},{async_q.name}", health_file)
+        async with running_worker(env, router):
+            await wait_for(lambda: len(where) == 2)
+
+    asyncio.run(scenario())
+    assert where == {"sync": "thread", "async": "loop"}
+
+
+def cpu_bound(job: Job[Any]) -> None:
+    """Module level so a worker process can import it."""
+    with open(job.payload["out"], "a") as handle:
+        handle.write(f"{os.getpid()}\n")
+
+
+def test_process_executor_runs_handlers_in_other_processes(
+    sqs: Sqs, localstack_endpoint: str, health_file: str, tmp_path: Any
+) -> None:
+    queue = sqs.create()
+    out = tmp_path / "pids"
+    router = Router()
+    router.handler(queue.name, executor="process")(cpu_bound)
+    sqs.send(queue, [{"out": str(out)} for _ in range(4)])
+
+    async def scenario() -> None:
+        env = env_for(localstack_endpoint, queue.name, health_file, WORKER_PROCESS_POOL_SIZE=2)
+        async with running_worker(env, router):
+            await wait_for(lambda: metric("jobs_processed_total", queue=queue.name, outcome="success") == 4, 120)
+
+    asyncio.run(scenario())
+    pids = set(out.read_text().split())
+    assert pids and str(os.getpid()) not in pids
+
+
+def test_events_state_and_job_context(sqs: Sqs, localstack_endpoint: str, health_file: str) -> None:
+    queue = sqs.create(max_receive=4)
+    events: list[str] = []
+    contexts: list[dict[str, Any]] = []
+    states: list[WorkerState] = []
+    router = Router()
+
+    @router.handler(queue.name)
+    async def handle(job: Job[Any]) -> None:
+        job.progress(50, "half way")
+        contexts.append(
+            {
+                "id": job.id,
+                "queue": job.queue,
+                "payload": job.payload,
+                "receive_count": job.receive_count,
+                "retry_count": job.retry_count,
+                "max_retries": job.max_retries,
+                "worker_id": job.worker_id,
+                "cancelled": job.cancelled,
+                "progress": job.last_progress,
+            }
+        )
+
+    sqs.send(queue, [{"hello": "world"}])
+
+    async def scenario() -> None:
+        env = env_for(localstack_endpoint, queue.name, health_file, WORKER_ID="orders-7")
+        worker = Worker(load_settings(env), router)
+        assert worker.state == WorkerState.IDLE
+        unsubscribe = {}
+        for name in ("started", "job:claimed", "job:started", "job:progress", "job:completed", "stopped"):
+            unsubscribe[name] = worker.on(name, lambda e: events.append(e["event"]))
+        ignored: list[dict[str, Any]] = []
+        worker.on("job:started", ignored.append)
+        worker.off("job:started", ignored.append)
+        task = asyncio.create_task(worker.run())
+        await wait_for(lambda: worker.state == WorkerState.RUNNING)
+        states.append(worker.state)
+        await wait_for(lambda: "job:completed" in events)
+        unsubscribe["stopped"]()
+        worker.stop()
+        await task
+        states.append(worker.state)
+        assert worker.worker_id == "orders-7"
+        assert worker.active_job_count == 0
+        assert ignored == []
+
+    asyncio.run(scenario())
+    assert events == ["started", "job:claimed", "job:started", "job:progress", "job:completed"]
+    assert states == [WorkerState.RUNNING, WorkerState.STOPPED]
+    (ctx,) = contexts
+    assert ctx["queue"] == queue.name and ctx["payload"] == {"hello": "world"}
+    assert ctx["receive_count"] == 1 and ctx["retry_count"] == 0 and ctx["max_retries"] == 3
+    assert ctx["worker_id"] == "orders-7" and ctx["cancelled"] is False
+    assert ctx["progress"] == (50, "half way")
+
+
+def test_a_missing_queue_puts_the_worker_in_the_error_state(localstack_endpoint: str, health_file: str) -> None:
+    router = Router()
+    router.handler("no-such-queue-anywhere")(lambda job: None)
+    worker = Worker(load_settings(env_for(localstack_endpoint, "no-such-queue-anywhere", health_file)), router)
+    errors: list[dict[str, Any]] = []
+    worker.on("error", errors.append)
+
+    async def scenario() -> None:
+        await worker.run()
+
+    with pytest.raises(StartupError, match="does not exist"):
+        asyncio.run(scenario())
+    assert worker.state == WorkerState.ERROR
+    assert [e["where"] for e in errors] == ["start"]

@@ -1,0 +1,309 @@
+"""SIGTERM drains, a second signal exits at once, SIGKILL is survivable: against LocalStack,
+with the worker as a separate process, the way a platform stops it."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sqs_worker_engine import Job, Router, Worker, WorkerState
+from sqs_worker_engine.settings import load_settings
+
+from ..support import (
+    PACKAGE,
+    PROJECT_ROOT,
+    CallLog,
+    Sqs,
+    env_for,
+    log_lines,
+    metric,
+    read_records,
+    running_worker,
+    wait_for,
+    worker_process,
+)
+
+# A worker giving messages back at shutdown first lets its in-flight long polls end (so none
+# of them can take a released message inside SQS): short polls keep these tests quick.
+SHORT_POLLS = {"WORKER_WAIT_TIME_SECONDS": "2"}
+
+
+def wait_records(path: Path, predicate: Any, timeout: float = 60) -> list[dict[str, Any]]:
+    deadline = time.monotonic() + timeout
+    while True:
+        records = read_records(path)
+        if predicate(records):
+            return records
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out; records: {records}")
+        time.sleep(0.05)
+
+
+def events(records: list[dict[str, Any]], kind: str) -> list[str]:
+    return sorted(r["id"] for r in records if r["event"] == kind)
+
+
+def start(
+    sqs: Sqs, endpoint: str, tmp_path: Path, queue_name: str, **env: Any
+) -> tuple[subprocess.Popen[bytes], Path, Path]:
+    records, log = tmp_path / "records.jsonl", tmp_path / "worker.log"
+    full = env_for(
+        endpoint, queue_name, str(tmp_path / "progress"), TEST_QUEUE=queue_name, TEST_RECORD_FILE=records, **env
+    )
+    return worker_process(full, log), records, log
+
+
+def test_sigterm_lets_running_jobs_finish_and_exits_zero(sqs: Sqs, localstack_endpoint: str, tmp_path: Path) -> None:
+    queue = sqs.create(visibility=30)
+    ids = [f"job-{i}" for i in range(4)]
+    sqs.send(queue, [{"id": i, "seconds": 2} for i in ids])
+    proc, records, log = start(sqs, localstack_endpoint, tmp_path, queue.name, WORKER_CONCURRENCY=4)
+    wait_records(records, lambda r: len(events(r, "start")) == 4)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(60) == 0
+    final = read_records(records)
+    assert events(final, "done") == sorted(ids), "every running job finished"
+    assert len(events(final, "start")) == 4, "nothing ran twice"
+    assert sqs.counts(queue.url) == (0, 0), "every finished job was deleted before exit"
+    lines = list(log_lines(log))
+    stopped = [line for line in lines if line.get("message") == "worker stopped"]
+    assert stopped and stopped[0]["reason"] == "SIGTERM" and stopped[0]["jobs_cut_off_and_released"] == 0
+    assert any(line.get("message") == "stopping: 4 job(s) running" for line in lines)
+
+
+def test_cooperative_job_stops_at_its_checkpoint_and_is_released(
+    sqs: Sqs, localstack_endpoint: str, tmp_path: Path
+) -> None:
+    queue = sqs.create(visibility=300)
+    sqs.send(queue, [{"id": "long", "seconds": 50, "cooperative": True}])
+    proc, records, _ = start(sqs, localstack_endpoint, tmp_path, queue.name, **SHORT_POLLS)
+    wait_records(records, lambda r: len(events(r, "start")) == 1)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(60) == 0
+    assert events(read_records(records), "done") == []
+    # Released with visibility 0: another worker can take it at once, not in 300 s.
+    (again,) = sqs.receive_all(queue.url, wait=5)
+    assert json.loads(again["Body"])["id"] == "long"
+    # Delivered before; a poll of ours still listening may have taken it once more and
+    # given it straight back.
+    assert int(again["Attributes"]["ApproximateReceiveCount"]) >= 2
+
+
+def test_jobs_still_running_at_the_shutdown_deadline_are_released(
+    sqs: Sqs, localstack_endpoint: str, health_file: str
+) -> None:
+    """The last resort: a handler that ignores job.cancelled is cut off and its message released."""
+    queue = sqs.create(visibility=300)
+    router = Router()
+    started: list[str] = []
+
+    @router.handler(queue.name)
+    async def stubborn(job: Job[Any]) -> None:
+        started.append(job.id)
+        await asyncio.sleep(60)
+
+    sqs.send(queue, [{"n": 1}])
+    env = env_for(
+        localstack_endpoint,
+        queue.name,
+        health_file,
+        WORKER_SHUTDOWN_TIMEOUT_MS=1000,
+        WORKER_JOB_TIMEOUT_MS=900,
+        **SHORT_POLLS,
+    )
+    config = load_settings(env)
+    # Validation keeps job timeouts below the shutdown timeout; lift it to reach the cut-off path.
+    config = dataclasses.replace(config, queues=(dataclasses.replace(config.queues[0], job_timeout_ms=60_000),))
+
+    async def scenario() -> Worker:
+        worker = Worker(config, router)
+        task = asyncio.create_task(worker.run())
+        await wait_for(lambda: len(started) == 1, 30)
+        worker.stop("test")
+        await asyncio.wait_for(task, 30)
+        return worker
+
+    worker = asyncio.run(scenario())
+    assert worker.state == WorkerState.STOPPED and worker.released_at_shutdown == 1
+    (again,) = sqs.receive_all(queue.url, wait=5)
+    # Delivered before; a poll of ours still listening may have taken it once more and
+    # given it straight back.
+    assert int(again["Attributes"]["ApproximateReceiveCount"]) >= 2
+    assert metric("jobs_processed_total", queue=queue.name, outcome="released") == 1
+
+
+def test_received_but_not_started_messages_are_released_at_once(
+    sqs: Sqs, localstack_endpoint: str, tmp_path: Path
+) -> None:
+    """FIFO: the rest of a group waits its turn; on SIGTERM it is given back, not stranded."""
+    queue = sqs.create(fifo=True, visibility=300)
+    ids = [f"m{i}" for i in range(5)]
+    sqs.send(queue, [{"id": i, "seconds": 2} for i in ids], group="g1")
+    proc, records, _ = start(sqs, localstack_endpoint, tmp_path, queue.name, WORKER_CONCURRENCY=10, **SHORT_POLLS)
+    wait_records(records, lambda r: len(events(r, "start")) == 1)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(60) == 0
+    final = read_records(records)
+    assert events(final, "done") == ["m0"]
+    assert events(final, "start") == ["m0"], "nothing new starts after SIGTERM"
+    rest = sqs.receive_all(queue.url, wait=5)
+    assert [json.loads(m["Body"])["id"] for m in rest] == ids[1:], "released, in order, immediately"
+
+
+def test_second_signal_exits_at_once(sqs: Sqs, localstack_endpoint: str, tmp_path: Path) -> None:
+    queue = sqs.create(visibility=300)
+    sqs.send(queue, [{"id": "slow", "seconds": 60}])
+    proc, records, _ = start(sqs, localstack_endpoint, tmp_path, queue.name)
+    wait_records(records, lambda r: len(events(r, "start")) == 1)
+    proc.send_signal(signal.SIGTERM)
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(30) == 128 + signal.SIGTERM
+    assert events(read_records(records), "done") == []
+
+
+def test_sigkill_mid_job_is_survivable(sqs: Sqs, localstack_endpoint: str, tmp_path: Path) -> None:
+    # No DLQ here: a killed worker's long polls live on in SQS for their wait time and each
+    # may take the message once more (costing a receive); on a queue with a low
+    # maxReceiveCount that alone can dead-letter it.
+    queue = sqs.create(visibility=2, max_receive=None)
+    sqs.send(queue, [{"id": "k", "seconds": 3}])
+    killed = {"WORKER_VISIBILITY_TIMEOUT_SECONDS": 2, "WORKER_CONCURRENCY": 1, **SHORT_POLLS}
+    proc, records, _ = start(sqs, localstack_endpoint, tmp_path, queue.name, **killed)
+    wait_records(records, lambda r: len(events(r, "start")) == 1)
+    proc.kill()
+    proc.wait(30)
+    again, _, _ = start(sqs, localstack_endpoint, tmp_path, queue.name, **killed)
+    try:
+        final = wait_records(records, lambda r: events(r, "done") == ["k"], 60)
+    finally:
+        again.send_signal(signal.SIGTERM)
+        again.wait(60)
+    # At-least-once: the killed delivery ran again (which is why handlers must be idempotent).
+    # The receive count may skip one: the killed process's long poll lives on in SQS and
+    # can take the message once more before it expires.
+    counts = [r["receive_count"] for r in final if r["event"] == "start"]
+    assert counts[0] == 1 and len(counts) == 2 and counts[1] >= 2, counts
+    assert sqs.counts(queue.url) == (0, 0)
+
+
+def test_stop_cancels_the_long_poll_instead_of_waiting_it_out(
+    sqs: Sqs, localstack_endpoint: str, health_file: str
+) -> None:
+    queue = sqs.create()
+    router = Router()
+    router.handler(queue.name)(lambda job: None)
+    calls = CallLog()
+
+    async def scenario() -> None:
+        env = env_for(localstack_endpoint, queue.name, health_file, WORKER_WAIT_TIME_SECONDS=20, WORKER_CONCURRENCY=1)
+        async with running_worker(env, router, calls.attach):
+            await wait_for(lambda: len(calls.named("ReceiveMessage")) == 1, 60, "the long poll to start")
+
+    asyncio.run(scenario())
+    (poll,) = calls.named("ReceiveMessage")
+    assert poll["WaitTimeSeconds"] == 20
+    # The 20 s poll started and never completed: the stop cancelled it.
+    assert calls.completed("ReceiveMessage") == 0
+
+
+def test_invalid_configuration_refuses_to_boot(tmp_path: Path) -> None:
+    env = {
+        "WORKER_CONCURRENCY": "lots",
+        "WORKER_JOB_TIMEOUT_MS": "-5",
+        "WORKER_QUEUES": "bad queue name!",
+    }
+    proc = worker_process(env, tmp_path / "log")
+    assert proc.wait(60) == 2
+    output = (tmp_path / "log").read_text()
+    for variable in ("WORKER_CONCURRENCY", "WORKER_JOB_TIMEOUT_MS", "WORKER_QUEUES"):
+        assert variable in output
+    assert "Traceback" not in output
+
+
+def test_missing_queue_is_a_clear_startup_error(localstack_endpoint: str, tmp_path: Path) -> None:
+    env = env_for(localstack_endpoint, "no-such-queue-here", str(tmp_path / "p"), TEST_QUEUE="no-such-queue-here")
+    proc = worker_process(env, tmp_path / "log")
+    assert proc.wait(60) == 3
+    output = (tmp_path / "log").read_text()
+    assert "'no-such-queue-here' does not exist" in output
+    assert "Traceback" not in output
+
+
+# A service's __main__ names its defaults ("module:SERVICE") and the entry point imports
+# them, and later the handlers, only once stop signals are kept.
+SLOW_STARTS = {
+    "importing the handlers": [sys.executable, "-m", PACKAGE, "run"],
+    "importing the service's defaults": [
+        sys.executable,
+        "-c",
+        "import sys; from sqs_worker_engine.entry import main; "
+        "sys.exit(main('tests.integration.slow_service:SERVICE', ['run']))",
+    ],
+}
+
+
+@pytest.mark.parametrize("moment", list(SLOW_STARTS))
+def test_sigterm_while_still_importing_exits_cleanly_holding_nothing(
+    sqs: Sqs, localstack_endpoint: str, tmp_path: Path, moment: str
+) -> None:
+    """A rolling deploy may stop a replica that is still importing: it exits 0 and takes nothing."""
+    queue = sqs.create()
+    sqs.send(queue, [{"id": "untouched"}])
+    marker = tmp_path / "importing"
+    env = {
+        **os.environ,
+        **env_for(localstack_endpoint, queue.name, str(tmp_path / "hf"), TEST_QUEUE=queue.name),
+        "TEST_IMPORT_MARKER": str(marker),
+        "WORKER_HANDLERS": "tests.integration.slow_import_app:router"
+        if moment == "importing the handlers"
+        else "tests.integration.app:router",
+        "PYTHONPATH": str(PROJECT_ROOT),
+    }
+    log = tmp_path / "log"
+    with log.open("ab") as out:
+        proc = subprocess.Popen(SLOW_STARTS[moment], env=env, cwd=PROJECT_ROOT, stdout=out, stderr=out)
+    deadline = time.monotonic() + 120  # bounds a broken run only: start-up may be slow on a busy machine
+    while not marker.exists():
+        assert proc.poll() is None, log.read_text()
+        assert time.monotonic() < deadline, f"never reached {moment}"
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(60) == 0, log.read_text()
+    assert any("stopped while starting" in line.get("message", "") for line in log_lines(log)), log.read_text()
+    assert sqs.counts(queue.url) == (1, 0), "the message was never received"
+
+
+def test_sigterm_while_sqs_is_unreachable_at_start_exits_cleanly(tmp_path: Path) -> None:
+    """Stopped before SQS ever answered: nothing is held, so the exit is clean (0), not a start-up error."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{s.getsockname()[1]}"  # nothing listens once the socket closes
+    env = env_for(closed, "test-queue", str(tmp_path / "hf"))
+    proc = worker_process(env, tmp_path / "log")
+    lines = wait_for_log(tmp_path / "log", "cannot reach SQS", proc)
+    assert lines
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(60) == 0, (tmp_path / "log").read_text()
+
+
+def wait_for_log(path: Path, fragment: str, proc: subprocess.Popen[bytes], timeout: float = 120) -> list[str]:
+    deadline = time.monotonic() + timeout
+    while True:
+        found = [line for line in path.read_text().splitlines() if fragment in line] if path.exists() else []
+        if found:
+            return found
+        assert proc.poll() is None, path.read_text()
+        assert time.monotonic() < deadline, f"{fragment!r} never logged"
+        time.sleep(0.05)

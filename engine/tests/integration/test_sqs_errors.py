@@ -1,0 +1,120 @@
+"""SQS failing under the worker: connection refused, throttling, 5xx, partial batch
+failures. The worker backs off, reports not ready, stays alive, recovers, loses nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from sqs_worker_engine import Job, Router
+
+from ..faultproxy import FaultProxy
+from ..support import Sqs, env_for, free_port, http_get, metric, running_worker, until_status, wait_for
+
+
+@pytest.fixture
+def proxy(localstack_endpoint: str) -> Iterator[FaultProxy]:
+    p = FaultProxy(localstack_endpoint).start()
+    yield p
+    p.stop()
+
+
+async def probe(port: int, path: str) -> int:
+    return (await http_get(port, path))[0]
+
+
+def test_outage_backs_off_reports_not_ready_and_recovers(sqs: Sqs, proxy: FaultProxy, health_file: str) -> None:
+    queue = sqs.create()
+    done: set[int] = set()
+    router = Router()
+
+    @router.handler(queue.name)
+    async def handle(job: Job[Any]) -> None:
+        done.add(job.payload["n"])
+
+    port = free_port()
+    env = env_for(
+        proxy.url,
+        queue.name,
+        health_file,
+        WORKER_METRICS_PORT=port,
+        WORKER_METRICS_HOST="127.0.0.1",
+        WORKER_WAIT_TIME_SECONDS=2,
+    )
+    readiness: list[tuple[str, int, int]] = []
+    errors: list[dict[str, Any]] = []
+
+    async def scenario() -> None:
+        async with running_worker(env, router, listeners={"error": errors.append}):
+            await until_status(port, "/readyz", 200)
+            readiness.append(("before", await probe(port, "/readyz"), await probe(port, "/livez")))
+            proxy.down()
+            await wait_for(
+                lambda: metric("worker_poll_errors_total", queue=queue.name, code="EndpointConnectionError") >= 2, 60
+            )
+            # Messages sent during the outage (straight to SQS) wait for the worker.
+            sqs.send(queue, [{"n": i} for i in range(20)])
+            readiness.append(("outage", await probe(port, "/readyz"), await probe(port, "/livez")))
+            proxy.up()
+            await wait_for(lambda: len(done) == 20, 60, "recovery")
+            await until_status(port, "/readyz", 200)
+            readiness.append(("after", await probe(port, "/readyz"), await probe(port, "/livez")))
+
+    asyncio.run(scenario())
+    assert readiness == [("before", 200, 200), ("outage", 503, 200), ("after", 200, 200)]
+    assert errors and {e["where"] for e in errors} == {f"receive:{queue.name}"}, "each failed poll is an error event"
+    assert done == set(range(20))
+    assert sqs.counts(queue.url) == (0, 0)
+
+
+def test_throttling_and_server_errors_are_ridden_out(sqs: Sqs, proxy: FaultProxy, health_file: str) -> None:
+    queue = sqs.create()
+    done: list[int] = []
+    router = Router()
+
+    @router.handler(queue.name)
+    async def handle(job: Job[Any]) -> None:
+        done.append(job.payload["n"])
+
+    sqs.send(queue, [{"n": i} for i in range(30)])
+    # Each failed call is retried by botocore (3 attempts) before the worker sees it.
+    proxy.fail("ReceiveMessage", status=400, code="ThrottlingException", times=6)
+    proxy.fail("DeleteMessageBatch", status=500, code="InternalFailure", times=4)
+
+    async def scenario() -> None:
+        async with running_worker(env_for(proxy.url, queue.name, health_file), router):
+            await wait_for(lambda: len(set(done)) == 30, 90, "all 30 jobs")
+            await wait_for(lambda: sqs.counts(queue.url) == (0, 0), 60, "all deleted")
+
+    asyncio.run(scenario())
+    assert proxy.injected["400:ThrottlingException"] == 6 and proxy.injected["500:InternalFailure"] == 4
+    assert sorted(set(done)) == list(range(30))
+    assert metric("worker_settle_failures_total", queue=queue.name, action="delete") == 0
+
+
+def test_partial_batch_failures_are_retried_not_dropped(sqs: Sqs, proxy: FaultProxy, health_file: str) -> None:
+    queue = sqs.create()
+    done: list[int] = []
+    router = Router()
+
+    @router.handler(queue.name)
+    async def handle(job: Job[Any]) -> None:
+        done.append(job.payload["n"])
+
+    sqs.send(queue, [{"n": i} for i in range(20)])
+    proxy.fail_entries("DeleteMessageBatch", every=2, times=3)
+
+    async def scenario() -> None:
+        async with running_worker(env_for(proxy.url, queue.name, health_file, WORKER_CONCURRENCY=10), router):
+            await wait_for(lambda: sqs.counts(queue.url) == (0, 0), 60, "all deleted")
+
+    asyncio.run(scenario())
+    assert proxy.injected["failed_entries"] > 0
+    assert sorted(done) == list(range(20)), "no message was redelivered: failed entries were retried"
+    assert metric("worker_settle_failures_total", queue=queue.name, action="delete") == 0
+    requests = json.dumps(dict(proxy.counts))
+    assert proxy.counts["DeleteMessageBatch"] >= 3, requests

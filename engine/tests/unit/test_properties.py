@@ -1,0 +1,227 @@
+"""Properties over inputs nobody wrote down (hypothesis): payload parsing never fails with
+anything but PayloadError, configuration never with anything but ConfigError naming a real
+variable, a dead-letter request never breaks SQS's attribute limit or drops an attribute."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import math
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pydantic import BaseModel
+
+from sqs_worker_engine.backoff import backoff_delay
+from sqs_worker_engine.dlq import (
+    ERROR_ATTRIBUTES,
+    MAX_ATTRIBUTES,
+    MAX_ERROR_MESSAGE,
+    dead_letter_request,
+)
+from sqs_worker_engine.errors import NonRetryableError, PayloadError
+from sqs_worker_engine.lease import MAX_LEASE_SECONDS, extension_seconds
+from sqs_worker_engine.pool import parse_payload
+from sqs_worker_engine.settings import (
+    _ALIASES,
+    QUEUE_OVERRIDES,
+    ConfigError,
+    load_settings,
+)
+
+# No deadline: the machine running the suite may be busy. No example database: a failure
+# prints its example (and how to replay it), and nothing is left in the project tree.
+PROPERTY = settings(deadline=None, max_examples=150, database=None, suppress_health_check=[HealthCheck.too_slow])
+TEXT = st.characters(codec="utf-8")  # no lone surrogates: what an SQS body or env var can hold
+
+
+class Order(BaseModel):
+    id: str
+    amount: int = 0
+    tags: list[str] = []
+
+
+def nested(depth: int, opener: str) -> str:
+    return opener * depth
+
+
+BODIES = st.one_of(
+    st.text(),
+    st.text(alphabet=st.sampled_from('{}[]":,0123456789.eE+-truefalsnNaIiy \n\\u')),
+    st.builds(nested, st.integers(1, 200_000), st.sampled_from(["[", '{"a":', "[{", " ["])),
+    st.builds(lambda digits: "1" * digits, st.integers(1, 10_000)),
+    st.builds(
+        json.dumps,
+        st.recursive(
+            st.none() | st.booleans() | st.floats() | st.text(), lambda c: st.lists(c) | st.dictionaries(st.text(), c)
+        ),
+    ),
+)
+
+
+@PROPERTY
+@given(BODIES)
+def test_any_body_parses_or_raises_payload_error(body: str) -> None:
+    for model in (None, Order, str):
+        # Anything else (RecursionError, UnicodeError...) escapes and fails the test.
+        with contextlib.suppress(PayloadError):
+            parse_payload(model, body)
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(alphabet=TEXT),
+    lambda children: st.lists(children, max_size=5) | st.dictionaries(st.text(alphabet=TEXT), children, max_size=5),
+    max_leaves=25,
+)
+
+
+@PROPERTY
+@given(JSON)
+def test_json_payloads_round_trip(value: Any) -> None:
+    assert parse_payload(None, json.dumps(value)) == value
+
+
+@PROPERTY
+@given(st.builds(Order, id=st.text(alphabet=TEXT), amount=st.integers(), tags=st.lists(st.text(alphabet=TEXT))))
+def test_model_payloads_round_trip(order: Order) -> None:
+    assert parse_payload(Order, order.model_dump_json()) == order
+
+
+# -- settings ------------------------------------------------------------------------
+
+OVERRIDE_VARS = [
+    f"WORKER_QUEUE_{key}_{s}" for key in ("ORDERS", "RECEIPTS_FIFO", "NOPE") for s in (*QUEUE_OVERRIDES, "COLOUR")
+]
+VALUES = st.one_of(
+    st.text(alphabet=TEXT, max_size=12),
+    st.integers(-(10**40), 10**40).map(str),
+    st.floats().map(str),
+    st.sampled_from(
+        [
+            "",
+            " ",
+            "0",
+            "1",
+            "true",
+            "inf",
+            "-inf",
+            "nan",
+            "1e400",
+            "1_000",
+            "0x10",
+            "orders",
+            "orders,receipts.fifo",
+            "orders,orders",
+            "http://localhost:4566",
+            "http://u:p@h:port",
+            "http://h:99999",
+            "https://[::1",
+            "ftp://x",
+            "postgresql://app:secret@db/x",
+            "pkg.mod:router",
+        ]
+    ),
+)
+ENVIRONMENTS = st.dictionaries(st.sampled_from(sorted(_ALIASES) + OVERRIDE_VARS), VALUES, max_size=8)
+
+
+@PROPERTY
+@given(ENVIRONMENTS)
+def test_settings_refuse_only_with_config_error_naming_real_variables(env: dict[str, str]) -> None:
+    try:
+        config = load_settings(env)
+    except ConfigError as exc:
+        problems = exc.problems
+    else:
+        problems = []
+    if problems:
+        for var, message in problems:
+            assert var in _ALIASES or (var.startswith("WORKER_QUEUE_") and var in env), var
+            assert message.strip(), var
+        return
+    # Whatever boots can be printed (`config`, and the start and stop log lines).
+    json.dumps(config.describe())
+    assert config.stalled_after > max(q.job_timeout for q in config.queues)
+    assert all(q.job_timeout_ms < config.settings.shutdown_timeout_ms for q in config.queues)
+    assert math.isfinite(config.stalled_after)
+
+
+# -- dead-letter requests -------------------------------------------------------------
+
+ATTRIBUTE_NAMES = st.one_of(st.from_regex(r"[A-Za-z0-9_\-.]{1,16}", fullmatch=True), st.sampled_from(ERROR_ATTRIBUTES))
+ATTRIBUTE_VALUES = st.one_of(
+    st.builds(lambda s: {"DataType": "String", "StringValue": s}, st.text(alphabet=TEXT, min_size=1)),
+    st.builds(lambda n: {"DataType": "Number", "StringValue": str(n)}, st.integers()),
+    st.builds(lambda b: {"DataType": "Binary", "BinaryValue": b}, st.binary(min_size=1)),
+)
+MESSAGES = st.fixed_dictionaries(
+    {
+        "MessageId": st.text(alphabet=TEXT, min_size=1, max_size=200),
+        "Body": st.text(alphabet=TEXT),
+        "Attributes": st.fixed_dictionaries(
+            {"ApproximateReceiveCount": st.integers(1, 1000).map(str)},
+            optional={"MessageGroupId": st.text(alphabet=TEXT, min_size=1, max_size=128)},
+        ),
+        "MessageAttributes": st.dictionaries(ATTRIBUTE_NAMES, ATTRIBUTE_VALUES, max_size=12),
+    }
+)
+ERRORS = st.builds(
+    lambda cls, text: cls(text),
+    st.sampled_from([NonRetryableError, PayloadError, ValueError, KeyError]),
+    st.text(alphabet=TEXT),
+)
+
+
+def shown(value: dict[str, Any]) -> str:
+    if "BinaryValue" in value:
+        return base64.b64encode(value["BinaryValue"]).decode()
+    return str(value["StringValue"])
+
+
+@PROPERTY
+@given(MESSAGES, ERRORS, st.booleans())
+def test_dead_letter_request_keeps_every_attribute_within_the_limit(
+    message: dict[str, Any], error: BaseException, fifo: bool
+) -> None:
+    request = dead_letter_request(message, "dlq-url", "orders", error, "worker-1", fifo)
+    attrs = request["MessageAttributes"]
+    assert len(attrs) <= MAX_ATTRIBUTES
+    assert set(ERROR_ATTRIBUTES) <= set(attrs)
+    assert all(a["StringValue"] for name, a in attrs.items() if name in ERROR_ATTRIBUTES), "SQS refuses empty values"
+    assert len(attrs["x-error-message"]["StringValue"]) <= MAX_ERROR_MESSAGE
+    assert attrs["x-error-type"]["StringValue"] == type(error).__name__
+    originals = {k: v for k, v in message["MessageAttributes"].items() if k not in ERROR_ATTRIBUTES}
+    kept = {k: v for k, v in attrs.items() if k not in ERROR_ATTRIBUTES}
+    context = json.loads(attrs["x-error-context"]["StringValue"])
+    overflow = context.get("overflow_attributes", {})
+    assert all(originals[k] == v for k, v in kept.items()), "kept attributes are unchanged"
+    assert not set(kept) & set(overflow) and set(kept) | set(overflow) == set(originals), "nothing dropped"
+    assert all(overflow[k] == shown(originals[k]) for k in overflow)
+    assert context["message_id"] == message["MessageId"] and context["source_queue"] == "orders"
+    assert request["MessageBody"] == message["Body"]
+    if fifo:
+        assert 1 <= len(request["MessageDeduplicationId"]) <= 128 and request["MessageGroupId"]
+    else:
+        assert "MessageGroupId" not in request and "MessageDeduplicationId" not in request
+
+
+# -- timing arithmetic ------------------------------------------------------------------
+
+
+@PROPERTY
+@given(st.integers(-5, 10_000), st.floats(0, 1e6), st.floats(0, 1e6), st.floats(0, 1))
+def test_backoff_stays_within_half_a_step_and_the_cap(attempt: int, base: float, cap: float, rand: float) -> None:
+    delay = backoff_delay(attempt, base, cap, rand)
+    step = min(cap, base * 2.0 ** min(max(attempt - 1, 0), 32))
+    assert step / 2 <= delay <= step <= cap or math.isclose(delay, step)
+
+
+@PROPERTY
+@given(st.integers(0, MAX_LEASE_SECONDS), st.floats(0, 1e6), st.floats(0, 2 * MAX_LEASE_SECONDS))
+def test_lease_extension_never_passes_twelve_hours(visibility: int, received_at: float, held_for: float) -> None:
+    now = received_at + held_for
+    seconds = extension_seconds(visibility, received_at, now)
+    assert 0 <= seconds <= visibility
+    assert (now - received_at) + seconds < MAX_LEASE_SECONDS or seconds == 0

@@ -1,0 +1,202 @@
+"""Pure parts of the runtime: backoff, payload parsing, DLQ records, events, router, health."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+from sqs_worker_engine import Job, Router, pool
+from sqs_worker_engine.backoff import Backoff, backoff_delay
+from sqs_worker_engine.dlq import dead_letter_request
+from sqs_worker_engine.errors import NonRetryableError, PayloadError
+from sqs_worker_engine.events import Events
+from sqs_worker_engine.health import Health, check_file
+from sqs_worker_engine.lease import extension_seconds
+from sqs_worker_engine.pool import Slots, parse_payload
+
+
+def test_backoff_grows_with_jitter_and_is_capped() -> None:
+    low = [backoff_delay(n, 2, 300, rand=0.0) for n in range(1, 10)]
+    high = [backoff_delay(n, 2, 300, rand=1.0) for n in range(1, 10)]
+    assert low == [1, 2, 4, 8, 16, 32, 64, 128, 150]
+    assert high == [2, 4, 8, 16, 32, 64, 128, 256, 300]
+    assert backoff_delay(10_000, 2, 300) <= 300
+    b = Backoff(base=0.5, cap=20)
+    delays = [b.next_delay() for _ in range(8)]
+    assert delays[-1] >= 10 and all(d <= 20 for d in delays)
+    b.reset()
+    assert b.next_delay() <= 0.5
+
+
+def test_extension_never_passes_the_twelve_hour_cap() -> None:
+    twelve_hours = 43_200
+    now = 1000.0
+    assert extension_seconds(30, now, now) == 30
+    assert extension_seconds(30, now - (twelve_hours - 10), now) == 9
+    assert extension_seconds(30, now - twelve_hours, now) == 0
+
+
+class Order(BaseModel):
+    order_id: int
+
+
+def test_payload_parsing() -> None:
+    assert parse_payload(None, '{"a": 1}') == {"a": 1}
+    assert parse_payload(str, "plain text") == "plain text"
+    assert parse_payload(Order, '{"order_id": 5}') == Order(order_id=5)
+    for model, body in [(None, "not json"), (Order, '{"order_id": "x"}'), (Order, "[]"), (None, "\udcff")]:
+        with pytest.raises(PayloadError):
+            parse_payload(model, body)
+    assert issubclass(PayloadError, NonRetryableError)
+
+
+def message(attrs: int) -> dict[str, Any]:
+    return {
+        "MessageId": "m-1",
+        "Body": "{}",
+        "Attributes": {"ApproximateReceiveCount": "2", "MessageGroupId": "g"},
+        "MessageAttributes": {f"a{i}": {"DataType": "String", "StringValue": str(i)} for i in range(attrs)},
+    }
+
+
+def test_dead_letter_request_records_the_error_within_the_attribute_limit() -> None:
+    request = dead_letter_request(message(10), "dlq-url", "orders", NonRetryableError("bad " * 1000), "w1", fifo=True)
+    attrs = request["MessageAttributes"]
+    assert len(attrs) == 10
+    assert attrs["x-error-type"]["StringValue"] == "NonRetryableError"
+    assert len(attrs["x-error-message"]["StringValue"]) <= 1024
+    context = json.loads(attrs["x-error-context"]["StringValue"])
+    assert context["receive_count"] == 2 and context["source_queue"] == "orders"
+    assert set(context["overflow_attributes"]) == {"a7", "a8", "a9"}, "nothing is dropped"
+    assert request["MessageGroupId"] == "g" and request["MessageDeduplicationId"] == "m-1"
+    plain = dead_letter_request(message(1), "dlq-url", "orders", ValueError(), "w1", fifo=False)
+    assert (
+        "MessageGroupId" not in plain
+        and "overflow_attributes" not in plain["MessageAttributes"]["x-error-context"]["StringValue"]
+    )
+
+
+def test_events_subscribe_unsubscribe_and_isolate_failing_listeners() -> None:
+    events = Events()
+    got: list[str] = []
+    off = events.on("job:completed", lambda e: got.append(e["job_id"]))
+    events.on("job:completed", lambda e: 1 / 0)  # a broken listener must not break others
+    events.emit("job:completed", job_id="1")
+    off()
+    events.emit("job:completed", job_id="2")
+    assert got == ["1"]
+    with pytest.raises(ValueError, match="unknown event"):
+        events.on("job:exploded", print)
+
+
+def test_router_registration_rules() -> None:
+    router = Router()
+
+    @router.handler("q1")
+    async def a(job: Job[Any]) -> None: ...
+
+    @router.handler("q2", payload=Order)
+    def b(job: Job[Order]) -> None: ...
+
+    assert router.get("q1").mode == "async"  # type: ignore[union-attr]
+    assert router.get("q2").mode == "thread"  # type: ignore[union-attr]
+    with pytest.raises(ValueError, match="already has a handler"):
+        router.handler("q1")(a)
+    with pytest.raises(TypeError, match="pydantic model"):
+        router.handler("q3", payload=dict)(a)
+    with pytest.raises(TypeError, match="coroutine function"):
+        router.handler("q4", executor="process")(a)
+
+
+def test_job_cancellation_signal() -> None:
+    import threading
+
+    job: Job[Any] = Job("1", "q", "{}", {}, {}, {}, 3, 4, "w", _cancel_flag=threading.Event())
+    assert job.retry_count == 2 and not job.cancelled
+    job.raise_if_cancelled()
+    job._cancel("shutdown")
+    assert job.cancelled and job.cancel_reason == "shutdown"
+    with pytest.raises(Exception, match="shutdown"):
+        job.raise_if_cancelled()
+    with pytest.raises(ValueError, match="percent"):
+        job.progress(101)
+
+
+def test_healthcheck_verdict_from_the_progress_file(tmp_path: Path) -> None:
+    path = tmp_path / "progress"
+    assert check_file(str(path), 60)[0] is False
+    health = Health(stalled_after=60, health_file=str(path))
+    health.progress()
+    health.write_file()
+    assert check_file(str(path), 60)[0] is True
+    ok, message = check_file(str(path), 60, now=time.time() + 120)
+    assert not ok and "stalled" in message
+    path.write_text("garbage")
+    assert check_file(str(path), 60)[0] is False
+
+
+def test_liveness_follows_the_pool_longest_without_progress() -> None:
+    """One queue's stuck slots stall the worker even while another queue keeps polling."""
+    health = Health(stalled_after=60, health_file=None)
+    health.track(["orders", "receipts"])
+    health.progress("orders")
+    assert health.live()
+    stuck_since = time.monotonic() - 120
+    health._marks["receipts"] = (stuck_since, time.time() - 120)
+    health.progress("orders")  # orders keeps polling
+    assert not health.live() and health.stalled_for() >= 120
+    health.progress("receipts")
+    assert health.live()
+
+
+def test_slots_gather_a_wave_of_releases_into_one_reservation(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A long batch wait makes the test independent of the machine's speed: the reservation
+    # must come back as soon as the whole wave is free, not when the wait runs out.
+    monkeypatch.setattr(pool, "BATCH_WAIT", 30.0)
+
+    async def scenario() -> tuple[int, int]:
+        slots = Slots(10)
+        assert await slots.reserve(10) == 10
+        poller = asyncio.ensure_future(slots.reserve(10))
+        for _ in range(10):  # one job ends per loop iteration, as a wave's jobs do
+            slots.release()
+            await asyncio.sleep(0)
+        n = await asyncio.wait_for(poller, 5)
+        return n, slots.in_use
+
+    assert asyncio.run(scenario()) == (10, 10)
+
+
+def test_slots_take_a_lone_free_slot_after_the_batch_wait(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(pool, "BATCH_WAIT", 0.01)
+
+    async def scenario() -> int:
+        slots = Slots(10)
+        await slots.reserve(10)
+        poller = asyncio.ensure_future(slots.reserve(10))
+        slots.release()  # the other nine stay busy with longer jobs
+        return await asyncio.wait_for(poller, 5)
+
+    assert asyncio.run(scenario()) == 1
+
+
+def test_slots_never_hand_out_more_than_capacity() -> None:
+    async def scenario() -> list[int]:
+        slots = Slots(12)
+        first = await slots.reserve(10)
+        second = await slots.reserve(10)
+        pollers = [asyncio.ensure_future(slots.reserve(10)) for _ in range(3)]
+        slots.release(first)
+        done, pending = await asyncio.wait(pollers, timeout=1)
+        for task in pending:
+            task.cancel()
+        assert slots.in_use <= slots.capacity
+        return [first, second, *sorted(t.result() for t in done)]
+
+    assert asyncio.run(scenario()) == [10, 2, 10]

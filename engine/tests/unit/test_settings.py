@@ -1,0 +1,167 @@
+"""Configuration: every bad value refuses to boot with a message naming the variable."""
+
+from __future__ import annotations
+
+import pytest
+
+from sqs_worker_engine.settings import ConfigError, ServiceDefaults, load_settings, redact_url
+
+# A service as a generated one passes itself in: its answers are the defaults.
+SERVICE = ServiceDefaults(
+    name="orders-worker",
+    version="1.2.3",
+    command="python -m orders_worker",
+    environ={
+        "WORKER_QUEUES": "orders-worker-jobs",
+        "WORKER_HANDLERS": "orders_worker.handlers:router",
+        "WORKER_CONCURRENCY": "8",
+        "WORKER_JOB_TIMEOUT_MS": "60000",
+        "WORKER_SHUTDOWN_TIMEOUT_MS": "90000",
+    },
+)
+
+
+def problems(env: dict[str, str]) -> dict[str, str]:
+    with pytest.raises(ConfigError) as info:
+        load_settings(env, SERVICE)
+    return dict(info.value.problems)
+
+
+def test_the_service_defaults_apply_and_the_environment_wins() -> None:
+    config = load_settings({}, SERVICE)
+    assert [q.name for q in config.queues] == ["orders-worker-jobs"]
+    assert config.queues[0].concurrency == 8
+    assert config.settings.job_timeout_ms == 60_000
+    assert config.settings.shutdown_timeout_ms == 90_000
+    assert config.settings.service_name == "orders-worker", "OTEL_SERVICE_NAME defaults to the service's name"
+    assert config.service.version == "1.2.3"
+    assert config.stalled_after > config.queues[0].job_timeout
+    overridden = load_settings({"WORKER_CONCURRENCY": "3", "OTEL_SERVICE_NAME": "x"}, SERVICE)
+    assert overridden.queues[0].concurrency == 3
+    assert overridden.settings.service_name == "x"
+
+
+def test_the_environments_region_beats_the_services_default_region() -> None:
+    service = ServiceDefaults(environ={"WORKER_QUEUES": "q", "AWS_REGION": "eu-west-1"})
+    assert load_settings({}, service).settings.aws_region == "eu-west-1"
+    assert load_settings({"AWS_DEFAULT_REGION": "ap-south-1"}, service).settings.aws_region == "ap-south-1"
+    assert load_settings(
+        {"AWS_REGION": "us-west-2", "AWS_DEFAULT_REGION": "ap-south-1"}, service
+    ).settings.aws_region == ("us-west-2")
+
+
+def test_a_bad_service_default_is_reported_like_a_bad_variable() -> None:
+    service = ServiceDefaults(environ={"WORKER_QUEUES": "q", "WORKER_CONCURRENCY": "lots"})
+    with pytest.raises(ConfigError) as info:
+        load_settings({}, service)
+    assert "WORKER_CONCURRENCY" in dict(info.value.problems)
+
+
+def test_service_defaults_refuse_unknown_variables() -> None:
+    with pytest.raises(ValueError, match="WORKER_CONCURENCY"):
+        ServiceDefaults(environ={"WORKER_CONCURENCY": "8"})
+
+
+def test_without_a_queue_the_engine_refuses_to_start() -> None:
+    with pytest.raises(ConfigError) as info:
+        load_settings({})
+    assert "name at least one queue" in dict(info.value.problems)["WORKER_QUEUES"]
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "fragment"),
+    [
+        ("WORKER_CONCURRENCY", "", "valid integer"),
+        ("WORKER_CONCURRENCY", "abc", "valid integer"),
+        ("WORKER_CONCURRENCY", "0", "greater than or equal to 1"),
+        ("WORKER_CONCURRENCY", "-3", "greater than or equal to 1"),
+        ("WORKER_CONCURRENCY", "99999999999999999999", "less than or equal to 1000"),
+        ("WORKER_JOB_TIMEOUT_MS", "1.5", "valid integer"),
+        ("WORKER_SHUTDOWN_TIMEOUT_MS", "-1", "greater than or equal to 100"),
+        ("WORKER_VISIBILITY_TIMEOUT_SECONDS", "50000", "less than or equal to 43200"),
+        ("WORKER_HEARTBEAT_FRACTION", "1.5", "less than or equal to 0.9"),
+        ("WORKER_WAIT_TIME_SECONDS", "21", "less than or equal to 20"),
+        ("WORKER_QUEUES", "", "at least one queue"),
+        ("WORKER_QUEUES", "orders,bad name", "not a valid SQS queue name"),
+        ("WORKER_QUEUES", "a,a", "listed twice"),
+        ("WORKER_QUEUES", "x" * 81, "not a valid SQS queue name"),
+        ("WORKER_METRICS_PORT", "70000", "less than or equal to 65535"),
+        ("LOG_LEVEL", "LOUD", "DEBUG"),
+        ("LOG_PAYLOADS", "maybe", "valid boolean"),
+        ("AWS_REGION", "mars", "pattern"),
+        ("AWS_ENDPOINT_URL", "localhost:4566", "not an http(s) URL"),
+        ("WORKER_HANDLERS", "no-colon", "package.module:attribute"),
+        ("DB_POOL_SIZE", "0", "greater than or equal to 1"),
+    ],
+)
+def test_bad_values_are_named(variable: str, value: str, fragment: str) -> None:
+    found = problems({variable: value})
+    assert variable in found, found
+    assert fragment in found[variable]
+
+
+def test_every_bad_variable_is_reported_at_once() -> None:
+    found = problems({"WORKER_CONCURRENCY": "x", "WORKER_JOB_TIMEOUT_MS": "y", "LOG_LEVEL": "z"})
+    assert set(found) == {"WORKER_CONCURRENCY", "WORKER_JOB_TIMEOUT_MS", "LOG_LEVEL"}
+
+
+def test_job_timeout_must_be_below_shutdown_timeout() -> None:
+    found = problems({"WORKER_JOB_TIMEOUT_MS": "5000", "WORKER_SHUTDOWN_TIMEOUT_MS": "5000"})
+    assert "must be below WORKER_SHUTDOWN_TIMEOUT_MS" in found["WORKER_JOB_TIMEOUT_MS"]
+
+
+def test_concurrency_must_fit_the_db_pool() -> None:
+    found = problems({"WORKER_QUEUES": "a,b", "WORKER_CONCURRENCY": "6", "DB_POOL_SIZE": "10"})
+    assert "12 concurrent handlers" in found["DB_POOL_SIZE"]
+    assert load_settings({"WORKER_QUEUES": "a,b", "WORKER_CONCURRENCY": "5", "DB_POOL_SIZE": "10"})
+
+
+def test_per_queue_overrides() -> None:
+    config = load_settings(
+        {
+            "WORKER_QUEUES": "orders,receipts.fifo",
+            "WORKER_CONCURRENCY": "4",
+            "WORKER_QUEUE_RECEIPTS_FIFO_CONCURRENCY": "25",
+            "WORKER_QUEUE_ORDERS_JOB_TIMEOUT_MS": "1000",
+        }
+    )
+    orders, receipts = config.queues
+    assert (orders.concurrency, orders.job_timeout_ms, orders.pollers) == (4, 1000, 1)
+    assert (receipts.concurrency, receipts.pollers, receipts.fifo) == (25, 3, True)
+
+
+@pytest.mark.parametrize(
+    ("env", "variable", "fragment"),
+    [
+        ({"WORKER_QUEUE_NOPE_CONCURRENCY": "2"}, "WORKER_QUEUE_NOPE_CONCURRENCY", "no queue with key 'NOPE'"),
+        ({"WORKER_QUEUES": "a", "WORKER_QUEUE_A_COLOUR": "red"}, "WORKER_QUEUE_A_COLOUR", "unknown per-queue setting"),
+        (
+            {"WORKER_QUEUES": "a", "WORKER_QUEUE_A_CONCURRENCY": "many"},
+            "WORKER_QUEUE_A_CONCURRENCY",
+            "not a whole number",
+        ),
+        ({"WORKER_QUEUES": "a", "WORKER_QUEUE_A_CONCURRENCY": "0"}, "WORKER_QUEUE_A_CONCURRENCY", "outside 1..1000"),
+        ({"WORKER_QUEUES": "a", "WORKER_QUEUE_A_URL": "ftp://x"}, "WORKER_QUEUE_A_URL", "not a queue URL"),
+        (
+            {"WORKER_QUEUES": "a", "WORKER_QUEUE_A_JOB_TIMEOUT_MS": "9999999", "WORKER_SHUTDOWN_TIMEOUT_MS": "10000"},
+            "WORKER_QUEUE_A_JOB_TIMEOUT_MS",
+            "must be below WORKER_SHUTDOWN_TIMEOUT_MS",
+        ),
+        ({"WORKER_STALLED_AFTER_SECONDS": "1"}, "WORKER_STALLED_AFTER_SECONDS", "the longest job timeout"),
+        ({"WORKER_RETRY_BASE_SECONDS": "10", "WORKER_RETRY_MAX_SECONDS": "5"}, "WORKER_RETRY_MAX_SECONDS", "at least"),
+    ],
+)
+def test_inconsistent_and_per_queue_values(env: dict[str, str], variable: str, fragment: str) -> None:
+    found = problems(env)
+    assert fragment in found[variable], found
+
+
+def test_secrets_are_redacted_in_the_printed_config() -> None:
+    config = load_settings(
+        {"DATABASE_URL": "postgresql://app:hunter2@db:5432/orders", "AWS_ENDPOINT_URL": "http://u:pw@localhost:4566"},
+        SERVICE,
+    )
+    text = str(config.describe())
+    assert "hunter2" not in text and "pw@" not in text
+    assert "postgresql://app:***@db:5432/orders" in text
+    assert redact_url("http://localhost:4566") == "http://localhost:4566"

@@ -1,0 +1,138 @@
+"""Jinja globals for the template: the engine's facts, and where a bake gets its engine.
+
+Cookiecutter loads this module from the template's root (`_extensions` in
+cookiecutter.json) for every render, `cookiecutter` and `cruft` alike.
+
+- `limits`: the engine's `limits.py` (SQS's 12-hour cap, ECS's 120 s stop timeout, the fleet
+  concurrency budget, the DLQ naming rule...), loaded from this very checkout, so that what
+  is generated and what runs state each fact once. The hooks load the same file through
+  `limits_file`.
+- `engine_source(cookiecutter)`: the `[tool.uv.sources]` entry the service installs the
+  engine from (`engine_source_for` decides; see its docstring).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from jinja2.ext import Extension
+
+ROOT = Path(__file__).resolve().parent
+ENGINE_DIR = ROOT / "engine"
+LIMITS_FILE = ENGINE_DIR / "src" / "sqs_worker_engine" / "limits.py"
+
+
+def load_limits() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("sqs_worker_engine_limits", LIMITS_FILE)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _git(*args: str) -> str | None:
+    try:
+        result = subprocess.run(
+            ["git", "-C", str(ROOT), *args], capture_output=True, text=True, timeout=30, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return result.stdout.strip() if result.returncode == 0 and result.stdout.strip() else None
+
+
+def as_url(origin: str) -> str:
+    """A git remote as a URL uv accepts: a plain path (a clone of a local repository)
+    becomes file://, scp-like `git@host:org/repo` becomes ssh://."""
+    if "://" in origin:
+        return origin
+    if ":" in origin.split("/", 1)[0] and not os.path.exists(origin):
+        host, path = origin.split(":", 1)
+        return f"ssh://{host}/{path}"
+    return Path(origin).resolve().as_uri()
+
+
+def rendered_in_place(template: str | None, root: Path = ROOT) -> bool:
+    """True when cookiecutter renders straight from the checkout this module is in, not from
+    a clone it (or cruft) made of a repository."""
+    return template is not None and Path(os.path.expanduser(template)).resolve() == root
+
+
+def engine_source_for(
+    override: str, template: str | None, origin: str | None, commit: str | None, engine_dir: Path
+) -> dict[str, str]:
+    """Where the baked service installs its engine from.
+
+    - `override` (the `_engine_source` answer) wins: "path" (this checkout's engine/),
+      "index" (nothing: the version pin resolves from the package index), or "git".
+    - The template was cloned from a repository (`cookiecutter gh:org/...`, a git URL, or
+      `cruft create`, which clones and gives no `_template`): git, at the exact commit baked
+      from, so the service runs the engine its files were generated with.
+    - Rendered in place from a local checkout (`cookiecutter ./checkout`, this repository's
+      own tests and demo): that checkout's engine/, by path.
+    """
+    choice = override
+    if not choice:
+        choice = "git" if not rendered_in_place(template) and origin and commit else "path"
+    if choice == "index":
+        return {}
+    if choice == "path":
+        return {"path": str(engine_dir)}
+    if choice == "git":
+        if not (origin and commit):
+            raise ValueError("_engine_source=git needs the template to be a git clone with an origin remote")
+        return {"git": as_url(origin), "subdirectory": "engine", "rev": commit}
+    raise ValueError(f"_engine_source must be one of path, git, index (or empty), got {override!r}")
+
+
+def toml_inline(table: dict[str, str]) -> str:
+    return "{ " + ", ".join(f"{key} = {json.dumps(value)}" for key, value in table.items()) + " }"
+
+
+def engine_source(cookiecutter: dict[str, Any]) -> str:
+    """The TOML for `sqs-worker-engine = ...` under [tool.uv.sources], or "" for the index."""
+    table = engine_source_for(
+        str(cookiecutter.get("_engine_source") or ""),
+        cookiecutter.get("_template"),
+        _git("remote", "get-url", "origin"),
+        _git("rev-parse", "HEAD"),
+        ENGINE_DIR,
+    )
+    return toml_inline(table) if table else ""
+
+
+def template_origin(cookiecutter: dict[str, Any]) -> str:
+    """Where `cruft update` finds this template again: the repository it was cloned from,
+    or the local checkout it was generated from."""
+    template = cookiecutter.get("_template")
+    if rendered_in_place(template):
+        return str(ROOT)
+    origin = _git("remote", "get-url", "origin")
+    return as_url(origin) if origin else str(template or ROOT)
+
+
+def engine_version() -> str:
+    """The engine's version, from its pyproject (the pin the service is baked with)."""
+    for line in (ENGINE_DIR / "pyproject.toml").read_text().splitlines():
+        key, _, value = line.partition("=")
+        if key.strip() == "version":
+            return value.strip().strip('"')
+    raise LookupError("no version in engine/pyproject.toml")
+
+
+class EngineExtension(Extension):
+    def __init__(self, environment: Any) -> None:
+        super().__init__(environment)
+        limits = load_limits()
+        environment.globals["limits"] = limits
+        environment.globals["limits_file"] = str(LIMITS_FILE)
+        environment.globals["engine_source"] = engine_source
+        environment.globals["engine_version"] = engine_version()
+        environment.globals["template_origin"] = template_origin
+        environment.globals["template_commit"] = lambda: _git("rev-parse", "HEAD") or ""
+        environment.filters["dlq_name"] = limits.dlq_name

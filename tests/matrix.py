@@ -1,0 +1,326 @@
+"""The answer sets the template supports and the ones it refuses: the one table each that
+every check of the template is parametrised over (cookiecutter-django's
+SUPPORTED_COMBINATIONS / UNSUPPORTED_COMBINATIONS). Adding an option is a row here.
+
+Each supported set says how deep it is checked:
+- "full": baked, locked, and the generated project's whole `make test` (ruff, formatting,
+  strict mypy, handler tests and the end-to-end test against LocalStack);
+- "checked": baked, locked, ruff, formatting, mypy and the handler tests, and every
+  deployment artifact through its validator (no LocalStack);
+- "rendered": baked, nothing left unrendered, every YAML/JSON/TOML file parses, the right
+  files for its options.
+Every set is rendered; "checked" and "full" sets are also validated artifact by artifact.
+
+Facts (SQS limits, ECS's stop timeout cap, the grace margin, the DLQ name rule, the fleet
+budget) come from the engine's limits.py through `LIMITS`, never from rendered files.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Literal
+
+ROOT = Path(__file__).resolve().parents[1]
+COOKIECUTTER: dict[str, Any] = json.loads((ROOT / "cookiecutter.json").read_text(encoding="utf-8"))
+
+
+def _load_limits() -> ModuleType:
+    path = ROOT / "engine" / "src" / "sqs_worker_engine" / "limits.py"
+    spec = importlib.util.spec_from_file_location("sqs_worker_engine_limits_for_tests", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+LIMITS = _load_limits()
+ECS_MAX_SHUTDOWN = LIMITS.ECS_MAX_STOP_TIMEOUT - LIMITS.GRACE_MARGIN_SECONDS
+LONG_SLUG = "a" + "-bcde" * 12 + "-x"  # 63 characters: the most a Kubernetes name allows
+
+Depth = Literal["full", "checked", "rendered"]
+
+
+@dataclass(frozen=True)
+class Combination:
+    answers: dict[str, str]
+    depth: Depth = "rendered"
+    why: str = ""
+
+
+SUPPORTED: dict[str, Combination] = {
+    "defaults": Combination({}, "full", "what `cookiecutter --no-input` gives"),
+    "eks-py313-fifo": Combination(
+        {
+            "deploy_target": "eks",
+            "python_version": "3.13",
+            "project_name": "X9 Ledger Sync",
+            "queue_name": "ledger-updates.fifo",
+            "worker_concurrency": "25",
+            "job_timeout_seconds": "500",
+            "shutdown_timeout_seconds": "600",
+            "max_receive_count": "10",
+        },
+        "full",
+        "EKS only, the newest Python, a FIFO queue, jobs longer than ECS's stopTimeout allows",
+    ),
+    "ecs-py311": Combination(
+        {
+            "deploy_target": "ecs",
+            "python_version": "3.11",
+            "queue_name": "billing_events",
+            "worker_concurrency": "3",
+            "visibility_timeout_seconds": "7",
+            "job_timeout_seconds": "20",
+            "shutdown_timeout_seconds": "45",
+            "max_receive_count": "2",
+            "metrics_port": "9555",
+            "aws_region": "eu-west-2",
+        },
+        "checked",
+        "ECS only, the oldest Python, snake_case queue, small non-default numbers",
+    ),
+    "idempotency-long-names": Combination(
+        {
+            "use_idempotency": "yes",
+            "project_name": "Edge",
+            "project_slug": LONG_SLUG,
+            "package_name": LONG_SLUG.replace("-", "_")[:50],
+            "queue_name": "q" * 76,
+            "description": 'Quotes " and \\ backslashes & <angles> survive rendering',
+            "author_name": "O'Brien & Søren",
+        },
+        "checked",
+        "idempotency on, names at their length limits, quotes in free text",
+    ),
+    "fifo-ecs-idempotency": Combination(
+        {
+            "project_name": "Billing Events",
+            "queue_name": "billing-events.fifo",
+            "max_receive_count": "3",
+            "deploy_target": "ecs",
+            "use_idempotency": "yes",
+            "python_version": "3.13",
+        },
+        "checked",
+        "FIFO on ECS with idempotency",
+    ),
+    # Hostile but legal text: YAML, JSON and TOML must still parse and read back exactly.
+    "markup-characters": Combination(
+        {
+            "description": "Quotes \" ' and: colons # hash & amp * star ! bang | pipe > gt % pct @ at `tick` $HOME {x} [y]",
+            "author_name": 'O\'Brien & Søren: #1 "Team" \\ back\\slash',
+        }
+    ),
+    "yaml-and-toml-look-alikes": Combination(
+        {
+            "description": "- a list item?: no, key: value # not a comment",
+            "author_name": "null",
+            "project_name": "X.y_z 2-0 Worker",
+            "project_slug": "x-y-z-2-0-worker",
+            "package_name": "x_y_z_2_0_worker",
+        }
+    ),
+    "yaml-scalars": Combination({"description": "yes", "author_name": "1e3"}),
+    "unicode-bmp": Combination(
+        {
+            "description": "Ünïcödé ✓ 日本語 — naïve façade, «guillemets», ‹›, € and ½",
+            "author_name": "Zoë Ñúñez 李",
+        }
+    ),
+    # Beyond the Basic Multilingual Plane: Jinja's tojson writes a surrogate pair, which TOML
+    # does not accept; the templates escape for each format instead.
+    "unicode-astral": Combination({"description": "Emoji 😀 in a description", "author_name": "𝒜𝓊𝓉𝒽𝑜𝓇"}),
+    # Unusual but valid: limits met exactly.
+    "dlq-name-at-80": Combination({"queue_name": "q_" * 38}, why="'<name>-dlq' is exactly 80 characters"),
+    "fifo-dlq-name-at-80": Combination({"queue_name": "q_" * 35 + "q.fifo"}, why="'<base>-dlq.fifo' is exactly 80"),
+    "odd-legal-names": Combination(
+        {"queue_name": "Q_-9.fifo", "aws_region": "us-gov-west-1", "description": "ends with a backslash \\"}
+    ),
+    "short-names-eks": Combination(
+        {"project_name": "A1 B2", "project_slug": "a1-b2", "package_name": "svc_x", "deploy_target": "eks"}
+    ),
+    "dotted-name": Combination(
+        {"project_name": "Acme.io worker_2", "project_slug": "acme-io-worker-2", "package_name": "acme_io"}
+    ),
+    "ecs-longest-drain": Combination(
+        {"deploy_target": "ecs", "shutdown_timeout_seconds": str(ECS_MAX_SHUTDOWN), "job_timeout_seconds": "100"},
+        why="the longest drain ECS's stopTimeout allows",
+    ),
+    "eks-12h-jobs": Combination(
+        {
+            "deploy_target": "eks",
+            "job_timeout_seconds": str(LIMITS.MAX_VISIBILITY_SECONDS - 1),
+            "shutdown_timeout_seconds": str(LIMITS.MAX_VISIBILITY_SECONDS),
+            "visibility_timeout_seconds": str(LIMITS.MAX_VISIBILITY_SECONDS),
+        },
+        why="SQS's 12-hour visibility cap, reached",
+    ),
+    "extremes-high": Combination(
+        {
+            "worker_concurrency": "1000",
+            "max_receive_count": str(LIMITS.MAX_RECEIVE_COUNT),
+            "visibility_timeout_seconds": "2",
+        }
+    ),
+    "extremes-low": Combination(
+        {
+            "job_timeout_seconds": "1",
+            "shutdown_timeout_seconds": "2",
+            "worker_concurrency": "1",
+            "max_receive_count": "1",
+        }
+    ),
+    "port-and-region-edges": Combination(
+        {"metrics_port": "65535", "aws_region": "us-isob-east-1", "python_version": "3.11"}
+    ),
+    "china-idempotency": Combination({"aws_region": "cn-northwest-1", "use_idempotency": "yes"}),
+}
+
+
+def answers(name: str) -> dict[str, str]:
+    return SUPPORTED[name].answers
+
+
+def names(*depths: Depth) -> list[str]:
+    """The supported sets checked at any of these depths."""
+    return [name for name, combo in SUPPORTED.items() if combo.depth in depths]
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """An answer set the hooks refuse: which variable they name, and a fragment of why.
+    `replay`: the value can only arrive through a replay file (or another front end): the
+    command line would render or reject it before the hooks see it."""
+
+    answers: dict[str, Any]
+    variable: str
+    fragment: str
+    replay: bool = False
+    pinned: dict[str, str] = field(default_factory=dict)
+
+
+# Answers whose defaults derive from others, pinned so one bad answer makes one problem.
+PINNED = {"project_slug": "svc", "package_name": "svc", "queue_name": "jobs"}
+
+# (answers, variable reported, fragment of the message), typed on the command line on top of PINNED.
+_ON_COMMAND_LINE: list[tuple[dict[str, Any], str, str]] = [
+    ({"project_name": 'a"; rm -rf /'}, "project_name", "letters A-Z a-z, digits, spaces"),
+    ({"project_name": "Orders\nWorker"}, "project_name", "letters A-Z a-z"),
+    ({"project_name": "$(id)"}, "project_name", "quotes, $, backticks"),
+    ({"project_name": "`id` worker"}, "project_name", "letters A-Z a-z"),
+    ({"project_name": "Orders: Worker"}, "project_name", "letters A-Z a-z"),
+    ({"project_name": "Orders # Worker"}, "project_name", "letters A-Z a-z"),
+    ({"project_name": "O'Brien Worker"}, "project_name", "letters A-Z a-z"),
+    ({"project_name": "-rf"}, "project_name", "starting with a letter or digit"),
+    ({"project_name": "Orders "}, "project_name", "not ending in a space"),
+    ({"project_name": "   "}, "project_name", "must not be empty"),
+    ({"project_name": "x" * 101}, "project_name", "at most 100 characters"),
+    ({"project_slug": "Orders"}, "project_slug", "lowercase letters, digits and single hyphens"),
+    ({"project_slug": "1orders"}, "project_slug", "starting with a letter"),
+    ({"project_slug": "orders--worker"}, "project_slug", "single hyphens"),
+    ({"project_slug": "orders-"}, "project_slug", "not ending in a hyphen"),
+    ({"project_slug": "orders_worker"}, "project_slug", "DNS-1123"),
+    ({"project_slug": "orders.worker"}, "project_slug", "DNS-1123"),
+    ({"project_slug": "a" * 64}, "project_slug", "1-63 characters"),
+    ({"package_name": "1svc"}, "package_name", "lowercase Python identifier"),
+    ({"package_name": "Svc"}, "package_name", "lowercase Python identifier"),
+    ({"package_name": "my-svc"}, "package_name", "lowercase Python identifier"),
+    ({"package_name": "class"}, "package_name", "Python keyword"),
+    ({"package_name": "p" * 51}, "package_name", "at most 50"),
+    ({"package_name": "json"}, "package_name", "standard library module"),
+    ({"package_name": "asyncio"}, "package_name", "standard library module"),
+    ({"package_name": "boto3"}, "package_name", "would shadow the 'boto3' module"),
+    ({"package_name": "pydantic_settings"}, "package_name", "would shadow"),
+    ({"package_name": "aws_lambda_powertools"}, "package_name", "would shadow"),
+    ({"package_name": "tests"}, "package_name", "would shadow"),
+    ({"package_name": "sqs_worker_engine"}, "package_name", "would shadow the 'sqs_worker_engine' module"),
+    ({"description": "two\nlines"}, "description", "one line of printable characters"),
+    ({"description": "tab\there"}, "description", "printable"),
+    ({"description": "d" * 201}, "description", "at most 200 characters"),
+    # The command line renders answers as Jinja; raw blocks let the markers through to the files.
+    ({"description": "{% raw %}{{ 7*7 }}{% endraw %}"}, "description", "must not contain template markers"),
+    ({"description": "{% raw %}{% if x %}{% endraw %}"}, "description", "template markers"),
+    ({"author_name": "Evil\x1b[31m Team"}, "author_name", "printable"),
+    ({"author_name": "Team\u202e1 nimda"}, "author_name", "printable"),  # right-to-left override
+    ({"author_name": "a" * 201}, "author_name", "at most 200 characters"),
+    ({"aws_region": "US-EAST-1"}, "aws_region", "AWS region code"),
+    ({"aws_region": "us-east"}, "aws_region", "AWS region code"),
+    ({"aws_region": "us-east-1\n"}, "aws_region", "AWS region code"),
+    ({"aws_region": "useast1"}, "aws_region", "AWS region code"),
+    ({"queue_name": "bad name"}, "queue_name", "letters, digits, '-' and '_'"),
+    ({"queue_name": "jobs.fifo.fifo"}, "queue_name", "'.fifo' at the end only for a FIFO queue"),
+    ({"queue_name": ".fifo"}, "queue_name", "1-80 characters"),
+    ({"queue_name": "jobs;rm"}, "queue_name", "1-80 characters"),
+    ({"queue_name": "q" * 81}, "queue_name", "SQS allows at most 80"),
+    ({"queue_name": "q" * 77}, "queue_name", "dead-letter queue '" + "q" * 77 + "-dlq'"),
+    ({"queue_name": "q" * 77}, "queue_name", "keep the queue name to at most 76 characters"),
+    ({"queue_name": "q" * 72 + ".fifo"}, "queue_name", "keep the part before .fifo to at most 71 characters"),
+    ({"worker_concurrency": "08"}, "worker_concurrency", "whole number from 1 to 1000"),
+    ({"worker_concurrency": "+3"}, "worker_concurrency", "plain digits"),
+    ({"worker_concurrency": " 5"}, "worker_concurrency", "plain digits"),
+    ({"worker_concurrency": "1e3"}, "worker_concurrency", "plain digits"),
+    ({"worker_concurrency": "abc"}, "worker_concurrency", "plain digits"),
+    ({"worker_concurrency": "-1"}, "worker_concurrency", "whole number from 1 to 1000"),
+    ({"worker_concurrency": "0"}, "worker_concurrency", "whole number from 1 to 1000"),
+    ({"worker_concurrency": "1001"}, "worker_concurrency", "whole number from 1 to 1000"),
+    ({"worker_concurrency": "9" * 5000}, "worker_concurrency", "whole number from 1 to 1000"),
+    ({"visibility_timeout_seconds": "1"}, "visibility_timeout_seconds", "SQS allows 0-43200"),
+    ({"visibility_timeout_seconds": "0"}, "visibility_timeout_seconds", "at least 2 s so heartbeats"),
+    ({"visibility_timeout_seconds": "43201"}, "visibility_timeout_seconds", "from 2 to 43200"),
+    ({"job_timeout_seconds": "0"}, "job_timeout_seconds", "from 1 to 43200"),
+    (
+        {"job_timeout_seconds": "43201", "deploy_target": "eks", "shutdown_timeout_seconds": "43200"},
+        "job_timeout_seconds",
+        "12 h",
+    ),
+    ({"shutdown_timeout_seconds": "0"}, "shutdown_timeout_seconds", "whole number from 1"),
+    (
+        {"job_timeout_seconds": "90", "shutdown_timeout_seconds": "90"},
+        "job_timeout_seconds",
+        "must be below shutdown_timeout_seconds (90); otherwise SIGTERM cuts a running job off",
+    ),
+    (
+        {"job_timeout_seconds": "100", "shutdown_timeout_seconds": "50"},
+        "job_timeout_seconds",
+        "must be below shutdown_timeout_seconds",
+    ),
+    (
+        {"deploy_target": "ecs", "shutdown_timeout_seconds": str(ECS_MAX_SHUTDOWN + 1)},
+        "shutdown_timeout_seconds",
+        (
+            f"ECS caps stopTimeout at {LIMITS.ECS_MAX_STOP_TIMEOUT} s and the task definition sets stopTimeout = "
+            f"shutdown timeout + {LIMITS.GRACE_MARGIN_SECONDS} s"
+        ),
+    ),
+    (
+        {"deploy_target": "ecs-and-eks", "shutdown_timeout_seconds": "600", "job_timeout_seconds": "500"},
+        "shutdown_timeout_seconds",
+        f"the shutdown timeout can be at most {ECS_MAX_SHUTDOWN} s",
+    ),
+    ({"max_receive_count": "0"}, "max_receive_count", "from 1 to 1000"),
+    ({"max_receive_count": "1001"}, "max_receive_count", "RedrivePolicy"),
+    ({"metrics_port": "80"}, "metrics_port", "non-root and cannot bind below 1024"),
+    ({"metrics_port": "1023"}, "metrics_port", "from 1024 to 65535"),
+    ({"metrics_port": "65536"}, "metrics_port", "from 1024 to 65535"),
+    ({"metrics_port": "4566"}, "metrics_port", "LocalStack's port"),
+]
+# Values only a replay file (or another cookiecutter front end) can hand over unrendered.
+_FROM_REPLAY: list[tuple[dict[str, Any], str, str]] = [
+    ({"python_version": "3.10"}, "python_version", "must be one of 3.11, 3.12, 3.13"),
+    ({"python_version": "3.14"}, "python_version", "must be one of 3.11, 3.12, 3.13"),
+    ({"deploy_target": "k8s"}, "deploy_target", "must be one of ecs-and-eks, ecs, eks"),
+    ({"use_idempotency": "maybe"}, "use_idempotency", "must be one of yes, no"),
+    ({"use_idempotency": True}, "use_idempotency", "must be one of yes, no"),
+    ({"project_name": "{{ 7*7 }}"}, "project_name", "letters A-Z a-z"),
+    ({"project_name": "a'''b\\\"c"}, "project_name", "letters A-Z a-z"),
+    ({"description": "{{ cookiecutter.__class__ }}"}, "description", "template markers"),
+    ({"author_name": "{# note #}"}, "author_name", "template markers"),
+    ({"worker_concurrency": 8.5}, "worker_concurrency", "plain digits"),
+]
+UNSUPPORTED: list[Refusal] = [Refusal(a, v, f) for a, v, f in _ON_COMMAND_LINE] + [
+    Refusal(a, v, f, replay=True) for a, v, f in _FROM_REPLAY
+]

@@ -1,0 +1,90 @@
+"""Every supported answer set renders: nothing is left unrendered, no directory is left
+empty, every YAML, JSON and TOML file parses and every Python file compiles, and free text
+(hostile but legal: quotes, colons, '#', '&', backslashes, YAML and TOML look-alikes,
+unicode) reads back exactly as given. The answer sets are tests/matrix.py's; refusals of
+invalid answers are tests/test_hooks.py's business."""
+
+from __future__ import annotations
+
+import json
+import re
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from conftest import bake
+from matrix import SUPPORTED
+
+# `{{ cookiecutter.x }}`, `{% if cookiecutter... %}` or `cookiecutter.x }}` left in a file.
+UNRENDERED = re.compile(r"\{\{\s*cookiecutter|\{%[^%]*cookiecutter|cookiecutter\.\w+\s*\}\}")
+
+
+class AnyTagLoader(yaml.SafeLoader):
+    """Safe loading that accepts CloudFormation's short forms (!Ref, !Sub, !GetAtt...)."""
+
+
+def _any_tag(loader: yaml.SafeLoader, suffix: str, node: yaml.Node) -> Any:
+    if isinstance(node, yaml.ScalarNode):
+        return loader.construct_scalar(node)
+    if isinstance(node, yaml.SequenceNode):
+        return loader.construct_sequence(node)
+    return loader.construct_mapping(node)  # type: ignore[arg-type]
+
+
+AnyTagLoader.add_multi_constructor("!", _any_tag)
+
+
+def parse_everything(project: Path) -> dict[str, int]:
+    """Parse every structured file; returns how many of each kind were checked."""
+    checked = {"yaml": 0, "json": 0, "toml": 0, "python": 0}
+    for path in sorted(p for p in project.rglob("*") if p.is_file() and ".venv" not in p.parts):
+        text = path.read_text(encoding="utf-8")
+        where = str(path.relative_to(project))
+        try:
+            if path.suffix in (".yaml", ".yml"):
+                list(yaml.load_all(text, Loader=AnyTagLoader))
+                checked["yaml"] += 1
+            elif path.suffix == ".json":
+                json.loads(text)
+                checked["json"] += 1
+            elif path.suffix == ".toml":
+                tomllib.loads(text)
+                checked["toml"] += 1
+            elif path.suffix == ".py":
+                compile(text, where, "exec")
+                checked["python"] += 1
+        except Exception as exc:
+            raise AssertionError(f"{where} does not parse: {exc}") from exc
+    return checked
+
+
+def unrendered(project: Path) -> list[str]:
+    return [
+        str(path.relative_to(project))
+        for path in project.rglob("*")
+        if path.is_file() and UNRENDERED.search(path.read_text(errors="ignore"))
+    ]
+
+
+@pytest.mark.parametrize("name", list(SUPPORTED))
+def test_supported_answers_render_into_files_that_parse(name: str, tmp_path: Path) -> None:
+    answers = SUPPORTED[name].answers
+    project = bake(tmp_path, **answers)
+    assert not unrendered(project), f"unrendered template text in {unrendered(project)}"
+    assert not [p for p in project.rglob("*") if p.is_dir() and not any(p.iterdir())], "empty directories left"
+    checked = parse_everything(project)
+    assert checked["yaml"] and checked["json"] and checked["toml"] == 1 and checked["python"], checked
+
+    pyproject = tomllib.loads((project / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    if "description" in answers:
+        assert pyproject["description"] == answers["description"]
+        dashboard = json.loads((project / "deploy" / "grafana" / "dashboard.json").read_text(encoding="utf-8"))
+        assert dashboard["description"] == answers["description"]
+        assert answers["description"] in (project / "README.md").read_text(encoding="utf-8")
+    if "author_name" in answers:
+        assert pyproject["authors"] == [{"name": answers["author_name"]}]
+    if "project_name" in answers:
+        dashboard = json.loads((project / "deploy" / "grafana" / "dashboard.json").read_text(encoding="utf-8"))
+        assert dashboard["title"] == answers["project_name"]

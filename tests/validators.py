@@ -1,0 +1,352 @@
+"""Readers and validators for the generated service's deployment artifacts.
+
+Each validator returns the problems it found (an empty list: valid), so a test can assert
+`== []` on a good artifact and show it non-empty on a broken one (test_artifacts.py does
+both). The facts the artifacts are held against come from the engine, never from a
+rendered file: its metrics here, its limits and settings through tests/matrix.py and
+sqs_worker_engine.settings.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import re
+import shutil
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+import botocore.session
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+from botocore.validate import ParamValidator
+from conftest import ROOT, run
+
+PLACEHOLDER_ACCOUNT = "123456789012"
+KEDA_SCHEMA_DIR = Path(os.environ.get("KEDA_SCHEMA_DIR") or ROOT.parent / "shared" / "schemas" / "keda")
+K8S_VERSIONS = ["1.29.0", kubernetes_validate.latest_version()]
+
+
+# --- readers ----------------------------------------------------------------------------------
+
+
+class CfnLoader(yaml.SafeLoader):
+    """YAML with CloudFormation's short-form intrinsics (!Ref, !Sub, ...) as plain mappings."""
+
+
+def _intrinsic(loader: yaml.SafeLoader, suffix: str, node: yaml.Node) -> dict[str, Any]:
+    if isinstance(node, yaml.ScalarNode):
+        value: Any = loader.construct_scalar(node)
+    elif isinstance(node, yaml.SequenceNode):
+        value = loader.construct_sequence(node, deep=True)
+    else:
+        value = loader.construct_mapping(node, deep=True)
+    if suffix == "Ref":
+        return {"Ref": value}
+    if suffix == "GetAtt" and isinstance(value, str):
+        value = value.split(".", 1)
+    return {f"Fn::{suffix}": value}
+
+
+CfnLoader.add_multi_constructor("!", _intrinsic)
+
+
+def load_cfn(path: Path) -> dict[str, Any]:
+    return yaml.load(path.read_text(), Loader=CfnLoader)
+
+
+def load_k8s(project: Path) -> dict[str, dict[str, Any]]:
+    """Every object under deploy/k8s, by kind (one object of each kind)."""
+    objects: dict[str, dict[str, Any]] = {}
+    for path in sorted((project / "deploy" / "k8s").glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if doc:
+                assert doc["kind"] not in objects, f"two {doc['kind']} objects"
+                objects[doc["kind"]] = doc
+    return objects
+
+
+def load_workflow(path: Path) -> dict[str, Any]:
+    data = yaml.safe_load(path.read_text())
+    if True in data:  # YAML 1.1 reads the key `on` as a boolean
+        data["on"] = data.pop(True)
+    return data
+
+
+def dockerfile_instructions(text: str) -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) pairs, continuation lines joined, comments dropped."""
+    out: list[tuple[str, str]] = []
+    buf = ""
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.endswith("\\"):
+            buf += line[:-1] + " "
+            continue
+        buf += line
+        instruction, _, args = buf.partition(" ")
+        out.append((instruction.upper(), " ".join(args.split())))
+        buf = ""
+    assert not buf, "Dockerfile ends inside a continuation line"
+    return out
+
+
+def dockerfile_stages(text: str) -> list[list[tuple[str, str]]]:
+    stages: list[list[tuple[str, str]]] = []
+    for instruction, args in dockerfile_instructions(text):
+        if instruction == "FROM":
+            stages.append([])
+        if stages:
+            stages[-1].append((instruction, args))
+    return stages
+
+
+def image_repository(image: str) -> str:
+    """`registry/path/name:tag` -> `name`."""
+    return image.rsplit("/", 1)[-1].split("@", 1)[0].split(":", 1)[0]
+
+
+def seconds(duration: str | int) -> float:
+    """Compose durations: `105s`, `1m30s`, or a number of seconds."""
+    if isinstance(duration, int):
+        return duration
+    parts = re.fullmatch(r"(?:(\d+)h)?(?:(\d+)m)?(?:(\d+(?:\.\d+)?)s)?", duration)
+    assert parts and any(parts.groups()), f"not a duration: {duration!r}"
+    hours, minutes, secs = (float(g) if g else 0.0 for g in parts.groups())
+    return hours * 3600 + minutes * 60 + secs
+
+
+def env_list(items: list[dict[str, str]]) -> dict[str, str]:
+    out = {}
+    for item in items:
+        assert item["name"] not in out, f"{item['name']} set twice"
+        out[item["name"]] = item["value"]
+    return out
+
+
+# --- what the engine exports -------------------------------------------------------------------
+
+_METRICS_SCRIPT = """
+import json
+from prometheus_client import CollectorRegistry
+from prometheus_client.metrics import MetricWrapperBase
+from sqs_worker_engine import metrics
+collectors = [c for c in vars(metrics).values() if isinstance(c, MetricWrapperBase)]
+collectors.append(metrics.enable_db_pool_gauge(CollectorRegistry()))  # registered with DB_POOL_SIZE only
+print(json.dumps({m.name: m.type for c in collectors for m in c.describe()}))
+"""
+
+
+@functools.cache
+def engine_metrics() -> dict[str, str]:
+    """The engine's metrics as PromQL names them (counters with `_total`, info with `_info`),
+    with their kind. Read from sqs_worker_engine.metrics in a process of its own, so that
+    registering the optional gauge touches nothing here."""
+    result = run([sys.executable, "-c", _METRICS_SCRIPT], ROOT, timeout=60)
+    assert result.returncode == 0, result.stderr
+    suffix = {"counter": "_total", "info": "_info"}
+    return {name + suffix.get(kind, ""): kind for name, kind in json.loads(result.stdout).items()}
+
+
+def metric_series() -> set[str]:
+    """Every series name a query may select: the metrics, and each histogram's parts."""
+    names = set(engine_metrics())
+    for name, kind in engine_metrics().items():
+        if kind == "histogram":
+            names |= {f"{name}_{part}" for part in ("bucket", "sum", "count")}
+    return names
+
+
+# --- validators ------------------------------------------------------------------------------
+
+
+def tool(name: str) -> str:
+    """A validator from the template's own environment (`make install` provides them)."""
+    path = shutil.which(name, path=str(ROOT / ".venv" / "bin")) or shutil.which(name)
+    if path is None:
+        pytest.fail(f"{name} is missing: it is a dev dependency, run `make install`")
+    return path
+
+
+def _tool_problems(cmd: list[str], cwd: Path, timeout: float = 120) -> list[str]:
+    result = run(cmd, cwd=cwd, timeout=timeout)
+    return [] if result.returncode == 0 else (result.stdout + result.stderr).splitlines()
+
+
+def hadolint_problems(dockerfile: Path) -> list[str]:
+    return _tool_problems(
+        [tool("hadolint"), "--no-color", "--failure-threshold", "style", str(dockerfile)], dockerfile.parent
+    )
+
+
+def jsonschema_cli_problems(builtin: str, path: Path) -> list[str]:
+    return _tool_problems([tool("check-jsonschema"), "--builtin-schema", builtin, str(path)], path.parent)
+
+
+@functools.cache
+def _ecs_input() -> Any:
+    return botocore.session.get_session().get_service_model("ecs").operation_model("RegisterTaskDefinition").input_shape
+
+
+def ecs_problems(task_definition: dict[str, Any]) -> list[str]:
+    """The task definition against the ECS API model (RegisterTaskDefinition's input)."""
+    report = ParamValidator().validate(task_definition, _ecs_input())
+    return report.generate_report().splitlines() if report.has_errors() else []
+
+
+def cfn_problems(path: Path, region: str) -> list[str]:
+    from cfnlint.api import ManualArgs, lint_file  # imported on first use: it takes seconds
+
+    # Informational checks too: "clean" means cfn-lint has nothing at all to say.
+    matches = lint_file(path, config=ManualArgs(regions=[region], include_checks=["I"]))
+    return [str(match) for match in matches]
+
+
+def k8s_problems(obj: dict[str, Any]) -> list[str]:
+    problems = []
+    for version in K8S_VERSIONS:
+        try:
+            kubernetes_validate.validate(obj, version, strict=True)
+        except kubernetes_validate.ValidationError as exc:
+            problems.append(f"{obj['kind']} (Kubernetes {version}): {exc.message} at {list(exc.path)}")
+    return problems
+
+
+def keda_schema_dir() -> Path:
+    """The KEDA CRD schemas (KEDA_SCHEMA_DIR); the test skips, visibly, without them."""
+    if not KEDA_SCHEMA_DIR.is_dir():
+        pytest.skip(f"KEDA CRD schemas not found at {KEDA_SCHEMA_DIR} (set KEDA_SCHEMA_DIR)")
+    return KEDA_SCHEMA_DIR
+
+
+def keda_problems(obj: dict[str, Any], schema_dir: Path) -> list[str]:
+    schema_file = schema_dir / f"{obj['kind'].lower()}_{obj['apiVersion'].split('/')[1]}.json"
+    schema = json.loads(schema_file.read_text())
+    validator_class = jsonschema.validators.validator_for(schema, default=jsonschema.Draft7Validator)
+    validator_class.check_schema(schema)
+    return [f"{obj['kind']}: {e.message} at {list(e.absolute_path)}" for e in validator_class(schema).iter_errors(obj)]
+
+
+PROMQL_KEYWORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "bool", "and", "or", "unless"}
+PROMQL_KEYWORDS |= {"offset", "inf", "nan", "Inf", "NaN"}
+
+
+def promql_metric_names(expr: str) -> set[str]:
+    """Metric names a PromQL expression reads (functions, keywords and label names excluded)."""
+    s = re.sub(r'"(?:\\.|[^"\\])*"', '""', expr)
+    s = re.sub(r"\{[^{}]*\}", " ", s)
+    s = re.sub(r"\[[^\]]*\]", " ", s)
+    s = re.sub(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", " ", s)
+    s = re.sub(r"\boffset\s+\w+", " ", s)
+    s = re.sub(r"(?<![\w:])\d+(?:\.\d+)?(?:[eE][+-]?\d+)?", " ", s)
+    names = set()
+    for match in re.finditer(r"[A-Za-z_:][A-Za-z0-9_:]*", s):
+        if s[match.end() :].lstrip().startswith("(") or match.group() in PROMQL_KEYWORDS:
+            continue
+        names.add(match.group())
+    return names
+
+
+def unknown_metrics(expr: str) -> set[str]:
+    """The names in `expr` the engine does not export (a query that reads no metric at all
+    is reported too)."""
+    names = promql_metric_names(expr)
+    if not names:
+        return {"<no metric at all>"}
+    return names - metric_series()
+
+
+def promtool_problems(rules_file: Path) -> list[str] | None:
+    """`promtool check rules`; None when promtool is not installed."""
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        return None
+    return _tool_problems([promtool, "check", "rules", str(rules_file)], rules_file.parent, timeout=60)
+
+
+def rule_structure_problems(doc: dict[str, Any]) -> list[str]:
+    """What promtool would reject in structure (the fallback where promtool is missing)."""
+    problems = []
+    groups = doc.get("groups")
+    if not isinstance(groups, list) or not groups:
+        return ["no rule groups"]
+    for group in groups:
+        for rule in group.get("rules") or [{}]:
+            name = rule.get("alert") or rule.get("record")
+            if not name or not isinstance(rule.get("expr"), str):
+                problems.append(f"rule without a name or expression: {rule}")
+                continue
+            expr = rule["expr"]
+            for open_, close in ("()", "[]", "{}"):
+                if expr.count(open_) != expr.count(close):
+                    problems.append(f"{name}: unbalanced {open_}{close} in {expr!r}")
+            if "for" in rule and not re.fullmatch(r"(\d+[smhdwy])+", str(rule["for"])):
+                problems.append(f"{name}: bad duration {rule['for']!r}")
+            if "alert" in rule and "severity" not in (rule.get("labels") or {}):
+                problems.append(f"{name}: no severity label")
+    return problems
+
+
+def check_rules(path: Path) -> list[str]:
+    """The structure check, and promtool where it is installed (a warning where it is not)."""
+    problems = rule_structure_problems(yaml.safe_load(path.read_text()))
+    promtool = promtool_problems(path)
+    if promtool is None:
+        warnings.warn(
+            "promtool is not installed (Debian package `prometheus`): Prometheus rules got the structure check only",
+            stacklevel=2,
+        )
+    else:
+        problems += promtool
+    return problems
+
+
+def policy_problems(
+    policy: dict[str, Any], *, region: str, queue: str, dlq: str, ecs: bool, table: str | None
+) -> list[str]:
+    """Exactly the permissions the worker needs, on exactly its resources: its queue, its
+    dead-letter queue, ECS scale-in protection on ECS, the idempotency `table` if any."""
+    sqs = f"arn:aws:sqs:{region}:{PLACEHOLDER_ACCOUNT}:"
+    expected = {
+        sqs + queue: {
+            "sqs:ReceiveMessage",
+            "sqs:DeleteMessage",
+            "sqs:ChangeMessageVisibility",
+            "sqs:GetQueueAttributes",
+            "sqs:GetQueueUrl",
+        },
+        sqs + dlq: {"sqs:SendMessage", "sqs:GetQueueUrl", "sqs:GetQueueAttributes"},
+    }
+    # The worker holds ECS scale-in protection while busy: only on its own cluster's tasks,
+    # whose ids are not known in advance (the one wildcard allowed).
+    ecs_tasks = f"arn:aws:ecs:{region}:{PLACEHOLDER_ACCOUNT}:task/CHANGE-ME-cluster/*"
+    if ecs:
+        expected[ecs_tasks] = {"ecs:GetTaskProtection", "ecs:UpdateTaskProtection"}
+    if table is not None:
+        arn = f"arn:aws:dynamodb:{region}:{PLACEHOLDER_ACCOUNT}:table/{table}"
+        expected[arn] = {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"}
+    problems = []
+    if policy.get("Version") != "2012-10-17":
+        problems.append(f"policy Version {policy.get('Version')!r}")
+    granted: dict[str, set[str]] = {}
+    for statement in policy.get("Statement", []):
+        extra = set(statement) - {"Sid", "Effect", "Action", "Resource"}
+        if extra or statement.get("Effect") != "Allow":
+            problems.append(f"unexpected statement shape: {statement}")
+            continue
+        actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+        resources = statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]]
+        for item in actions + resources:
+            if ("*" in item or "?" in item) and item != ecs_tasks:
+                problems.append(f"wildcard {item!r}")
+        for resource in resources:
+            granted.setdefault(resource, set()).update(actions)
+    if granted != expected:
+        problems.append(f"granted {granted}, expected exactly {expected}")
+    return problems
