@@ -17,27 +17,18 @@ budget) come from the engine's limits.py through `LIMITS`, never from rendered f
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import ModuleType
 from typing import Any, Literal
+
+import local_extensions
 
 ROOT = Path(__file__).resolve().parents[1]
 COOKIECUTTER: dict[str, Any] = json.loads((ROOT / "cookiecutter.json").read_text(encoding="utf-8"))
 
 
-def _load_limits() -> ModuleType:
-    path = ROOT / "engine" / "src" / "sqs_worker_engine" / "limits.py"
-    spec = importlib.util.spec_from_file_location("sqs_worker_engine_limits_for_tests", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-LIMITS = _load_limits()
+LIMITS = local_extensions.load_limits()  # the engine's limits.py, as the templates see it
 ECS_MAX_SHUTDOWN = LIMITS.ECS_MAX_STOP_TIMEOUT - LIMITS.GRACE_MARGIN_SECONDS
 LONG_SLUG = "a" + "-bcde" * 12 + "-x"  # 63 characters: the most a Kubernetes name allows
 

@@ -76,6 +76,13 @@ def test_supported_answers_render_into_files_that_parse(name: str, tmp_path: Pat
     assert not [p for p in project.rglob("*") if p.is_dir() and not any(p.iterdir())], "empty directories left"
     checked = parse_everything(project)
     assert checked["yaml"] and checked["json"] and checked["toml"] == 1 and checked["python"], checked
+    if answers.get("use_idempotency", "no") == "no":
+        traces = [
+            str(path.relative_to(project))
+            for path in project.rglob("*")
+            if path.is_file() and re.search(r"IDEMPOTENCY_|moto|idempotency\.py", path.read_text(errors="ignore"))
+        ]
+        assert not traces, f"idempotency is off, yet these files mention it: {traces}"
 
     pyproject = tomllib.loads((project / "pyproject.toml").read_text(encoding="utf-8"))["project"]
     if "description" in answers:

@@ -34,6 +34,33 @@ def extension_seconds(visibility: int, received_at: float, now: float) -> int:
     return max(0, min(visibility, int(MAX_LEASE_SECONDS - (now - received_at)) - 1))
 
 
+def lease_timing(visibility: int, fraction: float) -> tuple[float, float]:
+    """(safety, tick): the margin before the deadline at which a handle is no longer
+    trusted, and how often the keeper looks for leases due an extension."""
+    return max(0.2, min(2.0, visibility * 0.1)), max(0.05, min(1.0, visibility * fraction / 4))
+
+
+def heartbeat_problem(visibility: int, fraction: float) -> str | None:
+    """Why leases of `visibility` seconds, extended at `fraction` of it, could never be
+    extended in time (None when they can): an extension falls due `visibility * (1 -
+    fraction)` before the deadline, the lease is given up `safety` before it, and the
+    keeper must get to look at least once in between."""
+
+    def works(f: float) -> bool:
+        safety, tick = lease_timing(visibility, f)
+        return visibility * (1 - f) - safety >= tick
+
+    if works(fraction):
+        return None
+    usable = next((f / 100 for f in range(90, 9, -5) if works(f / 100)), None)
+    advice = f"use a fraction of at most {usable:g}" if usable is not None else "use a longer visibility timeout"
+    return (
+        f"with a {visibility} s visibility timeout an extension at {fraction:g} of it falls due "
+        f"{visibility * (1 - fraction):.2f} s before the deadline, but a lease is given up "
+        f"{lease_timing(visibility, fraction)[0]:.2f} s before it: no lease could be extended in time; {advice}"
+    )
+
+
 @dataclass(eq=False)
 class Lease:
     message_id: str
@@ -65,9 +92,7 @@ class LeaseKeeper:
         self.visibility = visibility
         self.fraction = fraction
         self.on_sqs = on_sqs
-        # Margin before the deadline at which a handle is no longer trusted.
-        self.safety = max(0.2, min(2.0, visibility * 0.1))
-        self.tick = max(0.05, min(1.0, visibility * fraction / 4))
+        self.safety, self.tick = lease_timing(visibility, fraction)
         self._leases: dict[int, Lease] = {}
 
     def __len__(self) -> int:

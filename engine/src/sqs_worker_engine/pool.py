@@ -39,7 +39,7 @@ from .job import Job
 from .lease import Lease, LeaseKeeper
 from .logs import bind_job, get_logger
 from .outcomes import Outcome, classify
-from .router import HandlerSpec
+from .router import HandlerSpec, call_sync
 from .sqs import NOT_FOUND_CODES, QueueInfo, SQSClient, error_code
 
 log = logging.getLogger(__name__)
@@ -493,10 +493,10 @@ class QueuePool:
             return fut
         if self.spec.mode == "thread":
             assert self.thread_pool is not None
-            cf = self.thread_pool.submit(contextvars.copy_context().run, self.spec.fn, job)
+            cf = self.thread_pool.submit(contextvars.copy_context().run, call_sync, self.spec.fn, job)
         else:
             assert self.process_pool is not None
-            cf = self.process_pool.submit(self.spec.fn, job)
+            cf = self.process_pool.submit(call_sync, self.spec.fn, job)
         cf.add_done_callback(lambda _f: loop.call_soon_threadsafe(finished))
         return asyncio.wrap_future(cf, loop=loop)
 

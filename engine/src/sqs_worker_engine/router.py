@@ -14,6 +14,33 @@ F = TypeVar("F", bound=Callable[..., Any])
 ReadinessCheck = Callable[[], Awaitable[bool]]
 
 
+def is_coroutine_callable(fn: Callable[..., Any]) -> bool:
+    """A coroutine function, also behind functools.wraps decorators and partials, or an
+    object whose __call__ is one: run on the event loop and awaited."""
+    target = inspect.unwrap(fn)
+    if inspect.iscoroutinefunction(target):
+        return True
+    if inspect.isfunction(target) or inspect.ismethod(target) or not callable(target):
+        return False
+    return inspect.iscoroutinefunction(type(target).__call__)
+
+
+def call_sync(fn: Callable[..., Any], job: Any) -> Any:
+    """Call a plain handler (in its thread or process). One that hands back an awaitable (a
+    plain function returning a coroutine) did not do its work: that is an error, so the
+    message is retried with the reason instead of being deleted as a success."""
+    result = fn(job)
+    if inspect.isawaitable(result):
+        close = getattr(result, "close", None)
+        if close is not None:
+            close()  # never awaited, on purpose: no "coroutine was never awaited" warning
+        raise TypeError(
+            f"handler {getattr(fn, '__qualname__', fn)!r} returned {type(result).__name__} instead of doing its "
+            "work: register an `async def` (or a callable whose __call__ is async), or await it inside"
+        )
+    return result
+
+
 @dataclass(frozen=True)
 class HandlerSpec:
     queue: str
@@ -48,7 +75,7 @@ class Router:
                 and not (isinstance(payload, type) and issubclass(payload, BaseModel))
             ):
                 raise TypeError("payload must be a pydantic model, str, or None")
-            is_async = inspect.iscoroutinefunction(fn)
+            is_async = is_coroutine_callable(fn)
             if executor == "auto":
                 mode: Literal["async", "thread", "process"] = "async" if is_async else "thread"
             elif executor == "async" and not is_async:

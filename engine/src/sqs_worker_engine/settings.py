@@ -25,6 +25,7 @@ from urllib.parse import urlsplit
 from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from .lease import heartbeat_problem
 from .limits import MAX_QUEUE_NAME, MAX_VISIBILITY_SECONDS, MAX_WAIT_SECONDS
 
 # SQS's own rule for queue names (CreateQueue API reference).
@@ -352,6 +353,15 @@ def load_settings(environ: Mapping[str, str] | None = None, service: ServiceDefa
         queues.append(QueueSettings(name, url, concurrency, job_timeout_ms, visibility, pollers))
 
     for q in queues:
+        heartbeat = heartbeat_problem(q.visibility_timeout_seconds, settings.heartbeat_fraction)
+        if heartbeat is not None:
+            overridden = "VISIBILITY_TIMEOUT_SECONDS" in overrides[q.name]
+            var = (
+                f"{QUEUE_OVERRIDE_PREFIX}{queue_env_key(q.name)}_VISIBILITY_TIMEOUT_SECONDS"
+                if overridden
+                else "WORKER_HEARTBEAT_FRACTION"
+            )
+            problems.append((var, heartbeat))
         if q.job_timeout_ms >= settings.shutdown_timeout_ms:
             var = (
                 f"{QUEUE_OVERRIDE_PREFIX}{queue_env_key(q.name)}_JOB_TIMEOUT_MS"

@@ -32,7 +32,7 @@ from .errors import PayloadError
 from .job import Job
 from .outcomes import Outcome, classify
 from .pool import parse_payload
-from .router import Router
+from .router import Router, call_sync
 
 __all__ = ["HandlerResult", "make_job", "run_handler", "run_handler_async"]
 
@@ -122,7 +122,7 @@ async def run_handler_async(
     if spec.mode == "async":
         work: Any = spec.fn(job)
     else:  # threads and processes alike: the handler is a plain function of the job
-        work = asyncio.to_thread(spec.fn, job)
+        work = asyncio.to_thread(call_sync, spec.fn, job)
     try:
         await asyncio.wait_for(work, timeout)
     except TimeoutError:

@@ -43,6 +43,8 @@ log = logging.getLogger(__name__)
 # How far past the shutdown timeout the worker may wait for its last long polls before it
 # gives messages back: within the platform's grace period, which keeps a margin above it.
 RELEASE_MARGIN_SECONDS = 10.0
+# A second signal means now: pending deletes get this long to go out, then the process exits.
+FINAL_FLUSH_SECONDS = 2.0
 
 
 class WorkerState(StrEnum):
@@ -85,6 +87,7 @@ class Worker:
         self._stop_requested: asyncio.Event | None = None
         self._stop_reason = ""
         self._signals = 0
+        self._exit_task: asyncio.Task[None] | None = None  # the second signal's final flush
         self._tasks: list[asyncio.Task[Any]] = []
         self._stack = AsyncExitStack()
         self._process_pool: concurrent.futures.ProcessPoolExecutor | None = None
@@ -135,12 +138,29 @@ class Worker:
 
     def _on_signal(self, sig: signal.Signals) -> None:
         self._signals += 1
-        if self._signals > 1:
+        if self._signals == 2:
+            # Running jobs are abandoned (their messages come back after their visibility
+            # timeout), but what is already decided still goes out: a delete of a finished
+            # job that waits in its batch would otherwise be a redelivery.
             log.warning("second %s: exiting now without draining", sig.name)
-            logging.shutdown()
-            os._exit(128 + sig.value)
-        log.info("%s received: draining", sig.name)
-        self.stop(sig.name)
+            self._exit_task = asyncio.get_running_loop().create_task(self._exit_now(sig))
+        elif self._signals > 2:
+            self._exit(sig)
+        else:
+            log.info("%s received: draining", sig.name)
+            self.stop(sig.name)
+
+    async def _exit_now(self, sig: signal.Signals) -> None:
+        try:
+            await asyncio.wait_for(asyncio.gather(*(pool.acker.close() for pool in self.pools)), FINAL_FLUSH_SECONDS)
+        except Exception:
+            log.warning("could not send every pending delete before exiting", exc_info=True)
+        self._exit(sig)
+
+    @staticmethod
+    def _exit(sig: signal.Signals) -> None:
+        logging.shutdown()
+        os._exit(128 + sig.value)
 
     async def start(self) -> None:
         self.state = WorkerState.STARTING

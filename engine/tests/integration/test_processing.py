@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import threading
 from collections import Counter
@@ -134,6 +135,56 @@ def test_sync_handlers_run_in_threads_async_on_the_loop(sqs: Sqs, localstack_end
 
     asyncio.run(scenario())
     assert where == {"sync": "thread", "async": "loop"}
+
+
+def test_async_callables_that_are_not_plain_coroutine_functions_run_or_fail_loudly(
+    sqs: Sqs, localstack_endpoint: str, health_file: str
+) -> None:
+    """An object with an async __call__ and a decorated coroutine function are awaited; a plain
+    function that returns a coroutine is an error (retried, with the reason), never a success
+    that deletes the message without its work being done."""
+    callable_q, decorated_q, wrapper_q = sqs.create(), sqs.create(), sqs.create(max_receive=None)
+    ran: list[str] = []
+    router = Router()
+
+    class Handler:
+        async def __call__(self, job: Job[Any]) -> None:
+            ran.append("callable object")
+
+    def logged(fn: Any) -> Any:
+        @functools.wraps(fn)
+        def wrapper(job: Job[Any]) -> Any:
+            return fn(job)  # the coroutine, unawaited: a common way to write a decorator
+
+        return wrapper
+
+    @router.handler(decorated_q.name)
+    @logged
+    async def decorated(job: Job[Any]) -> None:
+        ran.append("decorated")
+
+    async def real(job: Job[Any]) -> None:
+        ran.append("behind a wrapper")
+
+    router.handler(callable_q.name)(Handler())
+    router.handler(wrapper_q.name)(lambda job: real(job))
+    for queue in (callable_q, decorated_q, wrapper_q):
+        sqs.send(queue, [{"n": 1}])
+
+    async def scenario() -> None:
+        env = env_for(localstack_endpoint, f"{callable_q.name},{decorated_q.name},{wrapper_q.name}", health_file)
+        async with running_worker(env, router):
+            await wait_for(lambda: len(ran) == 2, what="both async callables to run")
+            await wait_for(
+                lambda: metric("jobs_processed_total", queue=wrapper_q.name, outcome="retry") >= 1,
+                what="the wrapper's coroutine to be refused",
+            )
+
+    asyncio.run(scenario())
+    assert sorted(ran) == ["callable object", "decorated"]
+    assert sqs.counts(callable_q.url) == (0, 0) and sqs.counts(decorated_q.url) == (0, 0)
+    assert metric("jobs_processed_total", queue=wrapper_q.name, outcome="success") == 0
+    assert sum(sqs.counts(wrapper_q.url)) == 1, "the message is still there, for a fixed handler"
 
 
 def cpu_bound(job: Job[Any]) -> None:

@@ -173,6 +173,24 @@ def test_second_signal_exits_at_once(sqs: Sqs, localstack_endpoint: str, tmp_pat
     assert events(read_records(records), "done") == []
 
 
+def test_second_signal_still_sends_the_deletes_of_finished_jobs(
+    sqs: Sqs, localstack_endpoint: str, tmp_path: Path
+) -> None:
+    """Exiting at once must not throw away what is already decided: a job that finished and
+    waits in the delete batch is deleted before the exit, not redelivered."""
+    queue = sqs.create(visibility=300)
+    sqs.send(queue, [{"id": "quick"}, {"id": "slow", "seconds": 60}])
+    proc, records, log = start(
+        sqs, localstack_endpoint, tmp_path, queue.name, WORKER_ACK_FLUSH_MS=10_000, WORKER_CONCURRENCY=2
+    )
+    wait_records(records, lambda r: len(events(r, "done")) == 1 and len(events(r, "start")) == 2)
+    proc.send_signal(signal.SIGTERM)
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(30) == 128 + signal.SIGTERM, log.read_text()
+    assert sum(sqs.counts(queue.url)) == 1, "only the unfinished job is left; the finished one was deleted"
+
+
 def test_sigkill_mid_job_is_survivable(sqs: Sqs, localstack_endpoint: str, tmp_path: Path) -> None:
     # No DLQ here: a killed worker's long polls live on in SQS for their wait time and each
     # may take the message once more (costing a receive); on a queue with a low

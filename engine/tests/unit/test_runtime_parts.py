@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -200,3 +202,45 @@ def test_slots_never_hand_out_more_than_capacity() -> None:
         return [first, second, *sorted(t.result() for t in done)]
 
     assert asyncio.run(scenario()) == [10, 2, 10]
+
+
+def test_async_callables_are_recognised_however_they_are_wrapped() -> None:
+    from sqs_worker_engine.router import is_coroutine_callable
+
+    async def coro(job: Job[Any]) -> None: ...
+
+    def plain(job: Job[Any]) -> None: ...
+
+    class AsyncCall:
+        async def __call__(self, job: Job[Any]) -> None: ...
+
+    class SyncCall:
+        def __call__(self, job: Job[Any]) -> None: ...
+
+    @functools.wraps(coro)
+    def decorated(job: Job[Any]) -> Any:
+        return coro(job)
+
+    cases: dict[Callable[..., Any], bool] = {
+        coro: True,
+        functools.partial(coro): True,
+        decorated: True,
+        AsyncCall(): True,
+        plain: False,
+        SyncCall(): False,
+        lambda job: coro(job): False,  # undecidable before it runs: refused when it runs (below)
+    }
+    assert {fn: is_coroutine_callable(fn) for fn in cases} == cases
+
+
+def test_a_plain_handler_that_returns_a_coroutine_is_retried_with_the_reason() -> None:
+    from sqs_worker_engine.testing import run_handler
+
+    router = Router()
+
+    async def real(job: Job[Any]) -> None: ...
+
+    router.handler("q")(lambda job: real(job))
+    result = run_handler(router, "q", {"n": 1})
+    assert result.outcome == "retry"
+    assert "returned coroutine instead of doing its work" in result.reason

@@ -165,3 +165,27 @@ def test_secrets_are_redacted_in_the_printed_config() -> None:
     assert "hunter2" not in text and "pw@" not in text
     assert "postgresql://app:***@db:5432/orders" in text
     assert redact_url("http://localhost:4566") == "http://localhost:4566"
+
+
+@pytest.mark.parametrize(
+    ("env", "variable"),
+    [
+        ({"WORKER_VISIBILITY_TIMEOUT_SECONDS": "10", "WORKER_HEARTBEAT_FRACTION": "0.9"}, "WORKER_HEARTBEAT_FRACTION"),
+        ({"WORKER_VISIBILITY_TIMEOUT_SECONDS": "4", "WORKER_HEARTBEAT_FRACTION": "0.8"}, "WORKER_HEARTBEAT_FRACTION"),
+        (
+            {"WORKER_HEARTBEAT_FRACTION": "0.9", "WORKER_QUEUE_ORDERS_WORKER_JOBS_VISIBILITY_TIMEOUT_SECONDS": "5"},
+            "WORKER_QUEUE_ORDERS_WORKER_JOBS_VISIBILITY_TIMEOUT_SECONDS",
+        ),
+    ],
+)
+def test_heartbeats_that_could_never_extend_a_lease_in_time_refuse_to_boot(env: dict[str, str], variable: str) -> None:
+    found = problems(env)
+    assert set(found) == {variable}, found
+    assert "no lease could be extended in time" in found[variable]
+    assert "use a fraction of at most" in found[variable]
+
+
+@pytest.mark.parametrize(("visibility", "fraction"), [(2, 0.5), (30, 0.5), (30, 0.85), (43_200, 0.9), (7, 0.5)])
+def test_heartbeat_settings_that_work_are_accepted(visibility: int, fraction: float) -> None:
+    env = {"WORKER_VISIBILITY_TIMEOUT_SECONDS": str(visibility), "WORKER_HEARTBEAT_FRACTION": str(fraction)}
+    assert load_settings(env, SERVICE).queues[0].visibility_timeout_seconds == visibility
