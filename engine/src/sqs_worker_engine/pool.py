@@ -44,6 +44,9 @@ from .sqs import NOT_FOUND_CODES, QueueInfo, SQSClient, error_code
 
 log = logging.getLogger(__name__)
 RESPONSE_ALLOWANCE = 1.0  # seconds a ReceiveMessage response may spend in transit
+# With WORKER_WAIT_TIME_SECONDS=0 an empty queue answers at once; a poller waits this long
+# before asking again (a long poll would wait up to 20 s on SQS's side instead).
+EMPTY_SHORT_POLL_PAUSE = 1.0
 BATCH_WAIT = 0.002  # seconds a poller waits for a fuller batch of free slots (Slots.reserve)
 OUTCOMES: tuple[Outcome, ...] = ("success", "retry", "dead_letter", "timeout", "lease_lost", "released")
 
@@ -327,6 +330,8 @@ class QueuePool:
                 # Allow a second for the response in transit, never later than the send.
                 started = max(sent, time.monotonic() - RESPONSE_ALLOWANCE)
                 self._dispatch(messages, started)
+            elif self.options.wait_time == 0:
+                await asyncio.sleep(EMPTY_SHORT_POLL_PAUSE)  # a short poll answers at once: do not spin
 
     def _release_received(self, messages: list[dict[str, Any]]) -> None:
         """A poll answered after shutdown began: its messages will be given back."""

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from sqs_worker_engine import Job, Router, Worker, WorkerState
+from sqs_worker_engine.pool import EMPTY_SHORT_POLL_PAUSE
 from sqs_worker_engine.settings import load_settings
 from sqs_worker_engine.worker import StartupError
 
@@ -284,3 +285,33 @@ def test_a_missing_queue_puts_the_worker_in_the_error_state(localstack_endpoint:
         asyncio.run(scenario())
     assert worker.state == WorkerState.ERROR
     assert [e["where"] for e in errors] == ["start"]
+
+
+def test_short_polling_an_empty_queue_does_not_spin(sqs: Sqs, localstack_endpoint: str, health_file: str) -> None:
+    """WORKER_WAIT_TIME_SECONDS=0 (short polls) answers at once when the queue is empty; the
+    poller pauses before asking again instead of hammering SQS, and still picks up work."""
+    queue = sqs.create()
+    done: list[int] = []
+    router = Router()
+
+    @router.handler(queue.name)
+    async def handle(job: Job[Any]) -> None:
+        done.append(job.payload["n"])
+
+    calls = CallLog()
+    window = 3.0
+
+    async def scenario() -> None:
+        env = env_for(localstack_endpoint, queue.name, health_file, WORKER_WAIT_TIME_SECONDS=0)
+        async with running_worker(env, router, calls.attach):
+            before = calls.completed("ReceiveMessage")
+            await asyncio.sleep(window)  # a counting window, not a measurement: load only lowers the count
+            calls_in_window.append(calls.completed("ReceiveMessage") - before)
+            sqs.send(queue, [{"n": 1}])
+            await wait_for(lambda: done == [1], what="the job sent after the idle window")
+
+    calls_in_window: list[int] = []
+    asyncio.run(scenario())
+    assert calls_in_window[0] <= window / EMPTY_SHORT_POLL_PAUSE + 2, (
+        f"{calls_in_window[0]} receives in {window:g} s: spinning"
+    )
