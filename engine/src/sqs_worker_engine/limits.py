@@ -14,7 +14,6 @@ MAX_VISIBILITY_SECONDS = 43_200  # 12 h: the cap on a visibility timeout and on 
 MAX_WAIT_SECONDS = 20  # longest long poll
 MAX_RECEIVE_BATCH = 10  # messages one ReceiveMessage returns at most
 MAX_RECEIVE_COUNT = 1000  # RedrivePolicy's maxReceiveCount ceiling
-MAX_MESSAGE_BYTES = 262_144  # body plus attributes
 MAX_RETENTION_SECONDS = 14 * 24 * 3600
 FIFO_SUFFIX = ".fifo"
 DLQ_SUFFIX = "-dlq"

@@ -37,6 +37,7 @@ from .events import Events
 from .health import Health
 from .job import Job
 from .lease import Lease, LeaseKeeper
+from .limits import MAX_RECEIVE_BATCH
 from .logs import bind_job, get_logger
 from .outcomes import Outcome, classify
 from .router import HandlerSpec, call_sync
@@ -281,7 +282,7 @@ class QueuePool:
     async def _poll_forever(self) -> None:
         backoff = Backoff(base=0.5, cap=20.0)
         while not self.stopping:
-            n = await self.slots.reserve(10)
+            n = await self.slots.reserve(MAX_RECEIVE_BATCH)
             if self.stopping:
                 self.slots.release(n)
                 return

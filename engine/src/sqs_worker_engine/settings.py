@@ -26,7 +26,7 @@ from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_vali
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from .lease import heartbeat_problem
-from .limits import MAX_QUEUE_NAME, MAX_VISIBILITY_SECONDS, MAX_WAIT_SECONDS
+from .limits import MAX_QUEUE_NAME, MAX_RECEIVE_BATCH, MAX_VISIBILITY_SECONDS, MAX_WAIT_SECONDS
 
 # SQS's own rule for queue names (CreateQueue API reference).
 QUEUE_NAME_RE = re.compile(rf"^(?=.{{1,{MAX_QUEUE_NAME}}}$)[A-Za-z0-9_-]+(\.fifo)?$")
@@ -346,7 +346,9 @@ def load_settings(environ: Mapping[str, str] | None = None, service: ServiceDefa
         )
         # One long poll returns at most 10 messages, so a pool needs ceil(concurrency / 10)
         # pollers to keep every slot busy.
-        pollers = _int(own, "POLLERS", prefix, settings.pollers or math.ceil(concurrency / 10), 1, 100, problems)
+        pollers = _int(
+            own, "POLLERS", prefix, settings.pollers or math.ceil(concurrency / MAX_RECEIVE_BATCH), 1, 100, problems
+        )
         url = own.get("URL") or None
         if url is not None and http_url_problem(url):
             problems.append((prefix + "URL", f"{redact_url(url)!r} is not a queue URL"))
