@@ -15,10 +15,8 @@ Shutdown sequence (SIGTERM or SIGINT; a second signal exits at once):
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import logging
-import multiprocessing
 import os
 import signal
 import time
@@ -34,6 +32,7 @@ from .ecs import ScaleInProtection
 from .events import Events, Listener
 from .health import Health, database_check
 from .pool import PoolOptions, QueuePool
+from .processes import ProcessPool
 from .router import Router
 from .server import make_app, start_server
 from .settings import ConfigError, WorkerConfig
@@ -90,7 +89,7 @@ class Worker:
         self._exit_task: asyncio.Task[None] | None = None  # the second signal's final flush
         self._tasks: list[asyncio.Task[Any]] = []
         self._stack = AsyncExitStack()
-        self._process_pool: concurrent.futures.ProcessPoolExecutor | None = None
+        self._process_pool: ProcessPool | None = None
         self._on_client = on_client
         self._protection: ScaleInProtection | None = None
         self._client: SQSClient | None = None
@@ -199,9 +198,7 @@ class Worker:
         if self._on_client is not None:
             self._on_client(client)
         if any(spec.mode == "process" for q in self.config.queues if (spec := self.router.get(q.name))):
-            self._process_pool = concurrent.futures.ProcessPoolExecutor(
-                s.process_pool_size or os.cpu_count() or 1, mp_context=multiprocessing.get_context("spawn")
-            )
+            self._process_pool = ProcessPool(s.process_pool_size or os.cpu_count() or 1)
         if s.db_pool_size is not None:
             metrics.enable_db_pool_gauge()
         for q in self.config.queues:

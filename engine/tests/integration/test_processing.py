@@ -213,6 +213,37 @@ def test_process_executor_runs_handlers_in_other_processes(
     assert pids and str(os.getpid()) not in pids
 
 
+def crashes_or_records(job: Job[Any]) -> None:
+    """Module level so a worker process can import it: a "crash" payload kills its process."""
+    if job.payload.get("crash"):
+        os._exit(1)
+    with open(job.payload["out"], "a") as handle:
+        handle.write(f"{job.payload['n']}\n")
+
+
+def test_a_dead_handler_process_does_not_wedge_the_queue(
+    sqs: Sqs, localstack_endpoint: str, health_file: str, tmp_path: Any
+) -> None:
+    """A handler process that dies (a segfault, the OOM killer) breaks Python's process pool
+    for good; the worker replaces the pool, the job it was running is retried, and the
+    messages after it run."""
+    queue = sqs.create(visibility=10, max_receive=2)
+    out = tmp_path / "done"
+    router = Router()
+    router.handler(queue.name, executor="process")(crashes_or_records)
+    sqs.send(queue, [{"crash": True, "out": str(out), "n": -1}])
+
+    async def scenario() -> None:
+        env = env_for(localstack_endpoint, queue.name, health_file, WORKER_PROCESS_POOL_SIZE=1, WORKER_CONCURRENCY=1)
+        async with running_worker(env, router):
+            await wait_for(lambda: metric("jobs_processed_total", queue=queue.name, outcome="retry") >= 1, 120)
+            sqs.send(queue, [{"out": str(out), "n": n} for n in range(3)])
+            await wait_for(lambda: metric("jobs_processed_total", queue=queue.name, outcome="success") == 3, 120)
+
+    asyncio.run(scenario())
+    assert sorted(out.read_text().split()) == ["0", "1", "2"]
+
+
 def test_events_state_and_job_context(sqs: Sqs, localstack_endpoint: str, health_file: str) -> None:
     queue = sqs.create(max_receive=4)
     events: list[str] = []
