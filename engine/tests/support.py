@@ -40,10 +40,17 @@ class Queue:
 class Sqs:
     """A plain boto3 client on LocalStack, for arranging and inspecting queues."""
 
-    def __init__(self, endpoint: str) -> None:
+    def __init__(self, endpoint: str, access_key: str | None = None) -> None:
         self.endpoint = endpoint
         # Any: the tests poke at responses freely; the runtime is what mypy checks strictly.
-        self.client: Any = boto3.client("sqs", endpoint_url=endpoint, region_name=REGION)
+        # `access_key`: LocalStack takes a 12-digit key as the account id (another account).
+        self.client: Any = boto3.client(
+            "sqs",
+            endpoint_url=endpoint,
+            region_name=REGION,
+            aws_access_key_id=access_key,
+            aws_secret_access_key="test" if access_key else None,
+        )
         self._created: list[str] = []
 
     def create(

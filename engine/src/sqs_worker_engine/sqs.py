@@ -73,8 +73,10 @@ async def describe_queue(client: SQSClient, name: str, url: str | None = None) -
     if policy:
         redrive = json.loads(policy)
         max_receive = int(redrive["maxReceiveCount"])
-        dlq_name = str(redrive["deadLetterTargetArn"]).rsplit(":", 1)[-1]
-        dlq_url = (await client.get_queue_url(QueueName=dlq_name))["QueueUrl"]
+        # arn:<partition>:sqs:<region>:<account>:<name>. The DLQ lives in the queue owner's
+        # account, which need not be the worker's (a queue shared through its policy).
+        *_, account, dlq_name = str(redrive["deadLetterTargetArn"]).split(":")
+        dlq_url = (await client.get_queue_url(QueueName=dlq_name, QueueOwnerAWSAccountId=account))["QueueUrl"]
     return QueueInfo(
         name=name,
         url=url,

@@ -10,6 +10,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from sqs_worker_engine import Job, NonRetryableError, Router
+from sqs_worker_engine.settings import queue_env_key
 
 from ..support import CallLog, Sqs, env_for, metric, running_worker, wait_for
 
@@ -48,6 +49,36 @@ def test_failing_message_is_retried_then_dead_lettered(sqs: Sqs, localstack_endp
     delays = [e["VisibilityTimeout"] for c in calls.named("ChangeMessageVisibilityBatch") for e in c["Entries"]]
     assert delays[:2] and all(d < 300 for d in delays), delays
     assert metric("jobs_processed_total", queue=queue.name, outcome="retry") == 3
+
+
+def test_a_queue_of_another_account_dead_letters_into_that_accounts_dlq(
+    localstack_endpoint: str, health_file: str
+) -> None:
+    """The worker may consume a queue another account owns (WORKER_QUEUE_<KEY>_URL, a queue
+    policy). Its DLQ is the one the RedrivePolicy's ARN names, in the owner's account, not a
+    queue of the same name in the worker's own account."""
+    owner = Sqs(localstack_endpoint, access_key="111111111111")  # LocalStack: the key is the account
+    try:
+        queue = owner.create(max_receive=5)
+        assert ":111111111111:" in owner.attributes(queue.url)["QueueArn"]
+        router = Router()
+
+        @router.handler(queue.name)
+        async def handle(job: Job[Any]) -> None:
+            raise NonRetryableError("refused")
+
+        owner.send(queue, [{"n": 1}])
+        key = queue_env_key(queue.name)
+        env = env_for(localstack_endpoint, queue.name, health_file, **{f"WORKER_QUEUE_{key}_URL": queue.url})
+
+        async def scenario() -> None:
+            async with running_worker(env, router):
+                await wait_for(lambda: owner.counts(queue.dlq_url or "")[0] == 1, 60, "the owner's DLQ to hold it")
+
+        asyncio.run(scenario())
+        assert owner.counts(queue.url) == (0, 0)
+    finally:
+        owner.cleanup()
 
 
 def test_non_retryable_error_goes_straight_to_dlq_with_reason(
