@@ -7,6 +7,7 @@ creates queues with unique names, so bakes can run in parallel.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -55,6 +56,31 @@ def bake(output_dir: Path, lock: bool = False, **context: str) -> Path:
             os.environ.pop("SQS_WORKER_TEMPLATE_LOCK", None)
         else:
             os.environ["SQS_WORKER_TEMPLATE_LOCK"] = previous
+
+
+def cookiecutter_cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run cookiecutter into tmp_path/out; replay files stay inside tmp_path, not in $HOME."""
+    config = tmp_path / "cookiecutter-config.yaml"
+    config.write_text(
+        f"replay_dir: {json.dumps(str(tmp_path / 'replay'))}\n"
+        f"cookiecutters_dir: {json.dumps(str(tmp_path / 'cookiecutters'))}\n",
+        encoding="utf-8",
+    )
+    cmd = [sys.executable, "-m", "cookiecutter", "--config-file", str(config), "-o", str(tmp_path / "out")]
+    return subprocess.run(
+        [*cmd, *args],
+        env={**os.environ, "SQS_WORKER_TEMPLATE_LOCK": "0"},  # locking is tested by the bakes
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        errors="replace",
+        timeout=120,
+        check=False,
+    )
+
+
+def bake_cli(tmp_path: Path, **answers: str) -> subprocess.CompletedProcess[str]:
+    return cookiecutter_cli(tmp_path, "--no-input", str(ROOT), *(f"{k}={v}" for k, v in answers.items()))
 
 
 def run(cmd: list[str], cwd: Path, timeout: float = 900, **env: str) -> subprocess.CompletedProcess[str]:

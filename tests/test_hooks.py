@@ -17,13 +17,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import bake_cli, cookiecutter_cli
 from cookiecutter.environment import StrictEnvironment
-from matrix import COOKIECUTTER, ECS_MAX_SHUTDOWN, PINNED, SUPPORTED, UNSUPPORTED, Refusal
+from matrix import COOKIECUTTER, ECS_MAX_SHUTDOWN, PINNED, UNSUPPORTED, Refusal
 
 import local_extensions
 
 ROOT = Path(__file__).resolve().parents[1]
-TEMPLATE = ROOT / "{{cookiecutter.project_slug}}"
 HOOKS = ROOT / "hooks"
 CONFIG: dict[str, Any] = COOKIECUTTER
 HEADER = "Cannot generate the project"
@@ -47,31 +47,6 @@ VALID: dict[str, str] = {
     "metrics_port": "9102",
     "use_idempotency": "no",
 }
-
-
-def cookiecutter_cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """Run cookiecutter into tmp_path/out; replay files stay inside tmp_path, not in $HOME."""
-    config = tmp_path / "cookiecutter-config.yaml"
-    config.write_text(
-        f"replay_dir: {json.dumps(str(tmp_path / 'replay'))}\n"
-        f"cookiecutters_dir: {json.dumps(str(tmp_path / 'cookiecutters'))}\n",
-        encoding="utf-8",
-    )
-    cmd = [sys.executable, "-m", "cookiecutter", "--config-file", str(config), "-o", str(tmp_path / "out")]
-    return subprocess.run(
-        [*cmd, *args],
-        env={**os.environ, "SQS_WORKER_TEMPLATE_LOCK": "0"},  # locking is tested by the bakes
-        capture_output=True,
-        text=True,
-        encoding="utf-8",
-        errors="replace",
-        timeout=120,
-        check=False,
-    )
-
-
-def bake_cli(tmp_path: Path, **answers: str) -> subprocess.CompletedProcess[str]:
-    return cookiecutter_cli(tmp_path, "--no-input", str(ROOT), *(f"{k}={v}" for k, v in answers.items()))
 
 
 def bake_replay(tmp_path: Path, **answers: Any) -> subprocess.CompletedProcess[str]:
@@ -175,43 +150,6 @@ def test_default_answers_are_accepted(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert HEADER not in result.stderr
     assert (tmp_path / "out" / "orders-worker" / "src" / "orders_worker").is_dir()
-
-
-@pytest.mark.parametrize("name", list(SUPPORTED))
-def test_supported_answers_are_accepted(tmp_path: Path, name: str) -> None:
-    answers = SUPPORTED[name].answers
-    result = bake_cli(tmp_path, **answers)
-    assert result.returncode == 0, result.stderr
-    assert HEADER not in result.stderr
-    (project,) = (tmp_path / "out").iterdir()
-    slug = project.name
-    package = answers.get("package_name", slug.replace("-", "_"))
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [slug]
-    assert (project / "src" / package).is_dir()
-    assert empty_dirs(project) == []
-    assert_deploy_files(project, answers.get("deploy_target", VALID["deploy_target"]), result.stdout)
-    assert_idempotency_files(project, package, answers.get("use_idempotency", VALID["use_idempotency"]))
-    for step in (f"cd {project.resolve()}", "make install", "make test", "make dev", "make up"):
-        assert step in result.stdout, result.stdout
-
-
-def assert_deploy_files(project: Path, target: str, stdout: str) -> None:
-    wanted = {"ecs": target in ("ecs", "ecs-and-eks"), "k8s": target in ("eks", "ecs-and-eks")}
-    for name, included in wanted.items():
-        generated = project / "deploy" / name
-        if not included:
-            assert not generated.exists(), f"deploy/{name} generated for deploy_target={target}"
-            assert f"deploy/{name}/" not in stdout
-            continue
-        if any(p.is_file() for p in (TEMPLATE / "deploy" / name).rglob("*")):
-            assert any(p.is_file() for p in generated.rglob("*")), f"deploy/{name} missing for {target}"
-            assert f"deploy/{name}/" in stdout, stdout
-
-
-def assert_idempotency_files(project: Path, package: str, use_idempotency: str) -> None:
-    optional = [project / "src" / package / "idempotency.py", project / "tests" / "test_idempotency.py"]
-    if use_idempotency == "no":
-        assert [p for p in optional if p.exists()] == []
 
 
 # The hooks rendered as cookiecutter renders them, to run them against a prepared directory.

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import bake
+from conftest import TEMPLATE, bake_cli
 from matrix import SUPPORTED
 
 # `{{ cookiecutter.x }}`, `{% if cookiecutter... %}` or `cookiecutter.x }}` left in a file.
@@ -69,11 +69,21 @@ def unrendered(project: Path) -> list[str]:
 
 
 @pytest.mark.parametrize("name", list(SUPPORTED))
-def test_supported_answers_render_into_files_that_parse(name: str, tmp_path: Path) -> None:
+def test_supported_answers_generate_a_project_whose_files_parse(name: str, tmp_path: Path) -> None:
+    """Baked as a person would (the cookiecutter command), once per supported set."""
     answers = SUPPORTED[name].answers
-    project = bake(tmp_path, **answers)
+    result = bake_cli(tmp_path, **answers)
+    assert result.returncode == 0, result.stderr
+    assert "Cannot generate the project" not in result.stderr
+    (project,) = (tmp_path / "out").iterdir()
+    package = answers.get("package_name", project.name.replace("-", "_"))
+    assert (project / "src" / package).is_dir()
     assert not unrendered(project), f"unrendered template text in {unrendered(project)}"
     assert not [p for p in project.rglob("*") if p.is_dir() and not any(p.iterdir())], "empty directories left"
+    assert_deploy_files(project, answers.get("deploy_target", "ecs-and-eks"), result.stdout)
+    assert_idempotency_files(project, package, answers.get("use_idempotency", "no"))
+    for step in (f"cd {project.resolve()}", "make install", "make test", "make dev", "make up"):
+        assert step in result.stdout, result.stdout
     checked = parse_everything(project)
     assert checked["yaml"] and checked["json"] and checked["toml"] == 1 and checked["python"], checked
     if answers.get("use_idempotency", "no") == "no":
@@ -95,3 +105,22 @@ def test_supported_answers_render_into_files_that_parse(name: str, tmp_path: Pat
     if "project_name" in answers:
         dashboard = json.loads((project / "deploy" / "grafana" / "dashboard.json").read_text(encoding="utf-8"))
         assert dashboard["title"] == answers["project_name"]
+
+
+def assert_deploy_files(project: Path, target: str, stdout: str) -> None:
+    wanted = {"ecs": target in ("ecs", "ecs-and-eks"), "k8s": target in ("eks", "ecs-and-eks")}
+    for name, included in wanted.items():
+        generated = project / "deploy" / name
+        if not included:
+            assert not generated.exists(), f"deploy/{name} generated for deploy_target={target}"
+            assert f"deploy/{name}/" not in stdout
+            continue
+        if any(p.is_file() for p in (TEMPLATE / "deploy" / name).rglob("*")):
+            assert any(p.is_file() for p in generated.rglob("*")), f"deploy/{name} missing for {target}"
+            assert f"deploy/{name}/" in stdout, stdout
+
+
+def assert_idempotency_files(project: Path, package: str, use_idempotency: str) -> None:
+    optional = [project / "src" / package / "idempotency.py", project / "tests" / "test_idempotency.py"]
+    if use_idempotency == "no":
+        assert [p for p in optional if p.exists()] == []
