@@ -13,7 +13,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .errors import JobCancelled, NonRetryableError, PayloadError
+    from .errors import JobCancelled, NonRetryableError, PayloadError, RetryLater
     from .job import Job
     from .metrics import set_db_pool_in_use
     from .router import Router
@@ -26,6 +26,7 @@ _EXPORTS = {
     "JobCancelled": "errors",
     "NonRetryableError": "errors",
     "PayloadError": "errors",
+    "RetryLater": "errors",
     "Router": "router",
     "ServiceDefaults": "settings",
     "Worker": "worker",
@@ -40,6 +41,7 @@ __all__ = [
     "JobCancelled",
     "NonRetryableError",
     "PayloadError",
+    "RetryLater",
     "Router",
     "ServiceDefaults",
     "Worker",

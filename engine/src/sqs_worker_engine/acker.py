@@ -1,137 +1,140 @@
 """Settles messages: coalesces deletes and visibility changes into batch calls.
 
 A batch goes out when it holds ten entries or `flush_interval` after its first entry,
-whichever comes first, and at shutdown. Failed entries are retried while the lease is
-still safe to use; what cannot be settled is logged and counted, never dropped silently
-(the message then simply reappears: at-least-once). Until a delete is confirmed its lease
-stays with the keeper and keeps being extended.
+whichever comes first, and at shutdown. Before every attempt the lease book says whether
+each handle may still be used; an entry that may not is given up (the message simply
+comes back: at-least-once), never sent late. Failed entries are retried by the acker
+itself, a few times, with short timeouts (the SDK does not retry these calls). A
+visibility change waits for the keeper's extension call of the same lease, if one is out,
+so that the extension cannot land after it and undo a retry delay or a release.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any
 
-from . import metrics
+from . import clock, metrics
 from .backoff import backoff_delay
-from .lease import Lease, LeaseKeeper
-from .sqs import SQSClient, entry_gone, error_code
+from .delivery import Delivery, LeaseBook, SettleAction
+from .lease import CALL_TIMEOUT
+from .limits import MAX_RECEIVE_BATCH
+from .sqs import SqsApi, entry_gone, error_code
 
 log = logging.getLogger(__name__)
-Action = Literal["delete", "visibility"]
 ATTEMPTS = 4
 
 
 @dataclass(eq=False)
 class _Entry:
-    lease: Lease
-    action: Action
+    delivery: Delivery
+    action: SettleAction
     seconds: int
     done: asyncio.Future[bool]
     attempt: int = 0
 
 
 class Acker:
-    def __init__(
-        self, client: SQSClient, queue: str, queue_url: str, keeper: LeaseKeeper, flush_interval: float
-    ) -> None:
+    def __init__(self, client: SqsApi, book: LeaseBook, queue_url: str, flush_interval: float) -> None:
         self.client = client
-        self.queue = queue
+        self.book = book
+        self.queue = book.queue
         self.queue_url = queue_url
-        self.keeper = keeper
         self.flush_interval = flush_interval
-        self._pending: dict[Action, list[_Entry]] = {"delete": [], "visibility": []}
-        self._timers: dict[Action, asyncio.TimerHandle | None] = {"delete": None, "visibility": None}
+        self._pending: dict[SettleAction, list[_Entry]] = {"delete": [], "visibility": []}
+        self._timers: dict[SettleAction, asyncio.TimerHandle | None] = {"delete": None, "visibility": None}
         self._sending: set[asyncio.Task[None]] = set()
 
-    def delete(self, lease: Lease) -> asyncio.Future[bool]:
+    def delete(self, delivery: Delivery) -> asyncio.Future[bool]:
         """Delete the message; the future says whether SQS confirmed it."""
-        return self._add(lease, "delete", 0)
+        return self._add(delivery, "delete", 0)
 
-    def change_visibility(self, lease: Lease, seconds: int) -> asyncio.Future[bool]:
+    def change_visibility(self, delivery: Delivery, seconds: int) -> asyncio.Future[bool]:
         """Make the message visible again after `seconds` (0 = release now)."""
-        return self._add(lease, "visibility", max(0, seconds))
+        return self._add(delivery, "visibility", max(0, seconds))
 
     async def close(self) -> None:
         """Send everything pending and wait for it (shutdown)."""
-        actions: tuple[Action, ...] = ("delete", "visibility")
+        actions: tuple[SettleAction, ...] = ("delete", "visibility")
         for action in actions:
             self._flush(action)
         while self._sending:
             await asyncio.gather(*self._sending, return_exceptions=True)
 
-    def _add(self, lease: Lease, action: Action, seconds: int) -> asyncio.Future[bool]:
+    def _add(self, delivery: Delivery, action: SettleAction, seconds: int) -> asyncio.Future[bool]:
         loop = asyncio.get_running_loop()
-        lease.state = "settling"
-        entry = _Entry(lease, action, seconds, loop.create_future())
+        entry = _Entry(delivery, action, seconds, loop.create_future())
+        if not self.book.settling(delivery, action, clock.now()):
+            self._give_up(entry, "lease expired or lost before it could be settled")
+            return entry.done
         pending = self._pending[action]
         pending.append(entry)
-        if len(pending) >= 10:
+        if len(pending) >= MAX_RECEIVE_BATCH:
             self._flush(action)
         elif self._timers[action] is None:
             self._timers[action] = loop.call_later(self.flush_interval, self._flush, action)
         return entry.done
 
-    def _flush(self, action: Action) -> None:
+    def _flush(self, action: SettleAction) -> None:
         timer = self._timers[action]
         if timer is not None:
             timer.cancel()
             self._timers[action] = None
         pending = self._pending[action]
         while pending:
-            batch, pending[:] = pending[:10], pending[10:]
+            batch, pending[:] = pending[:MAX_RECEIVE_BATCH], pending[MAX_RECEIVE_BATCH:]
             task = asyncio.get_running_loop().create_task(self._send(action, batch))
             self._sending.add(task)
             task.add_done_callback(self._sending.discard)
 
-    async def _send(self, action: Action, batch: list[_Entry]) -> None:
+    async def _send(self, action: SettleAction, batch: list[_Entry]) -> None:
+        if action == "visibility":
+            extending = {e.delivery.extension for e in batch if e.delivery.extension is not None}
+            if pending := {call for call in extending if not call.done()}:
+                await asyncio.wait(pending)
         while batch:
-            now = time.monotonic()
+            now = clock.now()
             usable = []
             for entry in batch:
-                if entry.lease.usable(now, self.keeper.safety):
+                if self.book.may_use(entry.delivery, now):
                     usable.append(entry)
                 else:
                     self._give_up(entry, "lease expired or lost before it could be settled")
             if not usable:
                 return
-            batch = await self._call(action, usable)
+            batch = await self._call(action, usable, now)
             if batch:
-                attempt = max(e.attempt for e in batch)
-                await asyncio.sleep(backoff_delay(attempt, 0.2, 2.0))
+                await asyncio.sleep(backoff_delay(max(e.attempt for e in batch), 0.2, 2.0))
 
-    async def _call(self, action: Action, batch: list[_Entry]) -> list[_Entry]:
+    async def _call(self, action: SettleAction, batch: list[_Entry], now: float) -> list[_Entry]:
         """One batch call; returns the entries worth retrying."""
         ids = {str(i): entry for i, entry in enumerate(batch)}
         operation = "DeleteMessageBatch" if action == "delete" else "ChangeMessageVisibilityBatch"
+        entries: list[dict[str, Any]] = [{"Id": i, "ReceiptHandle": e.delivery.receipt_handle} for i, e in ids.items()]
+        if action == "visibility":
+            for request, queued in zip(entries, ids.values(), strict=True):
+                request["VisibilityTimeout"] = queued.seconds
+        call = (
+            self.client.delete_message_batch(QueueUrl=self.queue_url, Entries=entries)
+            if action == "delete"
+            else self.client.change_message_visibility_batch(QueueUrl=self.queue_url, Entries=entries)
+        )
+        timeout = min(CALL_TIMEOUT, min(e.delivery.deadline for e in batch) - self.book.safety - now)
         try:
-            if action == "delete":
-                resp = await self.client.delete_message_batch(
-                    QueueUrl=self.queue_url,
-                    Entries=[{"Id": i, "ReceiptHandle": e.lease.receipt_handle} for i, e in ids.items()],
-                )
-            else:
-                resp = await self.client.change_message_visibility_batch(
-                    QueueUrl=self.queue_url,
-                    Entries=[
-                        {"Id": i, "ReceiptHandle": e.lease.receipt_handle, "VisibilityTimeout": e.seconds}
-                        for i, e in ids.items()
-                    ],
-                )
+            resp = await asyncio.wait_for(call, max(0.05, timeout))
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            metrics.SQS_CALLS.labels(operation, error_code(exc)).inc()
-            log.warning("%s failed: %s", operation, exc, extra={"queue": self.queue})
-            return self._retry_or_give_up(batch, f"{operation} failed: {exc}")
+            code = "Timeout" if isinstance(exc, TimeoutError) else error_code(exc)
+            metrics.SQS_CALLS.labels(operation, code).inc()
+            log.warning("%s failed: %s", operation, code, extra={"queue": self.queue})
+            return self._retry_or_give_up(batch, f"{operation} failed: {code}")
         metrics.SQS_CALLS.labels(operation, "ok").inc()
         for ok in resp.get("Successful", []):
             entry = ids[ok["Id"]]
-            entry.lease.state = "settled"
-            self.keeper.remove(entry.lease)
+            self.book.confirmed(entry.delivery, released=action == "visibility" and entry.seconds == 0)
             if not entry.done.done():
                 entry.done.set_result(True)
         retry: list[_Entry] = []
@@ -164,11 +167,8 @@ class Acker:
             "could not %s message; it will be delivered again: %s",
             entry.action if entry.action == "delete" else "change the visibility of",
             reason,
-            extra={"queue": self.queue, "message_id": entry.lease.message_id},
+            extra={"queue": self.queue, "message_id": entry.delivery.message_id},
         )
-        # Stop extending: the message becomes visible when its current lease runs out.
-        if entry.lease.state == "settling":
-            entry.lease.state = "lost"
-        self.keeper.remove(entry.lease)
+        self.book.lose(entry.delivery, reason)  # stop extending: it comes back when its lease runs out
         if not entry.done.done():
             entry.done.set_result(False)

@@ -21,8 +21,11 @@ import json
 import logging
 import os
 import sys
+import threading
+import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
+from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
@@ -100,18 +103,49 @@ def cmd_run(config: WorkerConfig, args: argparse.Namespace) -> int:
     router = load_router(config.settings.handlers)
     worker = Worker(config, router)
     try:
-        asyncio.run(worker.run(handle_signals=True))
+        run_until_stopped(worker.run(handle_signals=True))
     except StartupError as exc:
         logging.getLogger(__name__).error("cannot start: %s", exc)
         return EXIT_STARTUP
-    stuck = worker.stuck_threads()
-    if stuck:
-        # A thread cannot be interrupted; its message was already released. Exit anyway.
-        logging.getLogger(__name__).warning("exiting with %d handler thread(s) still running", stuck)
+    lingering = lingering_threads()
+    if lingering:
+        # A thread cannot be interrupted (a sync handler, or one an async handler started
+        # with asyncio.to_thread); its message was already released. The interpreter would
+        # wait for it at exit, far past the platform's grace period: exit without it.
+        logging.getLogger(__name__).warning(
+            "exiting with %d thread(s) still running: %s", len(lingering), ", ".join(t.name for t in lingering)
+        )
         logging.shutdown()
         sys.stdout.flush()
         os._exit(0)
     return 0
+
+
+def run_until_stopped(main: Coroutine[Any, Any, None]) -> None:
+    """asyncio.run, without its last step: waiting for every thread asyncio.to_thread
+    started, which a blocked call would stretch to its own end."""
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    try:
+        loop.run_until_complete(main)
+        pending = asyncio.all_tasks(loop)
+        for task in pending:
+            task.cancel()
+        loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+        loop.run_until_complete(loop.shutdown_asyncgens())
+    finally:
+        asyncio.set_event_loop(None)
+        loop.close()  # shuts the default executor down without waiting for its threads
+
+
+def lingering_threads(grace: float = 1.0) -> list[threading.Thread]:
+    """Threads other than this one that would hold the interpreter's exit, after giving
+    them `grace` seconds in all to finish."""
+    deadline = time.monotonic() + grace
+    others = [t for t in threading.enumerate() if t is not threading.current_thread() and not t.daemon]
+    for thread in others:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    return [t for t in others if t.is_alive()]
 
 
 def cmd_send(config: WorkerConfig, args: argparse.Namespace) -> int:
@@ -196,6 +230,7 @@ def cmd_redrive(config: WorkerConfig, args: argparse.Namespace) -> int:
             journal = redrive.Journal(redrive.journal_path(dlq_name))
             if journal.sent:
                 print(f"resuming: {len(journal.sent)} message(s) were copied by an interrupted run")
+            refusals: list[str] = []
             moved = await redrive.copy_back(
                 client,
                 dlq_url,
@@ -204,9 +239,12 @@ def cmd_redrive(config: WorkerConfig, args: argparse.Namespace) -> int:
                 journal,
                 rate=args.rate,
                 report=lambda n: print(f"moved {n}", flush=True),
+                refused=refusals.append,
             )
             print(f"COMPLETED: moved {moved} message(s) from {dlq_name} to {queue}")
-            return 0
+            for reason in refusals:
+                print(f"left in {dlq_name}, refused by {queue}: {reason}")
+            return 1 if refusals else 0
 
     return asyncio.run(go())
 

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 import time
 from typing import Any
 
-from .sqs import SQSClient
+from .sqs import SqsApi
 
 # SQS allows 10 message attributes; three are ours, originals keep the rest.
 ERROR_ATTRIBUTES = ("x-error-type", "x-error-message", "x-error-context")
@@ -22,6 +23,7 @@ def dead_letter_request(
     error: BaseException,
     worker_id: str,
     fifo: bool,
+    why: str = "",
 ) -> dict[str, Any]:
     """The SendMessage arguments that move `message` to the DLQ with its error recorded."""
     original: dict[str, Any] = dict(message.get("MessageAttributes") or {})
@@ -37,6 +39,8 @@ def dead_letter_request(
         "failed_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "worker_id": worker_id,
     }
+    if why:
+        context["why"] = why[:MAX_ERROR_MESSAGE]
     if overflow:
         context["overflow_attributes"] = overflow
     keep["x-error-type"] = {"DataType": "String", "StringValue": type(error).__name__}
@@ -52,7 +56,43 @@ def dead_letter_request(
     return request
 
 
-async def send_to_dlq(client: SQSClient, request: dict[str, Any]) -> str:
+def fit_to_size(request: dict[str, Any], max_size: int) -> dict[str, Any] | None:
+    """The request, trimmed to fit the DLQ's MaximumMessageSize (SQS counts the body and
+    every attribute's name, type and value), or None if even the bare message does not.
+
+    The body and the original attributes are never touched: they are the message. What
+    gives way is ours, in this order: the context, then the error message; the error
+    type stays (it is short and says the most)."""
+    attributes = dict(request.get("MessageAttributes") or {})
+    body_size = len(str(request["MessageBody"]).encode())
+
+    def size() -> int:
+        return body_size + attributes_size(attributes)
+
+    if size() > max_size and "x-error-context" in attributes:
+        del attributes["x-error-context"]
+    if size() > max_size and "x-error-message" in attributes:
+        text = str(attributes["x-error-message"]["StringValue"])
+        room = len(text.encode()) - (size() - max_size)
+        if room >= 16:
+            attributes["x-error-message"] = {"DataType": "String", "StringValue": _truncate(text, room)}
+        else:
+            del attributes["x-error-message"]
+    if size() > max_size:
+        attributes.pop("x-error-type", None)
+    if size() > max_size:
+        return None
+    return {**request, "MessageAttributes": attributes}
+
+
+def _truncate(text: str, limit: int) -> str:
+    """`text` cut to at most `limit` bytes of UTF-8, marked as cut."""
+    marker = "..."
+    cut = text.encode()[: max(0, limit - len(marker))].decode(errors="ignore")
+    return cut + marker
+
+
+async def send_to_dlq(client: SqsApi, request: dict[str, Any]) -> str:
     resp = await client.send_message(**request)
     return str(resp["MessageId"])
 
@@ -64,3 +104,17 @@ def _attr_value(value: dict[str, Any]) -> str:
         raw = value["BinaryValue"]
         return base64.b64encode(raw if isinstance(raw, bytes) else bytes(raw)).decode()
     return ""
+
+
+def attributes_size(attributes: dict[str, Any]) -> int:
+    """What message attributes add to a message's size, as SQS counts it: each name, type
+    and value."""
+    total = 0
+    for name, value in attributes.items():
+        total += len(name.encode()) + len(str(value.get("DataType", "")).encode())
+        if "StringValue" in value:
+            total += len(str(value["StringValue"]).encode())
+        elif "BinaryValue" in value:
+            raw = value["BinaryValue"]
+            total += len(raw) if isinstance(raw, bytes | bytearray) else math.ceil(len(str(raw)) * 3 / 4)
+    return total

@@ -4,12 +4,16 @@
 - raises `NonRetryableError` (or its payload does not parse or validate): the message is
   sent to the dead-letter queue at once with the error recorded, then deleted. Retrying
   would only fail again.
+- raises `RetryLater(seconds)`: visible again after exactly that delay (an attempt all
+  the same: it counts toward the queue's maxReceiveCount).
 - raises anything else, or outlives the job timeout: the message becomes visible again
-  after an exponential backoff, and SQS moves it to the dead-letter queue after the
-  queue's maxReceiveCount deliveries.
+  after an exponential backoff (decisions.py has the schedule); once its attempts reach
+  the queue's maxReceiveCount the worker dead-letters it with the last error.
 """
 
 from __future__ import annotations
+
+from .limits import MAX_VISIBILITY_SECONDS
 
 
 class NonRetryableError(Exception):
@@ -26,3 +30,15 @@ class JobCancelled(Exception):  # noqa: N818 - reads as an event, like asyncio.C
     def __init__(self, reason: str) -> None:
         super().__init__(f"job cancelled: {reason}")
         self.reason = reason
+
+
+class RetryLater(Exception):  # noqa: N818 - a request, not a failure
+    """Raise from a handler to be retried after `seconds` (rate limited, not ready yet)."""
+
+    def __init__(self, seconds: float, reason: str = "") -> None:
+        if not 0 <= seconds <= MAX_VISIBILITY_SECONDS:
+            raise ValueError(
+                f"RetryLater seconds must be within 0..{MAX_VISIBILITY_SECONDS} (SQS's visibility limit), got {seconds}"
+            )
+        super().__init__(reason or f"retry in {seconds:g} s")
+        self.seconds = seconds

@@ -1,43 +1,28 @@
-"""Leases: every received message is held by its receipt handle until a local deadline.
+"""The lease keeper: extends every held lease before SQS would make its message visible.
 
-One keeper per queue extends every lease that is due in a single
-ChangeMessageVisibilityBatch call per ten leases, at `heartbeat_fraction` of the
-visibility timeout. A lease whose extension SQS refuses (the message is gone, the handle
-is stale) or whose local deadline passes without a confirmed extension is *lost*: its job
-is cancelled and its handle is never used again. Trusting the deadline matters because
-SQS (and LocalStack) may accept a stale handle silently and delete another consumer's
-delivery with it.
+Each tick it first gives up every lease whose deadline has come (the book marks it lost,
+and its job is cancelled), then extends those due, in ChangeMessageVisibilityBatch calls
+of ten, at `heartbeat_fraction` of the visibility timeout. Each call runs as its own task
+with its own short timeout (half the time left before its nearest lease would be given
+up, at most CALL_TIMEOUT), so one slow or hung
+call never stops the ticks: the deadline check goes on, and a lease whose extension is
+not confirmed in time is lost rather than trusted. The SDK does not retry these calls
+(see sqs.create_client); the next tick does, if the lease is still safe to use.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Literal
 
-from . import metrics
-from .limits import MAX_VISIBILITY_SECONDS
-from .sqs import SQSClient, entry_gone, error_code
+from . import clock, metrics
+from .delivery import Delivery, LeaseBook, extension_seconds, lease_timing
+from .limits import MAX_RECEIVE_BATCH
+from .sqs import SqsApi, entry_gone, error_code
 
-# SQS: a message's visibility cannot be extended past 12 hours from its receive.
-MAX_LEASE_SECONDS = MAX_VISIBILITY_SECONDS
 log = logging.getLogger(__name__)
-LeaseState = Literal["held", "settling", "settled", "lost"]
-
-
-def extension_seconds(visibility: int, received_at: float, now: float) -> int:
-    """How long to extend: the visibility timeout, but never past SQS's 12-hour cap
-    (counted from our conservative receive time, minus a second of margin)."""
-    return max(0, min(visibility, int(MAX_LEASE_SECONDS - (now - received_at)) - 1))
-
-
-def lease_timing(visibility: int, fraction: float) -> tuple[float, float]:
-    """(safety, tick): the margin before the deadline at which a handle is no longer
-    trusted, and how often the keeper looks for leases due an extension."""
-    return max(0.2, min(2.0, visibility * 0.1)), max(0.05, min(1.0, visibility * fraction / 4))
+CALL_TIMEOUT = 5.0  # seconds an extension call may take at most, however far its deadline
 
 
 def heartbeat_problem(visibility: int, fraction: float) -> str | None:
@@ -61,113 +46,69 @@ def heartbeat_problem(visibility: int, fraction: float) -> str | None:
     )
 
 
-@dataclass(eq=False)
-class Lease:
-    message_id: str
-    receipt_handle: str
-    received_at: float  # monotonic time SQS handed the message out, at the earliest
-    deadline: float  # monotonic time SQS makes the message visible again, unless extended
-    state: LeaseState = "held"
-    on_lost: Callable[[str], None] | None = None
-    extensions: int = 0
-
-    def usable(self, now: float, safety: float) -> bool:
-        """Safe to use the handle: not lost and comfortably before the deadline."""
-        return self.state in ("held", "settling") and self.deadline - now > safety
-
-
 class LeaseKeeper:
-    def __init__(
-        self,
-        client: SQSClient,
-        queue: str,
-        queue_url: str,
-        visibility: int,
-        fraction: float,
-        on_sqs: Callable[[bool], None],
-    ) -> None:
+    def __init__(self, book: LeaseBook, client: SqsApi, queue_url: str, on_sqs: Callable[[bool], None]) -> None:
+        self.book = book
         self.client = client
-        self.queue = queue
         self.queue_url = queue_url
-        self.visibility = visibility
-        self.fraction = fraction
         self.on_sqs = on_sqs
-        self.safety, self.tick = lease_timing(visibility, fraction)
-        self._leases: dict[int, Lease] = {}
-
-    def __len__(self) -> int:
-        return len(self._leases)
-
-    def add(self, lease: Lease) -> None:
-        self._leases[id(lease)] = lease
-
-    def remove(self, lease: Lease) -> None:
-        self._leases.pop(id(lease), None)
+        self._calls: set[asyncio.Task[None]] = set()
 
     async def run(self) -> None:
-        while True:
-            await asyncio.sleep(self.tick)
-            try:
-                await self.extend_due()
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("lease keeper tick failed", extra={"queue": self.queue})
+        try:
+            while True:
+                await asyncio.sleep(self.book.tick)
+                self.tick()
+        finally:
+            for call in self._calls:
+                call.cancel()
 
-    async def extend_due(self) -> None:
-        now = time.monotonic()
-        due: list[Lease] = []
-        for lease in list(self._leases.values()):
-            if lease.state == "held" and now >= lease.deadline - self.safety:
-                self.lose(lease, "deadline passed without a confirmed extension")
-            elif lease.state in ("held", "settling") and now >= lease.deadline - self.visibility * (1 - self.fraction):
-                due.append(lease)
-        if due:
-            await asyncio.gather(*(self._extend(due[i : i + 10]) for i in range(0, len(due), 10)))
+    def tick(self) -> None:
+        now = clock.now()
+        self.book.expired(now)
+        due = self.book.due(now)
+        for i in range(0, len(due), MAX_RECEIVE_BATCH):
+            batch = due[i : i + MAX_RECEIVE_BATCH]
+            call = asyncio.create_task(self._extend(batch, now))
+            self._calls.add(call)
+            call.add_done_callback(self._calls.discard)
+            for delivery in batch:
+                delivery.extension = call
 
-    def lose(self, lease: Lease, why: str) -> None:
-        if lease.state != "held":
-            return
-        lease.state = "lost"
-        self.remove(lease)
-        metrics.LEASES_LOST.labels(self.queue).inc()
-        log.warning("lease lost: %s", why, extra={"queue": self.queue, "message_id": lease.message_id})
-        if lease.on_lost is not None:
-            lease.on_lost(why)
-
-    async def _extend(self, leases: list[Lease]) -> None:
-        sent = time.monotonic()
-        entries = []
-        by_id: dict[str, tuple[Lease, int]] = {}
-        for i, lease in enumerate(leases):
-            seconds = extension_seconds(self.visibility, lease.received_at, sent)
-            if seconds <= 0:
-                continue  # cannot extend further; the deadline check will call it lost
-            entries.append({"Id": str(i), "ReceiptHandle": lease.receipt_handle, "VisibilityTimeout": seconds})
-            by_id[str(i)] = (lease, seconds)
+    async def _extend(self, batch: list[Delivery], sent: float) -> None:
+        entries, by_id = [], {}
+        for i, delivery in enumerate(batch):
+            seconds = extension_seconds(self.book.visibility, delivery.received_at, sent)
+            if seconds > 0 and self.book.may_use(delivery, sent):  # else the deadline check loses it
+                entries.append({"Id": str(i), "ReceiptHandle": delivery.receipt_handle, "VisibilityTimeout": seconds})
+                by_id[str(i)] = (delivery, seconds)
         if not entries:
             return
+        # Half the time left before the nearest lease is given up: a call that hangs still
+        # leaves room for the next tick's attempt.
+        slack = min(d.deadline for d, _ in by_id.values()) - self.book.safety - sent
+        timeout = min(CALL_TIMEOUT, slack / 2)
         try:
-            resp = await self.client.change_message_visibility_batch(QueueUrl=self.queue_url, Entries=entries)  # type: ignore[arg-type]
+            resp = await asyncio.wait_for(
+                self.client.change_message_visibility_batch(QueueUrl=self.queue_url, Entries=entries),
+                max(0.05, timeout),
+            )
         except asyncio.CancelledError:
             raise
-        except Exception as exc:
-            # Keep the deadlines: the next tick retries, and the deadline check stays honest.
-            metrics.SQS_CALLS.labels("ChangeMessageVisibilityBatch", error_code(exc)).inc()
+        except Exception as exc:  # a timeout too: the deadlines stay, the next tick tries again
+            code = "Timeout" if isinstance(exc, TimeoutError) else error_code(exc)
+            metrics.SQS_CALLS.labels("ChangeMessageVisibilityBatch", code).inc()
             self.on_sqs(False)
-            log.warning("lease extension failed: %s", exc, extra={"queue": self.queue})
+            log.warning("lease extension failed: %s", code, extra={"queue": self.book.queue})
             return
         metrics.SQS_CALLS.labels("ChangeMessageVisibilityBatch", "ok").inc()
         self.on_sqs(True)
         for ok in resp.get("Successful", []):
-            lease, seconds = by_id[ok["Id"]]
-            if lease.state in ("held", "settling"):
-                lease.deadline = sent + seconds
-                lease.extensions += 1
-                metrics.LEASE_EXTENSIONS.labels(self.queue).inc()
+            delivery, seconds = by_id[ok["Id"]]
+            self.book.extended(delivery, sent, seconds)
         for failed in resp.get("Failed", []):
-            lease, _ = by_id[failed["Id"]]
+            delivery, _ = by_id[failed["Id"]]
             if entry_gone(failed):
-                self.lose(lease, f"SQS refused the extension: {failed.get('Code')} {failed.get('Message', '')}")
+                self.book.lose(delivery, f"SQS refused the extension: {failed.get('Code')} {failed.get('Message', '')}")
             else:
-                log.warning("lease extension entry failed: %s", failed.get("Code"), extra={"queue": self.queue})
+                log.warning("lease extension entry failed: %s", failed.get("Code"), extra={"queue": self.book.queue})

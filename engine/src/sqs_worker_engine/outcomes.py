@@ -7,7 +7,7 @@ from typing import Literal
 
 from .errors import JobCancelled, NonRetryableError
 
-# success: deleted. retry / timeout: visible again after a backoff. dead_letter: sent to
+# success: deleted. retry / timeout: visible again after a backoff (or RetryLater's delay). dead_letter: sent to
 # the DLQ with its reason. released: given back at once (shutdown). lease_lost: never
 # touched again (another delivery owns the message now).
 Outcome = Literal["success", "retry", "dead_letter", "timeout", "lease_lost", "released"]

@@ -1,15 +1,24 @@
-"""One queue's pool: pollers, handler slots, and each message's way to an outcome.
+"""One queue's pool: a message's life from receive to settlement, in the order it lives.
 
-A poller reserves free slots *before* it receives, and asks SQS for at most that many
-messages (and at most 10), so nothing is held invisible that cannot start at once. Every
-received message gets a lease (kept alive by the keeper) and runs in its own task; the
-slot is given back only when the handler has really finished, so concurrency bounds the
-work that runs, not just the work that is awaited.
+1. Receive. A poller reserves free slots *before* it receives and asks SQS for at most
+   that many messages (and at most 10), so nothing is held that cannot start at once.
+   Two bounds apply: handler slots (the concurrency) and messages held in all (running
+   plus settling: a slow DLQ or delete call must not let receiving run ahead).
+2. Run. Each message's handler runs in its own task, with the job timeout; the lease book
+   keeps its lease. A handler that outlives its timeout, or its lease, is cancelled; one
+   that cannot be interrupted (a thread, a coroutine that ignores cancellation) keeps its
+   lease and its slot until its work really returns, so nobody runs it twice meanwhile.
+3. Decide. `decisions.plan` turns the outcome into one settlement.
+4. Settle. Delete, retry after a delay, dead-letter with the reason, or release: through
+   the acker, which asks the book before using the handle.
 
-FIFO queues: messages of one MessageGroupId run strictly one after another, in order;
-groups run in parallel. When one fails, the rest of its group in that batch is released
-(visibility 0) rather than run: SQS then redelivers the group from the failed message on,
-after its backoff, so nothing overtakes it.
+FIFO queues: one group's messages run one after another, in order; groups in parallel.
+A failing message with group-mates waiting is retried in place (see decisions.py); a
+message that is released or lost holds back the rest of its group, released behind it.
+
+Shutdown (driven by worker.py): no new receive; jobs get `job.stopping`; what is given back
+is released at once unless a poll of ours is still out (it could take the message again),
+in which case it is released the moment the last poll has answered.
 """
 
 from __future__ import annotations
@@ -20,6 +29,7 @@ import contextvars
 import functools
 import json
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -28,20 +38,35 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from . import metrics
+from . import clock, metrics
 from .acker import Acker
-from .backoff import Backoff, backoff_delay
-from .dlq import dead_letter_request, send_to_dlq
-from .errors import PayloadError
+from .backoff import Backoff
+from .decisions import (
+    DeadLetter,
+    Delete,
+    Facts,
+    Release,
+    RetryAfter,
+    RetryInPlace,
+    RetryPolicy,
+    Settlement,
+    Untouched,
+    group_goes_on,
+    plan,
+    retry_delay,
+)
+from .delivery import Delivery, LeaseBook, State
+from .dlq import dead_letter_request, fit_to_size
+from .errors import PayloadError, RetryLater
 from .events import Events
 from .health import Health
 from .job import Job
-from .lease import Lease, LeaseKeeper
+from .lease import LeaseKeeper
 from .limits import MAX_RECEIVE_BATCH
 from .logs import bind_job, get_logger
 from .outcomes import Outcome, classify
 from .router import HandlerSpec, call_sync
-from .sqs import NOT_FOUND_CODES, QueueInfo, SQSClient, error_code
+from .sqs import NOT_FOUND_CODES, QueueInfo, SqsApi, error_code
 
 log = logging.getLogger(__name__)
 RESPONSE_ALLOWANCE = 1.0  # seconds a ReceiveMessage response may spend in transit
@@ -49,6 +74,7 @@ RESPONSE_ALLOWANCE = 1.0  # seconds a ReceiveMessage response may spend in trans
 # before asking again (a long poll would wait up to 20 s on SQS's side instead).
 EMPTY_SHORT_POLL_PAUSE = 1.0
 BATCH_WAIT = 0.002  # seconds a poller waits for a fuller batch of free slots (Slots.reserve)
+CUT_GRACE = 0.5  # seconds a job cut off at the shutdown deadline gets to react to its cancellation
 OUTCOMES: tuple[Outcome, ...] = ("success", "retry", "dead_letter", "timeout", "lease_lost", "released")
 
 
@@ -64,19 +90,28 @@ class PoolOptions:
     retry_max: float
     ack_flush: float
     log_payloads: bool
+    poll_timeout: float = 0.0  # when the client gives up on a receive (0: wait_time + 10 s)
+
+    @property
+    def held_limit(self) -> int:
+        """Messages held at once (running, waiting, settling): the concurrency plus one
+        more batch's worth, so settling keeps pace without letting receiving run ahead."""
+        return self.concurrency + max(self.concurrency, MAX_RECEIVE_BATCH)
 
 
 class Slots:
-    """Counts handler slots; pollers reserve before they receive."""
+    """Handler slots and the bound on held messages; pollers reserve both before they receive."""
 
-    def __init__(self, capacity: int) -> None:
-        self.capacity = capacity
-        self.in_use = 0
+    def __init__(self, handlers: int, held: int) -> None:
+        self.capacity = handlers
+        self.held_limit = held
+        self.in_use = 0  # handler slots: reserved, waiting or running
+        self.held = 0  # messages reserved or held, until settled, released or lost
         self._waiters: list[asyncio.Future[None]] = []
 
     @property
     def free(self) -> int:
-        return self.capacity - self.in_use
+        return min(self.capacity - self.in_use, self.held_limit - self.held)
 
     async def reserve(self, most: int) -> int:
         """Take between 1 and `most` free slots, waiting for one if none is free.
@@ -99,6 +134,7 @@ class Slots:
             n = min(most, self.free)
             if n > 0:  # another poller may have taken them meanwhile
                 self.in_use += n
+                self.held += n
                 return n
 
     async def _wait(self, loop: asyncio.AbstractEventLoop, at_most: float | None) -> None:
@@ -114,13 +150,31 @@ class Slots:
             if waiter in self._waiters:
                 self._waiters.remove(waiter)
 
-    def release(self, n: int = 1) -> None:
+    def unreserve(self, n: int) -> None:
+        """Reserved for a receive that brought fewer messages (or none)."""
+        self.in_use -= n
+        self.held -= n
+        self._wake_all()
+
+    def handler_done(self) -> None:
+        self.in_use -= 1
+        self._wake_all()
+
+    def forget(self) -> None:
+        self.held -= 1
+        self._wake_all()
+
+    def _wake_all(self) -> None:
         # Wake every waiting poller; each checks again (this runs once per finished job, so
         # it must stay cheap: no task, no lock).
-        self.in_use -= n
         waiters, self._waiters = self._waiters, []
         for waiter in waiters:
             _wake(waiter)
+
+
+def _pass_on(to: asyncio.Future[bool], result: asyncio.Future[bool]) -> None:
+    if not to.done():
+        to.set_result(result.result())
 
 
 def _wake(waiter: asyncio.Future[None]) -> None:
@@ -130,27 +184,32 @@ def _wake(waiter: asyncio.Future[None]) -> None:
 
 @dataclass(eq=False)
 class Run:
-    """A message from receive to outcome."""
+    """One delivery's way through the pool."""
 
-    message: dict[str, Any]
-    lease: Lease
-    aborted: asyncio.Future[str]
+    delivery: Delivery
+    attempt: int  # the receive count, plus retries run in place
+    cut: asyncio.Event = field(default_factory=asyncio.Event)  # shutdown: stop waiting for the work
     job: Job[Any] | None = None
     started: float = 0.0
-    handler_done: bool = False
-    outcome: Outcome | None = None
-    retry_delay: int = 0
-    task: asyncio.Task[Outcome] | None = field(default=None, repr=False)
+    running: bool = False  # a handler call of it has not returned yet
+    handler_slot: bool = True  # it still holds its handler slot
+    task: asyncio.Task[Any] | None = field(default=None, repr=False)
 
-    def abort(self, reason: str) -> None:
-        if not self.aborted.done():
-            self.aborted.set_result(reason)
+
+@dataclass(frozen=True)
+class Ending:
+    """How one handler call ended."""
+
+    outcome: Outcome
+    error: BaseException | None
+    duration: float
+    requested_delay: float | None = None
 
 
 class QueuePool:
     def __init__(
         self,
-        client: SQSClient,
+        client: SqsApi,
         info: QueueInfo,
         spec: HandlerSpec,
         options: PoolOptions,
@@ -159,8 +218,11 @@ class QueuePool:
         events: Events,
         health: Health,
         process_pool: concurrent.futures.Executor | None,
+        control: SqsApi | None = None,
     ) -> None:
+        """`client` receives; `control` (default: the same) extends leases and settles."""
         self.client = client
+        self.control = control or client
         self.info = info
         self.name = info.name
         self.spec = spec
@@ -169,11 +231,11 @@ class QueuePool:
         self.events = events
         self.health = health
         self.process_pool = process_pool
-        self.slots = Slots(options.concurrency)
-        self.keeper = LeaseKeeper(
-            client, info.name, info.url, options.visibility, options.heartbeat_fraction, health.sqs_result
-        )
-        self.acker = Acker(client, info.name, info.url, self.keeper, options.ack_flush)
+        self.slots = Slots(options.concurrency, options.held_limit)
+        self.book = LeaseBook(info.name, options.visibility, options.heartbeat_fraction)
+        self.keeper = LeaseKeeper(self.book, self.control, info.url, health.sqs_result)
+        self.acker = Acker(self.control, self.book, info.url, options.ack_flush)
+        self.retry = RetryPolicy(options.retry_base, options.retry_max)
         self.thread_pool = (
             concurrent.futures.ThreadPoolExecutor(options.concurrency, thread_name_prefix=f"job-{info.name}")
             if spec.mode == "thread"
@@ -181,14 +243,19 @@ class QueuePool:
         )
         self.runs: set[Run] = set()
         self.stopping = False
+        self._stopped = asyncio.Event()
         self.received_oldest_age = 0.0  # max age at receive since the last backlog sample
+        self.received_since_sample = 0  # lets the backlog sampler skip an idle queue
         self.released = 0  # messages given back unprocessed (shutdown, group held back)
-        self.deferred: list[Lease] = []  # to release once no poll of ours can take them
+        self.deferred: list[tuple[Delivery, asyncio.Future[bool]]] = []  # released once no poll is out
         self.handlers_running = 0  # handler calls not yet returned, settled or not
-        self._poll_ends: dict[asyncio.Task[None], float] = {}
+        self._polls_out: dict[asyncio.Task[None], float] = {}  # poller -> when its client gives up
+        self._polls_over = False
+        self._release_cap = 0.0
+        self._releaser: asyncio.Task[None] | None = None
         self._pollers: list[asyncio.Task[None]] = []
         self._keeper_task: asyncio.Task[None] | None = None
-        self._groups: set[asyncio.Task[None]] = set()
+        self._tasks: set[asyncio.Task[Any]] = set()
         self._loop_thread = threading.get_ident()
         metrics.CONCURRENCY.labels(self.name).set(options.concurrency)
         # Metric children looked up once: labels() per message shows up in profiles.
@@ -198,9 +265,8 @@ class QueuePool:
         self._age = metrics.MESSAGE_AGE.labels(self.name)
         self._processed = {o: metrics.JOBS_PROCESSED.labels(self.name, o) for o in OUTCOMES}
         self._inflight.set(0)
-        self.received_since_sample = 0  # lets the backlog sampler skip an idle queue
 
-    # -- lifecycle -------------------------------------------------------------
+    # -- lifecycle (worker.py calls these in this order) -----------------------
 
     def start(self) -> None:
         self._keeper_task = asyncio.create_task(self.keeper.run(), name=f"keeper-{self.name}")
@@ -209,30 +275,61 @@ class QueuePool:
             for i in range(self.options.pollers)
         ]
 
-    def stop_polling(self) -> None:
-        """Stop fetching: no new receive is sent from now on.
+    def stop_polling(self, release_cap: float) -> None:
+        """No new receive from now on; running jobs see `job.stopping`.
 
-        A long poll already in flight cannot be taken back: cancelling it here would not
-        stop it inside SQS, where an abandoned poll still takes the next visible message
-        and hides it for a whole visibility timeout (seen on AWS and LocalStack alike).
-        So messages given back during shutdown are only *marked* for release (their leases
-        kept alive), and `release_deferred()` makes them visible once no poll of ours is
-        left that could take them.
-        """
+        A long poll already out cannot be taken back: cancelling it here would not stop it
+        inside SQS, where it still takes the next visible message and hides it for a whole
+        visibility timeout. So while one is out, what is given back waits for it (at most
+        until the loop time `release_cap`), its lease kept alive meanwhile."""
         self.stopping = True
+        self._release_cap = release_cap
+        self._stopped.set()
+        for run in list(self.runs):
+            if run.job is not None:
+                run.job._request_stop()
 
-    async def wait_polls(self, deadline: float) -> None:
-        """Let in-flight long polls answer (at most until they would end by themselves)."""
+    async def _release_after_polls(self) -> None:
+        """Wait until every poll of ours has answered (at most until its client gives up,
+        or the release cap), then release whatever was given back meanwhile."""
+        pending = list(self._polls_out)
+        if pending:
+            end = min(self._release_cap, max(self._polls_out.values()))
+            await asyncio.wait(pending, timeout=max(0.0, end - clock.now()))
+        self._polls_over = True
+        await self.release_deferred()
+
+    def _release_delay(self) -> int:
+        """0, or while a poll of ours is still out past the release cap: until its client
+        gives up on it, so that not even that abandoned poll can take the message."""
+        if not self._polls_out:
+            return 0
+        return max(0, math.ceil(max(self._polls_out.values()) - clock.now()))
+
+    async def wait_polls(self, cap: float) -> None:
+        """WORKER_DRAIN_POLLS: let the last polls answer instead of cancelling them."""
         pending = [task for task in self._pollers if not task.done()]
         if pending:
-            natural_end = max(self._poll_ends.get(task, 0.0) for task in pending)
-            timeout = max(0.0, min(deadline, natural_end) - time.monotonic())
-            await asyncio.wait(pending, timeout=timeout)
+            await asyncio.wait(pending, timeout=max(0.0, cap - clock.now()))
 
     async def release_deferred(self) -> None:
-        """Make every message marked for release visible again (visibility 0), at once."""
-        leases, self.deferred = self.deferred, []
-        await asyncio.gather(*(self.acker.change_visibility(lease, 0) for lease in leases if lease.state == "held"))
+        deferred, self.deferred = self.deferred, []
+        delay = self._release_delay()
+        for delivery, done in deferred:
+            self.acker.change_visibility(delivery, delay).add_done_callback(functools.partial(_pass_on, done))
+
+    async def drain(self, deadline: float) -> int:
+        """Wait for running jobs until `deadline` (loop time); then cut off whatever still
+        runs: it is cancelled and released. Returns how many were cut off."""
+        lives = [task for task in self._tasks if not task.done()]
+        if lives:
+            await asyncio.wait(lives, timeout=max(0.0, deadline - clock.now()))
+        cut = [run for run in self.runs if run.running]
+        for run in self.runs:
+            run.cut.set()
+        while self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+        return len(cut)
 
     async def cancel_polls(self) -> None:
         """Cancel whatever poll is still waiting (an idle queue): the drain is over."""
@@ -240,26 +337,10 @@ class QueuePool:
             task.cancel()
         await asyncio.gather(*self._pollers, return_exceptions=True)
 
-    def signal_shutdown(self) -> None:
-        for run in list(self.runs):
-            if run.job is not None:
-                run.job._request_stop()
-
-    async def drain(self, deadline: float) -> int:
-        """Wait for running jobs until `deadline` (monotonic); release whatever still runs."""
-        pending = [run.task for run in self.runs if run.task is not None]
-        if pending:
-            await asyncio.wait(pending, timeout=max(0.0, deadline - time.monotonic()))
-        cut = [run for run in self.runs if run.task is not None and not run.task.done()]
-        for run in cut:
-            run.abort("shutdown")
-        if cut:
-            await asyncio.gather(*(run.task for run in cut if run.task is not None), return_exceptions=True)
-        if self._groups:
-            await asyncio.gather(*self._groups, return_exceptions=True)
-        return len(cut)
-
     async def close(self) -> None:
+        if self._releaser is not None:
+            await self._releaser
+        await self.release_deferred()
         await self.acker.close()
         if self._keeper_task is not None:
             self._keeper_task.cancel()
@@ -269,27 +350,27 @@ class QueuePool:
 
     @property
     def active(self) -> int:
-        return sum(1 for run in self.runs if run.started and not run.handler_done)
+        return sum(1 for run in self.runs if run.running)
 
     def stuck_threads(self) -> int:
-        """Sync handlers still running after the drain (a thread cannot be interrupted),
-        including those whose job timed out and was settled long ago: its run is forgotten,
-        its thread is not, and would hold the interpreter's exit."""
+        """Handler calls still running after the drain (a thread cannot be interrupted):
+        they would hold the interpreter's exit."""
         return self.handlers_running
 
-    # -- receiving -------------------------------------------------------------
+    # -- 1. receive ------------------------------------------------------------
 
     async def _poll_forever(self) -> None:
         backoff = Backoff(base=0.5, cap=20.0)
+        me = asyncio.current_task()
+        assert me is not None
+        poll_timeout = self.options.poll_timeout or self.options.wait_time + 10
         while not self.stopping:
             n = await self.slots.reserve(MAX_RECEIVE_BATCH)
             if self.stopping:
-                self.slots.release(n)
+                self.slots.unreserve(n)
                 return
-            sent = time.monotonic()
-            task = asyncio.current_task()
-            if task is not None:
-                self._poll_ends[task] = sent + self.options.wait_time + 2
+            sent = clock.now()
+            self._polls_out[me] = sent + poll_timeout
             try:
                 resp = await self.client.receive_message(
                     QueueUrl=self.info.url,
@@ -300,203 +381,211 @@ class QueuePool:
                     MessageAttributeNames=["All"],
                 )
             except asyncio.CancelledError:
-                self.slots.release(n)
+                self.slots.unreserve(n)
                 raise
             except Exception as exc:
-                self.slots.release(n)
-                code = error_code(exc)
-                metrics.SQS_CALLS.labels("ReceiveMessage", code).inc()
-                metrics.POLL_ERRORS.labels(self.name, code).inc()
-                self.health.sqs_result(False)
-                self.health.progress(self.name)  # backing off is progress: the loop is alive
-                delay = backoff.next_delay()
-                level = logging.ERROR if code in NOT_FOUND_CODES else logging.WARNING
-                log.log(level, "receive failed (%s); retrying in %.1f s", code, delay, extra={"queue": self.name})
-                self.events.emit("error", worker_id=self.worker_id, error=exc, where=f"receive:{self.name}")
-                await asyncio.sleep(delay)
+                self.slots.unreserve(n)
+                await self._receive_failed(exc, backoff)
                 continue
+            finally:
+                self._polls_out.pop(me, None)
             backoff.reset()
             metrics.SQS_CALLS.labels("ReceiveMessage", "ok").inc()
             self.health.sqs_result(True)
             self.health.progress(self.name)
             messages: list[dict[str, Any]] = [dict(m) for m in resp.get("Messages", [])]
             if len(messages) < n:
-                self.slots.release(n - len(messages))
-            if messages and self.stopping:
-                self._release_received(messages)
-                return
+                self.slots.unreserve(n - len(messages))
             if messages:
                 # SQS starts a message's visibility clock when it hands the message out: during
                 # a long poll, that is just before the response, not when the request was sent.
                 # Allow a second for the response in transit, never later than the send.
-                started = max(sent, time.monotonic() - RESPONSE_ALLOWANCE)
-                self._dispatch(messages, started)
+                self._dispatch(messages, max(sent, clock.now() - RESPONSE_ALLOWANCE))
             elif self.options.wait_time == 0:
                 await asyncio.sleep(EMPTY_SHORT_POLL_PAUSE)  # a short poll answers at once: do not spin
 
-    def _release_received(self, messages: list[dict[str, Any]]) -> None:
-        """A poll answered after shutdown began: its messages will be given back."""
-        now = time.monotonic()
-        for message in messages:
-            lease = Lease(message["MessageId"], message["ReceiptHandle"], now, now + self.options.visibility)
-            self.keeper.add(lease)
-            self._give_back(lease)
-            self.slots.release()
-            self.events.emit(
-                "job:released", worker_id=self.worker_id, job_id=lease.message_id, queue=self.name, reason="shutdown"
-            )
+    async def _receive_failed(self, exc: Exception, backoff: Backoff) -> None:
+        code = error_code(exc)
+        metrics.SQS_CALLS.labels("ReceiveMessage", code).inc()
+        metrics.POLL_ERRORS.labels(self.name, code).inc()
+        self.health.sqs_result(False)
+        self.health.progress(self.name)  # backing off is progress: the loop is alive
+        delay = backoff.next_delay()
+        level = logging.ERROR if code in NOT_FOUND_CODES else logging.WARNING
+        log.log(level, "receive failed (%s); retrying in %.1f s", code, delay, extra={"queue": self.name})
+        self.events.emit("error", worker_id=self.worker_id, error=exc, where=f"receive:{self.name}")
+        await asyncio.sleep(delay)
 
-    def _give_back(self, lease: Lease, delay: int = 0) -> None:
-        """Release now, or, during shutdown, once no poll of ours can take it again."""
-        self.released += 1
-        if self.stopping and delay == 0:
-            self.deferred.append(lease)
-        else:
-            self.acker.change_visibility(lease, delay)
-
-    def _dispatch(self, messages: list[dict[str, Any]], sent: float) -> None:
+    def _dispatch(self, messages: list[dict[str, Any]], received_at: float) -> None:
         now_wall = time.time()
         self.received_since_sample += len(messages)
-        runs: list[Run] = []
+        runs = []
         for message in messages:
-            lease = Lease(message["MessageId"], message["ReceiptHandle"], sent, sent + self.options.visibility)
-            self.keeper.add(lease)
-            run = Run(message, lease, asyncio.get_running_loop().create_future())
-            lease.on_lost = lambda _why, r=run: r.abort("lease_lost")
+            delivery = self.book.receive(message, received_at)
+            run = Run(delivery, attempt=delivery.receive_count)
             self.runs.add(run)
             runs.append(run)
-            attrs = message.get("Attributes", {})
-            receive_count = int(attrs.get("ApproximateReceiveCount", "1"))
-            self._receive_count.observe(receive_count)
-            if "SentTimestamp" in attrs:
-                age = max(0.0, now_wall - int(attrs["SentTimestamp"]) / 1000)
+            self._receive_count.observe(delivery.receive_count)
+            sent_ms = message.get("Attributes", {}).get("SentTimestamp")
+            if sent_ms is not None:
+                age = max(0.0, now_wall - int(sent_ms) / 1000)
                 self._age.observe(age)
                 self.received_oldest_age = max(self.received_oldest_age, age)
-            self.events.emit("job:claimed", worker_id=self.worker_id, job_id=message["MessageId"], queue=self.name)
-        if not self.info.fifo:
+            self.events.emit("job:claimed", worker_id=self.worker_id, job_id=delivery.message_id, queue=self.name)
+        if self.info.fifo:
+            groups: dict[str | None, list[Run]] = {}
             for run in runs:
-                run.task = asyncio.create_task(self._run(run), name=f"job-{run.lease.message_id}")
-                run.task.add_done_callback(functools.partial(self._forget, run))
-            return
-        groups: dict[str, list[Run]] = {}
-        for run in runs:
-            group = run.message.get("Attributes", {}).get("MessageGroupId", "")
-            groups.setdefault(group, []).append(run)
-        for members in groups.values():
-            task = asyncio.create_task(self._run_group(members))
-            self._groups.add(task)
-            task.add_done_callback(self._groups.discard)
+                groups.setdefault(run.delivery.group, []).append(run)
+            for members in groups.values():
+                self._spawn(self._run_group(members), members)
+        else:
+            for run in runs:
+                self._spawn(self._life(run, []), [run])
 
-    def _forget(self, run: Run, _task: object = None) -> None:
-        self.runs.discard(run)
+    def _spawn(self, coro: Any, runs: list[Run]) -> None:
+        task = asyncio.create_task(coro)
+        for run in runs:
+            run.task = task
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # -- 2-4. one message's life --------------------------------------------------
 
     async def _run_group(self, members: list[Run]) -> None:
-        """FIFO: one at a time, in order; a failure holds back the rest of the group.
+        """FIFO: one at a time, in order. The next one runs only once this one is gone for
+        good (deleted or dead-lettered); otherwise the rest is released behind it."""
+        for i, run in enumerate(members):
+            rest = members[i + 1 :]
+            if self.stopping or run.delivery.state is not State.RECEIVED:
+                await self._let_go(members[i:], "shutdown" if self.stopping else "group held back")
+                return
+            settlement = await self._life(run, rest)
+            if not group_goes_on(settlement):
+                await self._let_go(rest, "shutdown" if self.stopping else "group held back")
+                return
 
-        The rest of a failed message's group becomes visible again together with it (same
-        delay), so it cannot be received ahead of the failed message even by an emulator
-        that does not keep a group locked while one of its messages is in flight.
-        """
-        blocked = False
-        hold = 0
-        for run in members:
-            if blocked or self.stopping or run.lease.state != "held":
-                await self._release_unstarted(run, "group held back" if blocked else "shutdown", hold)
-                continue
-            run.task = asyncio.create_task(self._run(run), name=f"job-{run.lease.message_id}")
-            outcome = await asyncio.shield(run.task)
-            self.runs.discard(run)
-            blocked = outcome not in ("success", "dead_letter")
-            hold = run.retry_delay if outcome in ("retry", "timeout") else 0
+    async def _life(self, run: Run, mates: list[Run]) -> Settlement:
+        """Run, decide, settle; FIFO retries in place while `mates` wait behind it."""
+        bind_job(job_id=run.delivery.message_id, queue=self.name, receive_count=run.attempt)
+        try:
+            if self.stopping:
+                await self._let_go([run], "shutdown")  # received, never started
+                return Release()
+            while True:
+                ending = await self._attempt(run)
+                waiting = any(m.delivery.state is State.RECEIVED for m in mates)
+                facts = Facts(
+                    attempt=run.attempt,
+                    max_receive=self.info.max_receive_count,
+                    has_dlq=self.info.dlq_url is not None,
+                    mates_waiting=waiting and not self.stopping,
+                    requested_delay=ending.requested_delay,
+                )
+                settlement = plan(ending.outcome, facts, self.retry, _describe(ending.error))
+                if isinstance(settlement, RetryInPlace):
+                    self._record(run, ending, will_retry=True)
+                    if await self._wait_in_place(run, settlement.seconds):
+                        run.attempt += 1
+                        continue
+                    settlement = Release() if run.delivery.state is not State.LOST else Untouched()
+                    ending = Ending("released", None, 0.0)
+                settlement = await self._settle(run, settlement, ending)
+                self._record(run, ending, will_retry=isinstance(settlement, RetryAfter))
+                return settlement
+        finally:
+            self._forget(run)
 
-    async def _release_unstarted(self, run: Run, reason: str, delay: int = 0) -> None:
-        self.runs.discard(run)
-        if run.lease.state == "held":
-            self._give_back(run.lease, delay)
-        self.slots.release()
-        self.events.emit(
-            "job:released", worker_id=self.worker_id, job_id=run.lease.message_id, queue=self.name, reason=reason
-        )
-
-    # -- running one message ---------------------------------------------------
-
-    async def _run(self, run: Run) -> Outcome:
-        message = run.message
+    async def _attempt(self, run: Run) -> Ending:
+        """One handler call, up to its end (or the shutdown cut)."""
+        message = run.delivery.message
         attrs = message.get("Attributes", {})
-        receive_count = int(attrs.get("ApproximateReceiveCount", "1"))
-        bind_job(job_id=message["MessageId"], queue=self.name, receive_count=receive_count)
-        if self.stopping and run.lease.state == "held":
-            await self._release_unstarted(run, "shutdown")  # received, never started
-            return "released"
         try:
             payload = parse_payload(self.spec.payload, message.get("Body", ""))
         except PayloadError as exc:
-            self.slots.release()
-            run.outcome = await self._dead_letter(run, exc, receive_count)
-            self._record(run, run.outcome, 0.0, exc)
-            return run.outcome
+            return Ending("dead_letter", exc, 0.0)
         max_receive = self.info.max_receive_count
         job: Job[Any] = Job(
-            id=message["MessageId"],
+            id=run.delivery.message_id,
             queue=self.name,
             body=message.get("Body", ""),
             payload=payload,
             attributes=dict(attrs),
             message_attributes=dict(message.get("MessageAttributes") or {}),
-            receive_count=receive_count,
+            receive_count=run.attempt,
             max_retries=None if max_receive is None else max_receive - 1,
             worker_id=self.worker_id,
             logger=get_logger(),
             _cancel_flag=threading.Event(),
             _stop_flag=threading.Event(),
-            _on_progress=self._progress_reporter(message["MessageId"]),
+            _on_progress=self._progress_reporter(run.delivery.message_id),
         )
+        if self.stopping:
+            job._request_stop()
         run.job = job
         if self.options.log_payloads:
             log.info("job payload", extra={"body": job.body})
         self.events.emit("job:started", worker_id=self.worker_id, job_id=job.id, queue=self.name)
-        run.started = time.monotonic()
-        self._inflight.inc()
-        work = self._invoke(job, run)
-
-        done, _ = await asyncio.wait(
-            {work, run.aborted}, timeout=self.options.job_timeout, return_when=asyncio.FIRST_COMPLETED
-        )
-        duration = time.monotonic() - run.started
-        error: BaseException | None = None
-        if work in done:
-            # A handler's own cancellation (it was cancelled, not by us) counts as a failure.
-            error = asyncio.CancelledError() if work.cancelled() else work.exception()
-            outcome: Outcome = classify(error)
-        else:
-            reason = run.aborted.result() if run.aborted.done() else "timeout"
+        if run.delivery.state is State.RECEIVED:
+            self.book.start(run.delivery)
+        run.started = clock.now()
+        work, ended = self._invoke(job, run)
+        lost = asyncio.ensure_future(run.delivery.lost.wait())
+        cut = asyncio.ensure_future(run.cut.wait())
+        try:
+            await asyncio.wait({work, lost, cut}, timeout=self.options.job_timeout, return_when=asyncio.FIRST_COMPLETED)
+            if work.done() and run.delivery.state is State.LOST:
+                return Ending("lease_lost", None, clock.now() - run.started)  # whatever it did: not ours now
+            if work.done():
+                error = asyncio.CancelledError() if work.cancelled() else work.exception()
+                requested = error.seconds if isinstance(error, RetryLater) else None
+                return Ending(classify(error), error, clock.now() - run.started, requested)
+            reason = "shutdown" if cut.done() else "lease_lost" if lost.done() else "timeout"
             job._cancel(reason)
             work.cancel()
-            outcome = {"shutdown": "released", "timeout": "timeout"}.get(reason, "lease_lost")  # type: ignore[assignment]
-            if outcome == "timeout":
+            # A job that cannot be interrupted keeps its lease and slot until its work
+            # returns: released now, it could run twice at once. Only the shutdown cut
+            # stops this wait (its message is released at exit, the process ends).
+            if reason == "shutdown":
+                await asyncio.wait({ended}, timeout=CUT_GRACE)
+            elif not ended.done():
+                either: set[asyncio.Future[Any]] = {ended, cut}
+                await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+                if not ended.done():
+                    await asyncio.wait({ended}, timeout=CUT_GRACE)
+            duration = clock.now() - run.started
+            if reason == "timeout" and run.delivery.state is not State.LOST:
+                if not ended.done():  # cut off at shutdown while its work still runs
+                    return Ending("released", None, duration)
                 error = TimeoutError(f"job exceeded its timeout of {self.options.job_timeout:g} s")
-        self.health.progress(self.name)
-        run.outcome = await self._settle(run, outcome, error, receive_count)
-        self._record(run, run.outcome, duration, error)
-        return run.outcome
+                return Ending("timeout", error, duration)
+            if run.delivery.state is State.LOST:
+                return Ending("lease_lost", None, duration)
+            return Ending("released", None, duration)
+        finally:
+            lost.cancel()
+            cut.cancel()
 
-    def _invoke(self, job: Job[Any], run: Run) -> asyncio.Future[Any]:
-        """Start the handler; the slot is freed when the work really ends (threads too)."""
+    def _invoke(self, job: Job[Any], run: Run) -> tuple[asyncio.Future[Any], asyncio.Future[None]]:
+        """Start the handler. Returns its result, and a future that is done when the work
+        has really ended (a thread's call returned), which frees the handler slot."""
         loop = asyncio.get_running_loop()
+        ended: asyncio.Future[None] = loop.create_future()
 
         def finished(_: object = None) -> None:
-            if not run.handler_done:
-                run.handler_done = True
+            if not ended.done():
+                ended.set_result(None)
                 self.handlers_running -= 1
+                run.running = False
                 self._inflight.dec()
-                self.slots.release()
+                self._handler_slot_done(run)
 
         self.handlers_running += 1
-        fut: asyncio.Future[Any]
+        run.running = True
+        self._inflight.inc()
         if self.spec.mode == "async":
-            fut = asyncio.ensure_future(self.spec.fn(job))
-            fut.add_done_callback(finished)
-            return fut
+            task = asyncio.ensure_future(self.spec.fn(job))
+            task.add_done_callback(finished)
+            return task, ended
         if self.spec.mode == "thread":
             assert self.thread_pool is not None
             cf = self.thread_pool.submit(contextvars.copy_context().run, call_sync, self.spec.fn, job)
@@ -504,84 +593,121 @@ class QueuePool:
             assert self.process_pool is not None
             cf = self.process_pool.submit(call_sync, self.spec.fn, job)
         cf.add_done_callback(lambda _f: loop.call_soon_threadsafe(finished))
-        return asyncio.wrap_future(cf, loop=loop)
+        return asyncio.wrap_future(cf, loop=loop), ended
 
-    async def _settle(self, run: Run, outcome: Outcome, error: BaseException | None, receive_count: int) -> Outcome:
-        lease = run.lease
-        if lease.state == "lost":
-            return "lease_lost"  # whatever the handler did, this delivery is no longer ours
-        if outcome == "success":
-            self.acker.delete(lease)  # the acker batches it; the keeper extends until confirmed
-        elif outcome in ("retry", "timeout"):
-            await self._retry_later(run, receive_count)
-        elif outcome == "dead_letter":
-            assert error is not None
-            return await self._dead_letter(run, error, receive_count)
-        elif outcome == "released" and lease.state == "held":
-            self._give_back(lease)
-        # lease_lost: the handle is not ours any more; touch nothing.
-        return outcome
+    def _handler_slot_done(self, run: Run) -> None:
+        """Give the handler slot back once: when the work ends, or when it never ran. A
+        FIFO head retried in place keeps its slot until its last attempt ends."""
+        if run.handler_slot and not run.running:
+            run.handler_slot = False
+            self.slots.handler_done()
 
-    async def _retry_later(self, run: Run, receive_count: int) -> None:
-        lease = run.lease
-        if lease.state != "held":
-            return
-        max_receive = self.info.max_receive_count
-        if max_receive is not None and receive_count >= max_receive:
-            delay = 0  # next receive moves it to the DLQ; no point waiting
-        else:
-            cap = min(self.options.retry_max, 43_000)
-            delay = round(backoff_delay(receive_count, self.options.retry_base, cap))
-        run.retry_delay = delay
-        self.acker.change_visibility(lease, delay)
-
-    async def _dead_letter(self, run: Run, error: BaseException, receive_count: int) -> Outcome:
-        """Non-retryable: DLQ with the error recorded, then delete. Never delete first."""
-        if self.info.dlq_url is None:
-            log.error(
-                "non-retryable failure but the queue has no DLQ (RedrivePolicy); retrying instead",
-                extra={"queue": self.name},
-            )
-            await self._retry_later(run, receive_count)
-            return "retry"
-        request = dead_letter_request(run.message, self.info.dlq_url, self.name, error, self.worker_id, self.info.fifo)
+    async def _wait_in_place(self, run: Run, seconds: int) -> bool:
+        """FIFO: wait out a retry delay holding the group's leases. False if the wait was
+        cut short (shutdown, or the lease was lost)."""
+        if run.delivery.state is State.LOST:
+            return False
+        waits = {asyncio.ensure_future(self._stopped.wait()), asyncio.ensure_future(run.delivery.lost.wait())}
         try:
-            await send_to_dlq(self.client, request)
+            done, _ = await asyncio.wait(waits, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in waits:
+                waiter.cancel()
+        return not done
+
+    async def _settle(self, run: Run, settlement: Settlement, ending: Ending) -> Settlement:
+        """Carry out the settlement; returns what was done (a failed DLQ send retries)."""
+        delivery = run.delivery
+        if isinstance(settlement, Delete):
+            await self.acker.delete(delivery)
+        elif isinstance(settlement, RetryAfter):
+            await self.acker.change_visibility(delivery, settlement.seconds)
+        elif isinstance(settlement, Release):
+            await self._give_back(delivery)
+        elif isinstance(settlement, DeadLetter):
+            return await self._dead_letter(run, settlement, ending)
+        return settlement
+
+    async def _dead_letter(self, run: Run, settlement: DeadLetter, ending: Ending) -> Settlement:
+        """Copy to the DLQ with the reason, then delete: never delete first. The lease is
+        kept (as if a delete were queued) while the copy is sent."""
+        delivery = run.delivery
+        assert self.info.dlq_url is not None
+        if not self.book.settling(delivery, "delete", clock.now()):
+            return Untouched()
+        error = ending.error if ending.error is not None else RuntimeError(settlement.why)
+        request = dead_letter_request(
+            delivery.message, self.info.dlq_url, self.name, error, self.worker_id, self.info.fifo, settlement.why
+        )
+        fitted = fit_to_size(request, self.info.dlq_max_size)
+        try:
+            if fitted is None:
+                raise ValueError(f"the message does not fit the DLQ's MaximumMessageSize of {self.info.dlq_max_size}")
+            await self.control.send_message(**fitted)
         except Exception as exc:
             metrics.SQS_CALLS.labels("SendMessage", error_code(exc)).inc()
+            delay = retry_delay(run.attempt, self.retry)
             log.error(
-                "could not send to the DLQ (%s); the message will be retried instead", exc, extra={"queue": self.name}
+                "could not send to the DLQ (%s); retrying the message in %d s instead",
+                exc,
+                delay,
+                extra={"queue": self.name},
             )
-            await self._retry_later(run, receive_count)
-            return "retry"
+            await self.acker.change_visibility(delivery, delay)
+            return RetryAfter(delay)
         metrics.SQS_CALLS.labels("SendMessage", "ok").inc()
         metrics.DLQ_SENDS.labels(self.name).inc()
-        if run.lease.state == "held":
-            self.acker.delete(run.lease)
-        return "dead_letter"
+        await self.acker.delete(delivery)
+        return settlement
 
-    def _record(self, run: Run, outcome: Outcome, duration: float, error: BaseException | None) -> None:
+    async def _give_back(self, delivery: Delivery) -> bool:
+        """Release now, or during shutdown, once no poll of ours is out that could take it."""
+        self.released += 1
+        if self.stopping and self._polls_out and not self._polls_over:
+            done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+            self.deferred.append((delivery, done))
+            if self._releaser is None:
+                self._releaser = asyncio.create_task(self._release_after_polls())
+            return await done
+        return await self.acker.change_visibility(delivery, self._release_delay() if self.stopping else 0)
+
+    async def _let_go(self, runs: list[Run], reason: str) -> None:
+        """Give back messages that will not run now (shutdown, or held behind their group)."""
+        await asyncio.gather(*(self._give_back(r.delivery) for r in runs if r.delivery.state is State.RECEIVED))
+        for run in runs:
+            self._forget(run)
+            self._processed["released"].inc()
+            self.events.emit(
+                "job:released", worker_id=self.worker_id, job_id=run.delivery.message_id, queue=self.name, reason=reason
+            )
+
+    def _forget(self, run: Run) -> None:
+        self._handler_slot_done(run)
+        if run in self.runs:
+            self.runs.discard(run)
+            self.slots.forget()
+
+    def _record(self, run: Run, ending: Ending, will_retry: bool) -> None:
+        outcome = ending.outcome
         self._processed[outcome].inc()
-        job_id = run.lease.message_id
+        job_id = run.delivery.message_id
         if outcome != "released" and run.started:
-            self._duration.observe(duration)
+            self._duration.observe(ending.duration)
         if outcome == "success":
-            log.debug("job completed in %.3f s", duration)
+            log.debug("job completed in %.3f s", ending.duration)
             self.events.emit(
                 "job:completed",
                 worker_id=self.worker_id,
                 job_id=job_id,
                 queue=self.name,
                 result=None,
-                duration=duration,
+                duration=ending.duration,
             )
         elif outcome in ("released", "lease_lost"):
             log.info("job released unsettled (%s)", outcome)
             self.events.emit("job:released", worker_id=self.worker_id, job_id=job_id, queue=self.name, reason=outcome)
         else:
-            max_receive = self.info.max_receive_count
-            exhausted = max_receive is not None and run_receive_count(run) >= max_receive
-            will_retry = outcome in ("retry", "timeout") and not exhausted
+            error = ending.error
             log.warning(
                 "job failed (%s): %s", outcome, _describe(error), exc_info=error if outcome == "retry" else None
             )
@@ -641,10 +767,6 @@ def parse_payload(model: type[Any] | None, body: str) -> Any:
         ) from None
     except (ValueError, TypeError, RecursionError) as exc:
         raise PayloadError(f"body is not valid JSON: {exc}") from None
-
-
-def run_receive_count(run: Run) -> int:
-    return int(run.message.get("Attributes", {}).get("ApproximateReceiveCount", "1"))
 
 
 def _describe(error: BaseException | None) -> str:

@@ -118,10 +118,16 @@ async def copy_back(
     rate: int | None = None,
     report: Callable[[int], None] = lambda _: None,
     after_send: Callable[[], Awaitable[None]] | None = None,
+    refused: Callable[[str], None] = lambda _: None,
 ) -> int:
-    """The fallback: receive, send, journal, delete. Returns how many were moved."""
+    """The fallback: receive, send, journal, delete. Returns how many were moved.
+
+    A message the destination refuses (too large for its MaximumMessageSize, say) stays
+    in the DLQ, hidden for the rest of the run so that it is not received again and
+    again: `refused` is told why, once per message."""
     moved = 0
     empty_polls = 0
+    kept: set[str] = set()  # refused this run: left hidden in the DLQ
     while empty_polls < 2:
         started = time.monotonic()
         resp = await client.receive_message(
@@ -144,12 +150,17 @@ async def copy_back(
                 result = await client.send_message_batch(QueueUrl=dest_url, Entries=entries)  # type: ignore[arg-type]
                 ok = {int(e["Id"]) for e in result.get("Successful", [])}
                 journal.record([str(fresh[i]["MessageId"]) for i in sorted(ok)])
+                for failed in result.get("Failed", []):
+                    if failed.get("SenderFault"):  # sending it again cannot help
+                        message_id = str(fresh[int(failed["Id"])]["MessageId"])
+                        kept.add(message_id)
+                        refused(f"{message_id}: {failed.get('Code')} {failed.get('Message', '')}".strip())
                 if after_send is not None:
                     await after_send()
         finally:
             # Even when interrupted: delete what is known to be copied (now, or by an earlier
             # interrupted run), and hand the rest of the batch back at once.
-            moved += await _settle_batch(client, dlq_url, batch, journal)
+            moved += await _settle_batch(client, dlq_url, [m for m in batch if m["MessageId"] not in kept], journal)
             report(moved)
         if rate:
             await asyncio.sleep(max(0.0, len(batch) / rate - (time.monotonic() - started)))

@@ -98,7 +98,7 @@ class Settings(BaseSettings):
     # poll out instead (no message is ever held that way; an idle stop takes up to 20 s).
     drain_polls: bool = Field(default=False, validation_alias="WORKER_DRAIN_POLLS")
     retry_base_seconds: float = Field(
-        default=2.0, ge=0, le=MAX_VISIBILITY_SECONDS, validation_alias="WORKER_RETRY_BASE_SECONDS"
+        default=10.0, ge=0, le=MAX_VISIBILITY_SECONDS, validation_alias="WORKER_RETRY_BASE_SECONDS"
     )
     retry_max_seconds: float = Field(
         default=300.0, ge=0, le=MAX_VISIBILITY_SECONDS, validation_alias="WORKER_RETRY_MAX_SECONDS"

@@ -6,7 +6,7 @@ import json
 from collections.abc import Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from aiobotocore.config import AioConfig
 from aiobotocore.session import get_session
@@ -31,6 +31,21 @@ GONE_CODES = frozenset(
     }
 )
 NOT_FOUND_CODES = frozenset({"AWS.SimpleQueueService.NonExistentQueue", "QueueDoesNotExist"})
+CONNECT_TIMEOUT = 5.0
+
+
+class SqsApi(Protocol):
+    """The seam between the worker and SQS: the calls a running worker makes.
+
+    Production passes an aiobotocore client; the engine's tests pass the in-memory model
+    (`sqs_worker_engine.memory.MemorySQS`). Arguments and answers are the SQS API's own."""
+
+    async def get_queue_url(self, *args: Any, **kwargs: Any) -> Any: ...
+    async def get_queue_attributes(self, *args: Any, **kwargs: Any) -> Any: ...
+    async def receive_message(self, *args: Any, **kwargs: Any) -> Any: ...
+    async def delete_message_batch(self, *args: Any, **kwargs: Any) -> Any: ...
+    async def change_message_visibility_batch(self, *args: Any, **kwargs: Any) -> Any: ...
+    async def send_message(self, *args: Any, **kwargs: Any) -> Any: ...
 
 
 def create_client(
@@ -38,14 +53,20 @@ def create_client(
     endpoint_url: str | None,
     max_connections: int,
     read_timeout: float = 40.0,
+    attempts: int = 3,
 ) -> AbstractAsyncContextManager[SQSClient]:
-    """One client per process. The pool is sized by the caller: every long poll holds a
-    connection for up to 20 s, and heartbeats and deletes must never queue behind them."""
+    """An aiobotocore SQS client; the pool is sized by the caller.
+
+    `attempts` 1 turns the SDK's own retries off. The worker does that for the calls whose
+    timing it must know: a receive the SDK sends again runs longer than the worker thinks
+    (and can take a message given back at shutdown), and a lease extension or delete the
+    SDK retries can reach SQS after the lease's local deadline. The worker retries those
+    itself, checking the lease before each attempt."""
     config = AioConfig(
         max_pool_connections=max_connections,
-        connect_timeout=5,
+        connect_timeout=CONNECT_TIMEOUT,
         read_timeout=read_timeout,
-        retries={"mode": "standard", "total_max_attempts": 3},
+        retries={"mode": "standard", "total_max_attempts": attempts},
         tcp_keepalive=True,
     )
     return get_session().create_client("sqs", region_name=region, endpoint_url=endpoint_url, config=config)
@@ -60,15 +81,17 @@ class QueueInfo:
     visibility_timeout: int
     max_receive_count: int | None
     dlq_url: str | None
+    dlq_max_size: int = 262_144  # the DLQ's MaximumMessageSize: body plus attributes
 
 
-async def describe_queue(client: SQSClient, name: str, url: str | None = None) -> QueueInfo:
+async def describe_queue(client: SqsApi, name: str, url: str | None = None) -> QueueInfo:
     """Resolve a queue and its DLQ (from the RedrivePolicy)."""
     if url is None:
         url = (await client.get_queue_url(QueueName=name))["QueueUrl"]
     attrs = (await client.get_queue_attributes(QueueUrl=url, AttributeNames=["All"]))["Attributes"]
     max_receive: int | None = None
     dlq_url: str | None = None
+    dlq_max_size = QueueInfo.dlq_max_size
     policy = attrs.get("RedrivePolicy")
     if policy:
         redrive = json.loads(policy)
@@ -77,6 +100,8 @@ async def describe_queue(client: SQSClient, name: str, url: str | None = None) -
         # account, which need not be the worker's (a queue shared through its policy).
         *_, account, dlq_name = str(redrive["deadLetterTargetArn"]).split(":")
         dlq_url = (await client.get_queue_url(QueueName=dlq_name, QueueOwnerAWSAccountId=account))["QueueUrl"]
+        dlq_attrs = await client.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["MaximumMessageSize"])
+        dlq_max_size = int(dlq_attrs.get("Attributes", {}).get("MaximumMessageSize", dlq_max_size))
     return QueueInfo(
         name=name,
         url=url,
@@ -85,6 +110,7 @@ async def describe_queue(client: SQSClient, name: str, url: str | None = None) -
         visibility_timeout=int(attrs.get("VisibilityTimeout", "30")),
         max_receive_count=max_receive,
         dlq_url=dlq_url,
+        dlq_max_size=dlq_max_size,
     )
 
 

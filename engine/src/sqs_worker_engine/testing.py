@@ -11,7 +11,8 @@ outcome the worker would act on.
 The body goes through the handler's payload model exactly as a received message's does (a
 body that fails it is dead-lettered without running the handler), and the outcome comes
 from the same decision the worker makes (`outcomes.classify`): "success" (deleted),
-"retry" (visible again after a backoff), "dead_letter" (to the DLQ with `reason`),
+"retry" (visible again after a backoff, or `retry_after` seconds when the handler raised
+`RetryLater`), "dead_letter" (to the DLQ with `reason`),
 "released" (given back at shutdown) or "timeout".
 """
 
@@ -28,7 +29,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from .errors import PayloadError
+from .errors import PayloadError, RetryLater
 from .job import Job
 from .outcomes import Outcome, classify
 from .pool import parse_payload
@@ -92,6 +93,11 @@ class HandlerResult:
     def reason(self) -> str:
         """The error as the DLQ records it: `Type: message`, or "" on success."""
         return "" if self.error is None else f"{type(self.error).__name__}: {self.error}"
+
+    @property
+    def retry_after(self) -> float | None:
+        """The delay a handler asked for with `RetryLater(seconds)`, else None."""
+        return self.error.seconds if isinstance(self.error, RetryLater) else None
 
 
 async def run_handler_async(

@@ -19,13 +19,12 @@ import contextlib
 import logging
 import os
 import signal
-import time
 from collections.abc import Callable
 from contextlib import AsyncExitStack
 from enum import StrEnum
 from typing import Any
 
-from . import entry, metrics
+from . import clock, entry, metrics
 from ._version import ENGINE_VERSION
 from .backoff import Backoff
 from .ecs import ScaleInProtection
@@ -36,7 +35,16 @@ from .processes import ProcessPool
 from .router import Router
 from .server import make_app, start_server
 from .settings import ConfigError, WorkerConfig
-from .sqs import NOT_FOUND_CODES, QueueInfo, SQSClient, create_client, describe_queue, error_code
+from .sqs import (
+    CONNECT_TIMEOUT,
+    NOT_FOUND_CODES,
+    QueueInfo,
+    SqsApi,
+    SQSClient,
+    create_client,
+    describe_queue,
+    error_code,
+)
 
 log = logging.getLogger(__name__)
 # How far past the shutdown timeout the worker may wait for its last long polls before it
@@ -44,6 +52,8 @@ log = logging.getLogger(__name__)
 RELEASE_MARGIN_SECONDS = 10.0
 # A second signal means now: pending deletes get this long to go out, then the process exits.
 FINAL_FLUSH_SECONDS = 2.0
+POLL_READ_MARGIN = 10  # seconds past WaitTimeSeconds before the client gives up on a poll
+CONTROL_READ_TIMEOUT = 10.0  # heartbeats, deletes, DLQ sends: also bounded by each lease
 
 
 class WorkerState(StrEnum):
@@ -65,10 +75,16 @@ class StoppedWhileStarting(Exception):  # noqa: N818 - an event, like asyncio.Ca
 
 class Worker:
     def __init__(
-        self, config: WorkerConfig, router: Router, *, on_client: Callable[[SQSClient], None] | None = None
+        self,
+        config: WorkerConfig,
+        router: Router,
+        *,
+        on_client: Callable[[SQSClient], None] | None = None,
+        client: SqsApi | None = None,
     ) -> None:
-        """`on_client` is called with the SQS client before first use: register botocore
-        event handlers there (tracing, request accounting)."""
+        """`on_client` is called with each SQS client before first use: register botocore
+        event handlers there (tracing, request accounting). `client` replaces the
+        aiobotocore clients (the in-memory model in tests)."""
         missing = [q.name for q in config.queues if router.get(q.name) is None]
         if missing:
             raise ConfigError(
@@ -92,7 +108,8 @@ class Worker:
         self._process_pool: ProcessPool | None = None
         self._on_client = on_client
         self._protection: ScaleInProtection | None = None
-        self._client: SQSClient | None = None
+        self._client: SqsApi | None = client
+        self._control: SqsApi | None = None
 
     # -- the SDK-style surface -------------------------------------------------
 
@@ -190,19 +207,41 @@ class Worker:
 
     async def _start(self) -> None:
         s = self.settings
-        connections = sum(q.pollers for q in self.config.queues) + 10 * len(self.config.queues)
-        client: SQSClient = await self._stack.enter_async_context(
-            create_client(s.aws_region, s.aws_endpoint_url, connections, read_timeout=s.wait_time_seconds + 20)
-        )
-        self._client = client
-        if self._on_client is not None:
-            self._on_client(client)
+        poll_timeout = s.wait_time_seconds + POLL_READ_MARGIN
+        if self._client is None:
+            # Two clients, neither retrying on its own (see sqs.create_client): one for the
+            # long polls, one for everything else, so that heartbeats and deletes never wait
+            # behind a poll for a connection.
+            polls: SQSClient = await self._stack.enter_async_context(
+                create_client(
+                    s.aws_region,
+                    s.aws_endpoint_url,
+                    sum(q.pollers for q in self.config.queues) + 1,
+                    read_timeout=poll_timeout,
+                    attempts=1,
+                )
+            )
+            control: SQSClient = await self._stack.enter_async_context(
+                create_client(
+                    s.aws_region,
+                    s.aws_endpoint_url,
+                    10 * len(self.config.queues),
+                    read_timeout=CONTROL_READ_TIMEOUT,
+                    attempts=1,
+                )
+            )
+            for aws in (polls, control):
+                if self._on_client is not None:
+                    self._on_client(aws)
+            self._client, self._control = polls, control
+        client = self._client
+        control_client = self._control or client
         if any(spec.mode == "process" for q in self.config.queues if (spec := self.router.get(q.name))):
             self._process_pool = ProcessPool(s.process_pool_size or os.cpu_count() or 1)
         if s.db_pool_size is not None:
             metrics.enable_db_pool_gauge()
         for q in self.config.queues:
-            info = await self._describe(client, q.name, q.url)
+            info = await self._describe(control_client, q.name, q.url)
             spec = self.router.get(q.name)
             assert spec is not None
             options = PoolOptions(
@@ -216,6 +255,7 @@ class Worker:
                 retry_max=s.retry_max_seconds,
                 ack_flush=s.ack_flush_ms / 1000,
                 log_payloads=s.log_payloads,
+                poll_timeout=CONNECT_TIMEOUT + poll_timeout,
             )
             pool = QueuePool(
                 client,
@@ -226,6 +266,7 @@ class Worker:
                 events=self.events,
                 health=self.health,
                 process_pool=self._process_pool,
+                control=control_client,
             )
             self.pools.append(pool)
         self.health.track([pool.name for pool in self.pools])
@@ -252,7 +293,7 @@ class Worker:
         for pool in self.pools:
             pool.start()
 
-    async def _describe(self, client: SQSClient, name: str, url: str | None) -> QueueInfo:
+    async def _describe(self, client: SqsApi, name: str, url: str | None) -> QueueInfo:
         """Resolve a queue, riding out an unreachable SQS; a missing queue is fatal."""
         backoff = Backoff(base=0.5, cap=15.0)
         while True:
@@ -290,23 +331,19 @@ class Worker:
         failed = self.state == WorkerState.ERROR
         self.state = WorkerState.STOPPING
         self.health.stopping = True
-        started = time.monotonic()
+        started = clock.now()
         active = self.active_job_count
         log.info("stopping: %d job(s) running", active, extra={"reason": self._stop_reason or "shutdown"})
+        deadline = clock.now() + self.settings.shutdown_timeout
+        # Releases wait for any poll still out, but never past the platform's grace period.
+        release_cap = deadline + RELEASE_MARGIN_SECONDS
         for pool in self.pools:
-            pool.stop_polling()
-            pool.signal_shutdown()
-        deadline = time.monotonic() + self.settings.shutdown_timeout
+            pool.stop_polling(release_cap)
         cut = await asyncio.gather(*(pool.drain(deadline) for pool in self.pools))
         self.released_at_shutdown = sum(cut)
-        # Polls still in flight could take any message released now. If there is something
-        # to give back (or WORKER_DRAIN_POLLS asks for it), let them answer first; their
-        # messages join the ones to give back. An idle worker cancels them and exits at once.
-        if self.settings.drain_polls or any(pool.deferred for pool in self.pools):
-            poll_deadline = max(deadline, time.monotonic()) + RELEASE_MARGIN_SECONDS
-            await asyncio.gather(*(pool.wait_polls(poll_deadline) for pool in self.pools))
+        if self.settings.drain_polls:
+            await asyncio.gather(*(pool.wait_polls(release_cap) for pool in self.pools))
         await asyncio.gather(*(pool.cancel_polls() for pool in self.pools))
-        await asyncio.gather(*(pool.release_deferred() for pool in self.pools))
         await asyncio.gather(*(pool.close() for pool in self.pools))
         for task in self._tasks:
             task.cancel()
@@ -324,7 +361,7 @@ class Worker:
                 "version": self.config.service.version,
                 "worker_id": self.worker_id,
                 "reason": self._stop_reason or "shutdown",
-                "drain_seconds": round(time.monotonic() - started, 3),
+                "drain_seconds": round(clock.now() - started, 3),
                 "jobs_cut_off_and_released": self.released_at_shutdown,
                 "config": self.config.describe(),
             },
@@ -355,8 +392,9 @@ class Worker:
                     continue
                 pool.received_since_sample = 0
                 try:
-                    assert self._client is not None
-                    resp = await self._client.get_queue_attributes(QueueUrl=pool.info.url, AttributeNames=names)  # type: ignore[arg-type]
+                    sampler = self._control or self._client
+                    assert sampler is not None
+                    resp = await sampler.get_queue_attributes(QueueUrl=pool.info.url, AttributeNames=names)
                 except asyncio.CancelledError:
                     raise
                 except Exception as exc:

@@ -1,6 +1,7 @@
 """Handlers that never return, in worker processes: the job timeout frees an async handler's
-slot and its message is retried, then dead-lettered; a blocked thread keeps its slot, so
-liveness reports the stall, and the worker can still be stopped with nothing lost.
+slot and its message is retried, then dead-lettered; a blocked thread keeps its slot and
+its message's lease (nobody else may run it while the thread does), so liveness reports
+the stall, and the worker can still be stopped: the message is released at exit.
 
 Both workers run at once (each with one slot), to keep the suite short."""
 
@@ -78,7 +79,7 @@ def test_handlers_that_never_return(sqs: Sqs, localstack_endpoint: str, tmp_path
         async_live = probe(async_port, "/livez")
 
         # Sync: the thread cannot be interrupted and holds the only slot: nothing polls, and
-        # liveness reports the stall. The timed-out job's message went back to the queue.
+        # liveness reports the stall. The timed-out job keeps its lease while its thread runs.
         until(lambda: probe(sync_port, "/livez") == 503, 60, "liveness to report the stall")
         held_back = sqs.counts(blocking.url)
         assert async_proc.poll() is None and sync_proc.poll() is None
@@ -97,8 +98,9 @@ def test_handlers_that_never_return(sqs: Sqs, localstack_endpoint: str, tmp_path
     (dead,) = sqs.receive_all(hanging.dlq_url or "")
     assert '"hang"' in dead["Body"]
     assert sqs.counts(hanging.url) == (0, 0)
-    assert held_back == (1, 0), "the stuck job's message is visible for another worker"
-    assert "handler thread(s) still running" in sync_log.read_text()
+    assert held_back == (0, 1), "a timed-out job still running must not be visible to another worker"
+    assert sqs.counts(blocking.url) == (1, 0), "the abandoned job's message is released at exit"
+    assert "thread(s) still running" in sync_log.read_text()
     (again,) = sqs.receive_all(blocking.url)
     assert '"stuck"' in again["Body"], "nothing lost"
     for log in (async_log, sync_log):

@@ -29,6 +29,7 @@ class Work(BaseModel):
     seconds: float = 0.0
     fail: Literal["no", "retry", "fatal"] = "no"
     cooperative: bool = False
+    blocking_thread: bool = False  # awaits asyncio.to_thread on a call that blocks
 
 
 def record(event: str, job: Job[Work]) -> None:
@@ -48,7 +49,9 @@ async def handle(job: Job[Work]) -> None:
         raise NonRetryableError("asked to fail")
     if job.payload.fail == "retry":
         raise RuntimeError("asked to fail, retryable")
-    if job.payload.cooperative:
+    if job.payload.blocking_thread:
+        await asyncio.to_thread(time.sleep, job.payload.seconds)
+    elif job.payload.cooperative:
         # Long work that checkpoints: stop when the worker drains, give the message back.
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(job.wait_stopping(), job.payload.seconds)

@@ -182,7 +182,8 @@ def test_job_timeout_cancels_and_retries(sqs: Sqs, localstack_endpoint: str, hea
 def test_sync_handler_timeout_keeps_its_slot_until_the_thread_returns(
     sqs: Sqs, localstack_endpoint: str, health_file: str
 ) -> None:
-    """A thread cannot be interrupted: the message is retried, but concurrency stays honest."""
+    """A thread cannot be interrupted: past its timeout it keeps its slot and its message's
+    lease until it returns (nobody else may run it meanwhile), then the message is retried."""
     queue = sqs.create(visibility=300, max_receive=5)
     release = threading.Event()
     runs: list[int] = []
@@ -206,12 +207,14 @@ def test_sync_handler_timeout_keeps_its_slot_until_the_thread_returns(
             WORKER_RETRY_BASE_SECONDS=0.5,
         )
         async with running_worker(env, router) as worker:
-            await wait_for(lambda: metric("jobs_processed_total", queue=queue.name, outcome="timeout") == 1)
-            # The only slot is still taken by the stuck thread: the retry cannot start yet.
-            await asyncio.sleep(2)
+            await wait_for(lambda: runs == [1])
+            await asyncio.sleep(2)  # four times the job timeout
+            # The only slot is still taken by the stuck thread, and its message still hidden.
             assert runs == [1]
             assert worker.pools[0].slots.in_use == 1
+            assert sqs.counts(queue.url) == (0, 1)
             release.set()
+            await wait_for(lambda: metric("jobs_processed_total", queue=queue.name, outcome="timeout") == 1)
             await wait_for(lambda: runs == [1, 2], 30, "retry after the thread returned")
 
     asyncio.run(scenario())

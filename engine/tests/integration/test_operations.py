@@ -361,6 +361,28 @@ def test_copy_redrive_after_a_crash_deletes_what_was_copied_without_resending(sq
     assert sqs.counts(queue.dlq_url or "") == (0, 0)
 
 
+def test_copy_redrive_leaves_an_unsendable_message_in_the_dlq_and_ends(sqs: Sqs, tmp_path: Path) -> None:
+    queue = sqs.create(max_receive=2)
+    sqs.client.set_queue_attributes(QueueUrl=queue.url, Attributes={"MaximumMessageSize": "1024"})
+    fill_dlq(sqs, queue, 2)
+    sqs.client.send_message(QueueUrl=queue.dlq_url, MessageBody=json.dumps({"n": 99, "pad": "x" * 2000}))
+    reports: list[str] = []
+
+    async def go() -> int:
+        from aiobotocore.session import get_session
+
+        async with get_session().create_client("sqs", region_name=REGION, endpoint_url=sqs.endpoint) as client:
+            copying = redrive.copy_back(
+                client, queue.dlq_url or "", queue.url, False, redrive.Journal(tmp_path / "j"), refused=reports.append
+            )
+            return await asyncio.wait_for(copying, 60)  # it used to hand the big one back and receive it forever
+
+    assert asyncio.run(go()) == 2
+    assert sorted(json.loads(m["Body"])["n"] for m in sqs.receive_all(queue.url)) == [0, 1]
+    assert len(reports) == 1, reports
+    assert sum(sqs.counts(queue.dlq_url or "")) == 1, "the unsendable message stays in the DLQ"
+
+
 def test_purge_asks_before_deleting(sqs: Sqs, localstack_endpoint: str) -> None:
     queue = sqs.create(max_receive=2)
     sqs.client.send_message(QueueUrl=queue.dlq_url, MessageBody="x")

@@ -161,6 +161,27 @@ def test_received_but_not_started_messages_are_released_at_once(
     assert [json.loads(m["Body"])["id"] for m in rest] == ids[1:], "released, in order, immediately"
 
 
+def test_a_thread_started_with_to_thread_does_not_hold_the_exit(
+    sqs: Sqs, localstack_endpoint: str, tmp_path: Path
+) -> None:
+    queue = sqs.create(visibility=60)
+    sqs.send(queue, [{"id": "blocked", "seconds": 600, "blocking_thread": True}])
+    proc, records, _ = start(
+        sqs,
+        localstack_endpoint,
+        tmp_path,
+        queue.name,
+        WORKER_SHUTDOWN_TIMEOUT_MS=2000,
+        WORKER_JOB_TIMEOUT_MS=1500,
+        WORKER_RETRY_BASE_SECONDS=0,
+    )
+    wait_records(records, lambda r: len(events(r, "start")) == 1)
+    proc.send_signal(signal.SIGTERM)
+    # The shutdown timeout is 2 s: the exit must not wait 600 s for the blocked thread.
+    assert proc.wait(60) == 0
+    assert sqs.counts(queue.url)[0] == 1, "its message is visible again for another worker"
+
+
 def test_second_signal_exits_at_once(sqs: Sqs, localstack_endpoint: str, tmp_path: Path) -> None:
     queue = sqs.create(visibility=300)
     sqs.send(queue, [{"id": "slow", "seconds": 60}])

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from sqs_worker_engine.backoff import backoff_delay
+from sqs_worker_engine.delivery import extension_seconds
 from sqs_worker_engine.dlq import (
     ERROR_ATTRIBUTES,
     MAX_ATTRIBUTES,
@@ -22,7 +23,7 @@ from sqs_worker_engine.dlq import (
     dead_letter_request,
 )
 from sqs_worker_engine.errors import NonRetryableError, PayloadError
-from sqs_worker_engine.lease import MAX_LEASE_SECONDS, extension_seconds
+from sqs_worker_engine.limits import MAX_VISIBILITY_SECONDS as MAX_LEASE_SECONDS
 from sqs_worker_engine.pool import parse_payload
 from sqs_worker_engine.settings import (
     _ALIASES,

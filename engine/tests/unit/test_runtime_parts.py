@@ -15,11 +15,11 @@ from pydantic import BaseModel
 
 from sqs_worker_engine import Job, Router, pool
 from sqs_worker_engine.backoff import Backoff, backoff_delay
+from sqs_worker_engine.delivery import extension_seconds
 from sqs_worker_engine.dlq import dead_letter_request
 from sqs_worker_engine.errors import NonRetryableError, PayloadError
 from sqs_worker_engine.events import Events
 from sqs_worker_engine.health import Health, check_file
-from sqs_worker_engine.lease import extension_seconds
 from sqs_worker_engine.pool import Slots, parse_payload
 
 
@@ -163,11 +163,11 @@ def test_slots_gather_a_wave_of_releases_into_one_reservation(monkeypatch: pytes
     monkeypatch.setattr(pool, "BATCH_WAIT", 30.0)
 
     async def scenario() -> tuple[int, int]:
-        slots = Slots(10)
+        slots = Slots(10, 10 * 10)
         assert await slots.reserve(10) == 10
         poller = asyncio.ensure_future(slots.reserve(10))
         for _ in range(10):  # one job ends per loop iteration, as a wave's jobs do
-            slots.release()
+            slots.unreserve(1)
             await asyncio.sleep(0)
         n = await asyncio.wait_for(poller, 5)
         return n, slots.in_use
@@ -179,10 +179,10 @@ def test_slots_take_a_lone_free_slot_after_the_batch_wait(monkeypatch: pytest.Mo
     monkeypatch.setattr(pool, "BATCH_WAIT", 0.01)
 
     async def scenario() -> int:
-        slots = Slots(10)
+        slots = Slots(10, 10 * 10)
         await slots.reserve(10)
         poller = asyncio.ensure_future(slots.reserve(10))
-        slots.release()  # the other nine stay busy with longer jobs
+        slots.unreserve(1)  # the other nine stay busy with longer jobs
         return await asyncio.wait_for(poller, 5)
 
     assert asyncio.run(scenario()) == 1
@@ -190,11 +190,11 @@ def test_slots_take_a_lone_free_slot_after_the_batch_wait(monkeypatch: pytest.Mo
 
 def test_slots_never_hand_out_more_than_capacity() -> None:
     async def scenario() -> list[int]:
-        slots = Slots(12)
+        slots = Slots(12, 10 * 12)
         first = await slots.reserve(10)
         second = await slots.reserve(10)
         pollers = [asyncio.ensure_future(slots.reserve(10)) for _ in range(3)]
-        slots.release(first)
+        slots.unreserve(first)
         done, pending = await asyncio.wait(pollers, timeout=1)
         for task in pending:
             task.cancel()
