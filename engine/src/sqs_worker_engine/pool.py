@@ -27,7 +27,6 @@ import asyncio
 import concurrent.futures
 import contextvars
 import functools
-import json
 import logging
 import math
 import threading
@@ -35,8 +34,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
-
-from pydantic import BaseModel, ValidationError
 
 from . import clock, metrics
 from .acker import Acker
@@ -65,7 +62,9 @@ from .lease import LeaseKeeper
 from .limits import MAX_RECEIVE_BATCH
 from .logs import bind_job, get_logger
 from .outcomes import Outcome, classify
+from .payload import parse_payload
 from .router import HandlerSpec, call_sync
+from .slots import Slots
 from .sqs import NOT_FOUND_CODES, QueueInfo, SqsApi, error_code
 
 log = logging.getLogger(__name__)
@@ -73,7 +72,6 @@ RESPONSE_ALLOWANCE = 1.0  # seconds a ReceiveMessage response may spend in trans
 # With WORKER_WAIT_TIME_SECONDS=0 an empty queue answers at once; a poller waits this long
 # before asking again (a long poll would wait up to 20 s on SQS's side instead).
 EMPTY_SHORT_POLL_PAUSE = 1.0
-BATCH_WAIT = 0.002  # seconds a poller waits for a fuller batch of free slots (Slots.reserve)
 CUT_GRACE = 0.5  # seconds a job cut off at the shutdown deadline gets to react to its cancellation
 OUTCOMES: tuple[Outcome, ...] = ("success", "retry", "dead_letter", "timeout", "lease_lost", "released")
 
@@ -99,87 +97,9 @@ class PoolOptions:
         return self.concurrency + max(self.concurrency, MAX_RECEIVE_BATCH)
 
 
-class Slots:
-    """Handler slots and the bound on held messages; pollers reserve both before they receive."""
-
-    def __init__(self, handlers: int, held: int) -> None:
-        self.capacity = handlers
-        self.held_limit = held
-        self.in_use = 0  # handler slots: reserved, waiting or running
-        self.held = 0  # messages reserved or held, until settled, released or lost
-        self._waiters: list[asyncio.Future[None]] = []
-
-    @property
-    def free(self) -> int:
-        return min(self.capacity - self.in_use, self.held_limit - self.held)
-
-    async def reserve(self, most: int) -> int:
-        """Take between 1 and `most` free slots, waiting for one if none is free.
-
-        Jobs that started together end together, but their slots come back one release
-        at a time, spread over a millisecond or two. Taking the first free slot at once
-        would spend a receive on it alone; waiting up to BATCH_WAIT for a full batch lets
-        one receive serve the whole wave (SQS bills per request; in the benchmark this
-        took requests per message from about 0.22 to 0.20 with several pollers, at no cost
-        in throughput). It never waits for slots that are busy with longer jobs.
-        """
-        loop = asyncio.get_running_loop()
-        want = min(most, self.capacity)
-        while True:
-            while self.free <= 0:
-                await self._wait(loop, None)
-            deadline = loop.time() + BATCH_WAIT
-            while 0 < self.free < want and (left := deadline - loop.time()) > 0:
-                await self._wait(loop, left)
-            n = min(most, self.free)
-            if n > 0:  # another poller may have taken them meanwhile
-                self.in_use += n
-                self.held += n
-                return n
-
-    async def _wait(self, loop: asyncio.AbstractEventLoop, at_most: float | None) -> None:
-        """Until a slot is released, or at most `at_most` seconds."""
-        waiter = loop.create_future()
-        self._waiters.append(waiter)
-        timer = None if at_most is None else loop.call_later(at_most, _wake, waiter)
-        try:
-            await waiter
-        finally:
-            if timer is not None:
-                timer.cancel()
-            if waiter in self._waiters:
-                self._waiters.remove(waiter)
-
-    def unreserve(self, n: int) -> None:
-        """Reserved for a receive that brought fewer messages (or none)."""
-        self.in_use -= n
-        self.held -= n
-        self._wake_all()
-
-    def handler_done(self) -> None:
-        self.in_use -= 1
-        self._wake_all()
-
-    def forget(self) -> None:
-        self.held -= 1
-        self._wake_all()
-
-    def _wake_all(self) -> None:
-        # Wake every waiting poller; each checks again (this runs once per finished job, so
-        # it must stay cheap: no task, no lock).
-        waiters, self._waiters = self._waiters, []
-        for waiter in waiters:
-            _wake(waiter)
-
-
 def _pass_on(to: asyncio.Future[bool], result: asyncio.Future[bool]) -> None:
     if not to.done():
         to.set_result(result.result())
-
-
-def _wake(waiter: asyncio.Future[None]) -> None:
-    if not waiter.done():
-        waiter.set_result(None)
 
 
 @dataclass(eq=False)
@@ -742,31 +662,6 @@ class QueuePool:
                 loop.call_soon_threadsafe(emit)
 
         return report
-
-
-def parse_payload(model: type[Any] | None, body: str) -> Any:
-    """Body -> payload; anything that does not parse is a PayloadError (dead-lettered).
-
-    The error says what is wrong and where, never quoting the body: it is logged, and a
-    body is only logged with LOG_PAYLOADS. Nesting too deep for the parser is an error like
-    any other (json raises RecursionError for it)."""
-    if model is str:
-        return body
-    try:
-        if model is None:
-            return json.loads(body)
-        assert issubclass(model, BaseModel)
-        return model.model_validate_json(body)
-    except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(part) for part in error['loc']) or 'body'}: {error['msg']}"
-            for error in exc.errors(include_url=False, include_input=False, include_context=False)
-        )
-        raise PayloadError(
-            f"payload does not match {model.__name__ if model else 'JSON'}: {exc.error_count()} error(s): {problems}"
-        ) from None
-    except (ValueError, TypeError, RecursionError) as exc:
-        raise PayloadError(f"body is not valid JSON: {exc}") from None
 
 
 def _describe(error: BaseException | None) -> str:

@@ -32,7 +32,7 @@ from pydantic import BaseModel
 from .errors import PayloadError, RetryLater
 from .job import Job
 from .outcomes import Outcome, classify
-from .pool import parse_payload
+from .payload import parse_payload
 from .router import Router, call_sync
 
 __all__ = ["HandlerResult", "make_job", "run_handler", "run_handler_async"]

@@ -24,7 +24,7 @@ from sqs_worker_engine.dlq import (
 )
 from sqs_worker_engine.errors import NonRetryableError, PayloadError
 from sqs_worker_engine.limits import MAX_VISIBILITY_SECONDS as MAX_LEASE_SECONDS
-from sqs_worker_engine.pool import parse_payload
+from sqs_worker_engine.payload import parse_payload
 from sqs_worker_engine.settings import (
     _ALIASES,
     QUEUE_OVERRIDES,

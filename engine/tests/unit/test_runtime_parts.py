@@ -13,14 +13,16 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from sqs_worker_engine import Job, Router, pool
+from sqs_worker_engine import Job, Router
+from sqs_worker_engine import slots as slot_module
 from sqs_worker_engine.backoff import Backoff, backoff_delay
 from sqs_worker_engine.delivery import extension_seconds
 from sqs_worker_engine.dlq import dead_letter_request
 from sqs_worker_engine.errors import NonRetryableError, PayloadError
 from sqs_worker_engine.events import Events
 from sqs_worker_engine.health import Health, check_file
-from sqs_worker_engine.pool import Slots, parse_payload
+from sqs_worker_engine.payload import parse_payload
+from sqs_worker_engine.slots import Slots
 
 
 def test_backoff_grows_with_jitter_and_is_capped() -> None:
@@ -160,7 +162,7 @@ def test_liveness_follows_the_pool_longest_without_progress() -> None:
 def test_slots_gather_a_wave_of_releases_into_one_reservation(monkeypatch: pytest.MonkeyPatch) -> None:
     # A long batch wait makes the test independent of the machine's speed: the reservation
     # must come back as soon as the whole wave is free, not when the wait runs out.
-    monkeypatch.setattr(pool, "BATCH_WAIT", 30.0)
+    monkeypatch.setattr(slot_module, "BATCH_WAIT", 30.0)
 
     async def scenario() -> tuple[int, int]:
         slots = Slots(10, 10 * 10)
@@ -176,7 +178,7 @@ def test_slots_gather_a_wave_of_releases_into_one_reservation(monkeypatch: pytes
 
 
 def test_slots_take_a_lone_free_slot_after_the_batch_wait(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(pool, "BATCH_WAIT", 0.01)
+    monkeypatch.setattr(slot_module, "BATCH_WAIT", 0.01)
 
     async def scenario() -> int:
         slots = Slots(10, 10 * 10)

@@ -1,0 +1,35 @@
+"""A message body becomes the handler's payload, or a PayloadError naming what is wrong."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from .errors import PayloadError
+
+
+def parse_payload(model: type[Any] | None, body: str) -> Any:
+    """Body -> payload; anything that does not parse is a PayloadError (dead-lettered).
+
+    The error says what is wrong and where, never quoting the body: it is logged, and a
+    body is only logged with LOG_PAYLOADS. Nesting too deep for the parser is an error like
+    any other (json raises RecursionError for it)."""
+    if model is str:
+        return body
+    try:
+        if model is None:
+            return json.loads(body)
+        assert issubclass(model, BaseModel)
+        return model.model_validate_json(body)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(part) for part in error['loc']) or 'body'}: {error['msg']}"
+            for error in exc.errors(include_url=False, include_input=False, include_context=False)
+        )
+        raise PayloadError(
+            f"payload does not match {model.__name__ if model else 'JSON'}: {exc.error_count()} error(s): {problems}"
+        ) from None
+    except (ValueError, TypeError, RecursionError) as exc:
+        raise PayloadError(f"body is not valid JSON: {exc}") from None
