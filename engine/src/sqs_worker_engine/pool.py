@@ -113,6 +113,7 @@ class Run:
     started: float = 0.0
     running: bool = False  # a handler call of it has not returned yet
     handler_slot: bool = True  # it still holds its handler slot
+    deciding: bool = False  # between attempts: the slot stays until the decision is made
     task: asyncio.Task[Any] | None = field(default=None, repr=False)
 
 
@@ -392,6 +393,7 @@ class QueuePool:
                 await self._let_go([run], "shutdown")  # received, never started
                 return Release()
             while True:
+                run.deciding = True
                 ending = await self._attempt(run)
                 waiting = any(m.delivery.state is State.RECEIVED for m in mates)
                 facts = Facts(
@@ -402,6 +404,12 @@ class QueuePool:
                     requested_delay=ending.requested_delay,
                 )
                 settlement = plan(ending.outcome, facts, self.retry, _describe(ending.error))
+                if not isinstance(settlement, RetryInPlace):
+                    # The slot goes back as soon as the work has ended (now, or when a thread
+                    # cut off at shutdown returns); a FIFO head retried in place keeps it, so
+                    # waiting group-mates can never hold every slot while their heads wait.
+                    run.deciding = False
+                    self._handler_slot_done(run)
                 if isinstance(settlement, RetryInPlace):
                     self._record(run, ending, will_retry=True)
                     if await self._wait_in_place(run, settlement.seconds):
@@ -497,7 +505,8 @@ class QueuePool:
                 self.handlers_running -= 1
                 run.running = False
                 self._inflight.dec()
-                self._handler_slot_done(run)
+                if not run.deciding:
+                    self._handler_slot_done(run)
 
         self.handlers_running += 1
         run.running = True
@@ -516,8 +525,7 @@ class QueuePool:
         return asyncio.wrap_future(cf, loop=loop), ended
 
     def _handler_slot_done(self, run: Run) -> None:
-        """Give the handler slot back once: when the work ends, or when it never ran. A
-        FIFO head retried in place keeps its slot until its last attempt ends."""
+        """Give the handler slot back once, when its work has ended (or never ran)."""
         if run.handler_slot and not run.running:
             run.handler_slot = False
             self.slots.handler_done()
@@ -602,6 +610,7 @@ class QueuePool:
             )
 
     def _forget(self, run: Run) -> None:
+        run.deciding = False
         self._handler_slot_done(run)
         if run in self.runs:
             self.runs.discard(run)

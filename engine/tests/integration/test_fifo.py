@@ -73,3 +73,33 @@ def test_a_failed_message_holds_back_its_group(sqs: Sqs, localstack_endpoint: st
     group_b = [x for x in log if x.startswith("b")]
     assert group_a == ["a1", "a2!", "a2", "a3", "a4"], "nothing in group a overtook the failed a2"
     assert group_b == ["b1", "b2", "b3", "b4"]
+
+
+def test_a_failing_message_does_not_push_its_group_mates_to_the_dlq(
+    sqs: Sqs, localstack_endpoint: str, health_file: str
+) -> None:
+    """Retried in place: its group-mates are held, not given back, so they spend no receives."""
+    queue = sqs.create(fifo=True, visibility=30, max_receive=3)
+    log: list[tuple[str, int]] = []
+    router = Router()
+
+    @router.handler(queue.name)
+    async def handle(job: Job[Any]) -> None:
+        log.append((job.payload["id"], job.receive_count))
+        if job.payload["id"] == "bad":
+            raise RuntimeError("always fails")
+
+    sqs.send(queue, [{"id": "bad"}, {"id": "b"}, {"id": "c"}], group="g")
+
+    async def scenario() -> None:
+        env = env_for(localstack_endpoint, queue.name, health_file, WORKER_RETRY_BASE_SECONDS=0.5)
+        async with running_worker(env, router):
+            await wait_for(lambda: [i for i, _ in log if i != "bad"] == ["b", "c"], 90, "b and c")
+            await wait_for(lambda: sqs.counts(queue.url) == (0, 0), 30)
+
+    asyncio.run(scenario())
+    assert log == [("bad", 1), ("bad", 2), ("bad", 3), ("b", 1), ("c", 1)]
+    (dead,) = sqs.receive_all(queue.dlq_url or "")
+    assert '"bad"' in dead["Body"]
+    assert dead["MessageAttributes"]["x-error-type"]["StringValue"] == "RuntimeError"
+    assert "gave up after 3 attempts" in dead["MessageAttributes"]["x-error-context"]["StringValue"]

@@ -118,3 +118,29 @@ def test_partial_batch_failures_are_retried_not_dropped(sqs: Sqs, proxy: FaultPr
     assert metric("worker_settle_failures_total", queue=queue.name, action="delete") == 0
     requests = json.dumps(dict(proxy.counts))
     assert proxy.counts["DeleteMessageBatch"] >= 3, requests
+
+
+def test_the_sdk_never_resends_a_poll_an_extension_or_a_settlement(
+    sqs: Sqs, localstack_endpoint: str, health_file: str
+) -> None:
+    """A receive the SDK sends again runs longer than the worker assumes (and may take a
+    message given back at shutdown); a delete it retries may arrive after the lease's local
+    deadline. The worker retries those calls itself, checking the lease before each one."""
+    queue = sqs.create()
+    router = Router()
+
+    @router.handler(queue.name)
+    async def handle(job: Job[Any]) -> None:
+        return None
+
+    attempts: list[Any] = []
+
+    async def scenario() -> None:
+        async with running_worker(
+            env_for(sqs.endpoint, queue.name, health_file), router, on_client=lambda c: attempts.append(c)
+        ):
+            pass
+
+    asyncio.run(scenario())
+    assert len(attempts) == 2, "one client for the long polls, one for everything else"
+    assert [c.meta.config.retries.get("total_max_attempts") for c in attempts] == [1, 1]

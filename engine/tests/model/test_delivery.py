@@ -11,7 +11,7 @@ import asyncio
 import json
 import threading
 
-from sqs_worker_engine import NonRetryableError, clock
+from sqs_worker_engine import NonRetryableError, RetryLater, clock
 from sqs_worker_engine.job import Job
 from sqs_worker_engine.memory import MemorySQS
 from sqs_worker_engine.router import Router
@@ -271,5 +271,48 @@ def test_a_thread_still_running_at_the_drain_deadline_is_released_at_exit() -> N
         await asyncio.sleep(0.5)
         assert sqs.visible(QUEUE) == ["m"], "left invisible for its visibility timeout after the exit"
         gate.set()
+
+    vtime.run(scenario())
+
+
+def test_retry_later_sets_the_delay_the_handler_asked_for() -> None:
+    async def scenario() -> None:
+        sqs = MemorySQS()
+        sqs.create_queue(QUEUE)
+        seen: list[float] = []
+        router = Router()
+
+        @router.handler(QUEUE, payload=str)
+        async def handle(job: Job[str]) -> None:
+            seen.append(clock.now())
+            if len(seen) == 1:
+                raise RetryLater(42, "rate limited")
+
+        sqs.put(QUEUE, "m")
+        worker = await start(sqs, router, WORKER_RETRY_BASE_SECONDS="1")
+        assert await until(lambda: len(seen) == 2, 120)
+        await worker.stop()
+        assert 42 <= seen[1] - seen[0] < 43.5
+
+    vtime.run(scenario())
+
+
+def test_a_message_out_of_attempts_is_dead_lettered_by_the_worker_with_its_last_error() -> None:
+    async def scenario() -> None:
+        sqs = MemorySQS()
+        sqs.create_queue_with_dlq(QUEUE, max_receive_count=3)
+        router = Router()
+
+        @router.handler(QUEUE, payload=str)
+        async def handle(job: Job[str]) -> None:
+            raise ValueError(f"attempt {job.receive_count} failed")
+
+        sqs.put(QUEUE, "m")
+        worker = await start(sqs, router, WORKER_RETRY_BASE_SECONDS="1")
+        assert await until(lambda: sqs.bodies("jobs-dlq") == ["m"], 300)
+        await worker.stop()
+        (attributes,) = sqs.message_attributes("jobs-dlq")
+        assert attributes["x-error-message"]["StringValue"] == "attempt 3 failed"
+        assert "gave up after 3 attempts" in attributes["x-error-context"]["StringValue"]
 
     vtime.run(scenario())
