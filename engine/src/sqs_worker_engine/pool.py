@@ -69,6 +69,7 @@ from .sqs import NOT_FOUND_CODES, QueueInfo, SqsApi, error_code
 
 log = logging.getLogger(__name__)
 RESPONSE_ALLOWANCE = 1.0  # seconds a ReceiveMessage response may spend in transit
+POLL_END_ALLOWANCE = 2.0  # seconds past WaitTimeSeconds by which SQS has surely ended a poll
 # With WORKER_WAIT_TIME_SECONDS=0 an empty queue answers at once; a poller waits this long
 # before asking again (a long poll would wait up to 20 s on SQS's side instead).
 EMPTY_SHORT_POLL_PAUSE = 1.0
@@ -168,9 +169,12 @@ class QueuePool:
         self.received_oldest_age = 0.0  # max age at receive since the last backlog sample
         self.received_since_sample = 0  # lets the backlog sampler skip an idle queue
         self.released = 0  # messages given back unprocessed (shutdown, group held back)
-        self.deferred: list[tuple[Delivery, asyncio.Future[bool]]] = []  # released once no poll is out
+        # (delivery, delay, done): made visible once no poll of ours is out
+        self.deferred: list[tuple[Delivery, int, asyncio.Future[bool]]] = []
         self.handlers_running = 0  # handler calls not yet returned, settled or not
-        self._polls_out: dict[asyncio.Task[None], float] = {}  # poller -> when its client gives up
+        # poller -> (when SQS ends its long poll, when its client gives up on it)
+        self._polls_out: dict[asyncio.Task[None], tuple[float, float]] = {}
+        self._abandoned: list[tuple[float, float]] = []  # polls cancelled while still out
         self._polls_over = False
         self._release_cap = 0.0
         self._releaser: asyncio.Task[None] | None = None
@@ -215,17 +219,18 @@ class QueuePool:
         or the release cap), then release whatever was given back meanwhile."""
         pending = list(self._polls_out)
         if pending:
-            end = min(self._release_cap, max(self._polls_out.values()))
+            end = min(self._release_cap, max(hard for _, hard in self._polls_out.values()))
             await asyncio.wait(pending, timeout=max(0.0, end - clock.now()))
         self._polls_over = True
         await self.release_deferred()
 
     def _release_delay(self) -> int:
-        """0, or while a poll of ours is still out past the release cap: until its client
-        gives up on it, so that not even that abandoned poll can take the message."""
-        if not self._polls_out:
-            return 0
-        return max(0, math.ceil(max(self._polls_out.values()) - clock.now()))
+        """0, or while a poll of ours is still out (past the release cap, or abandoned):
+        until that poll ends in SQS (or, if it is already late, until its client gives up
+        on it), so that not even an abandoned poll can take the message."""
+        now = clock.now()
+        ends = [sqs_end if now < sqs_end else hard for sqs_end, hard in [*self._polls_out.values(), *self._abandoned]]
+        return max(0, math.ceil(max(ends, default=now) - now))
 
     async def wait_polls(self, cap: float) -> None:
         """WORKER_DRAIN_POLLS: let the last polls answer instead of cancelling them."""
@@ -236,8 +241,10 @@ class QueuePool:
     async def release_deferred(self) -> None:
         deferred, self.deferred = self.deferred, []
         delay = self._release_delay()
-        for delivery, done in deferred:
-            self.acker.change_visibility(delivery, delay).add_done_callback(functools.partial(_pass_on, done))
+        for delivery, seconds, done in deferred:
+            self.acker.change_visibility(delivery, max(seconds, delay)).add_done_callback(
+                functools.partial(_pass_on, done)
+            )
 
     async def drain(self, deadline: float) -> int:
         """Wait for running jobs until `deadline` (loop time); then cut off whatever still
@@ -254,6 +261,7 @@ class QueuePool:
 
     async def cancel_polls(self) -> None:
         """Cancel whatever poll is still waiting (an idle queue): the drain is over."""
+        self._abandoned = list(self._polls_out.values())
         for task in self._pollers:
             task.cancel()
         await asyncio.gather(*self._pollers, return_exceptions=True)
@@ -291,7 +299,7 @@ class QueuePool:
                 self.slots.unreserve(n)
                 return
             sent = clock.now()
-            self._polls_out[me] = sent + poll_timeout
+            self._polls_out[me] = (sent + self.options.wait_time + POLL_END_ALLOWANCE, sent + poll_timeout)
             try:
                 resp = await self.client.receive_message(
                     QueueUrl=self.info.url,
@@ -549,8 +557,9 @@ class QueuePool:
         if isinstance(settlement, Delete):
             await self.acker.delete(delivery)
         elif isinstance(settlement, RetryAfter):
-            await self.acker.change_visibility(delivery, settlement.seconds)
+            await self._give_back(delivery, settlement.seconds)
         elif isinstance(settlement, Release):
+            self.released += 1
             await self._give_back(delivery)
         elif isinstance(settlement, DeadLetter):
             return await self._dead_letter(run, settlement, ending)
@@ -581,27 +590,32 @@ class QueuePool:
                 delay,
                 extra={"queue": self.name},
             )
-            await self.acker.change_visibility(delivery, delay)
+            await self._give_back(delivery, delay)
             return RetryAfter(delay)
         metrics.SQS_CALLS.labels("SendMessage", "ok").inc()
         metrics.DLQ_SENDS.labels(self.name).inc()
         await self.acker.delete(delivery)
         return settlement
 
-    async def _give_back(self, delivery: Delivery) -> bool:
-        """Release now, or during shutdown, once no poll of ours is out that could take it."""
-        self.released += 1
-        if self.stopping and self._polls_out and not self._polls_over:
+    async def _give_back(self, delivery: Delivery, seconds: int = 0) -> bool:
+        """Make the message visible after `seconds`: now, or during shutdown, once no poll
+        of ours is out that could take it (a poll that did would hide it for a whole
+        visibility timeout, or run it here once more)."""
+        if not self.stopping:
+            return await self.acker.change_visibility(delivery, seconds)
+        if self._polls_out and not self._polls_over:
             done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-            self.deferred.append((delivery, done))
+            self.deferred.append((delivery, seconds, done))
             if self._releaser is None:
                 self._releaser = asyncio.create_task(self._release_after_polls())
             return await done
-        return await self.acker.change_visibility(delivery, self._release_delay() if self.stopping else 0)
+        return await self.acker.change_visibility(delivery, max(seconds, self._release_delay()))
 
     async def _let_go(self, runs: list[Run], reason: str) -> None:
         """Give back messages that will not run now (shutdown, or held behind their group)."""
-        await asyncio.gather(*(self._give_back(r.delivery) for r in runs if r.delivery.state is State.RECEIVED))
+        waiting = [r.delivery for r in runs if r.delivery.state is State.RECEIVED]
+        self.released += len(waiting)
+        await asyncio.gather(*(self._give_back(delivery) for delivery in waiting))
         for run in runs:
             self._forget(run)
             self._processed["released"].inc()

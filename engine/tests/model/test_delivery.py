@@ -316,3 +316,35 @@ def test_a_message_out_of_attempts_is_dead_lettered_by_the_worker_with_its_last_
         assert "gave up after 3 attempts" in attributes["x-error-context"]["StringValue"]
 
     vtime.run(scenario())
+
+
+def test_given_back_while_a_poll_outlasts_the_drain_it_is_visible_when_that_poll_ends() -> None:
+    async def scenario() -> None:
+        sqs = MemorySQS()
+        sqs.create_queue(QUEUE)
+        router = Router()
+
+        @router.handler(QUEUE, payload=str)
+        async def handle(job: Job[str]) -> None:
+            await job.wait_stopping()
+            job.raise_if_stopping()
+
+        sqs.put(QUEUE, "m")
+        worker = await start(
+            sqs,
+            router,
+            WORKER_CONCURRENCY="2",
+            WORKER_POLLERS="1",
+            WORKER_SHUTDOWN_TIMEOUT_MS="2000",
+            WORKER_JOB_TIMEOUT_MS="1000",
+        )
+        assert await until(lambda: worker.worker.active_job_count == 1, 5)
+        polled_at = clock.now()  # the free slot's poll went out as the job started: it ends 20 s on
+        took = await worker.stop()
+        assert took <= 2 + 10 + 1, "exits by the release cap, whatever the poll"
+        assert await until(lambda: sqs.visible(QUEUE) == ["m"], 30)
+        assert clock.now() - polled_at <= 20 + 3, "visible when the poll ended, not a visibility timeout later"
+        assert sqs.receive_counts(QUEUE) == {"m": 1}, "no poll of ours took it again"
+        await sqs.settle()
+
+    vtime.run(scenario())
