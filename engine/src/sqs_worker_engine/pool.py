@@ -31,7 +31,6 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -61,8 +60,9 @@ from .job import Job
 from .lease import LeaseKeeper
 from .limits import MAX_RECEIVE_BATCH
 from .logs import bind_job, get_logger
-from .outcomes import Outcome, classify
+from .outcomes import classify
 from .payload import parse_payload
+from .reporting import Ending, JobReport, describe
 from .router import HandlerSpec, call_sync
 from .slots import Slots
 from .sqs import NOT_FOUND_CODES, QueueInfo, SqsApi, error_code
@@ -74,7 +74,6 @@ POLL_END_ALLOWANCE = 2.0  # seconds past WaitTimeSeconds by which SQS has surely
 # before asking again (a long poll would wait up to 20 s on SQS's side instead).
 EMPTY_SHORT_POLL_PAUSE = 1.0
 CUT_GRACE = 0.5  # seconds a job cut off at the shutdown deadline gets to react to its cancellation
-OUTCOMES: tuple[Outcome, ...] = ("success", "retry", "dead_letter", "timeout", "lease_lost", "released")
 
 
 @dataclass(frozen=True)
@@ -116,16 +115,6 @@ class Run:
     handler_slot: bool = True  # it still holds its handler slot
     deciding: bool = False  # between attempts: the slot stays until the decision is made
     task: asyncio.Task[Any] | None = field(default=None, repr=False)
-
-
-@dataclass(frozen=True)
-class Ending:
-    """How one handler call ended."""
-
-    outcome: Outcome
-    error: BaseException | None
-    duration: float
-    requested_delay: float | None = None
 
 
 class QueuePool:
@@ -181,15 +170,8 @@ class QueuePool:
         self._pollers: list[asyncio.Task[None]] = []
         self._keeper_task: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._loop_thread = threading.get_ident()
         metrics.CONCURRENCY.labels(self.name).set(options.concurrency)
-        # Metric children looked up once: labels() per message shows up in profiles.
-        self._inflight = metrics.INFLIGHT.labels(self.name)
-        self._duration = metrics.JOB_DURATION.labels(self.name)
-        self._receive_count = metrics.RECEIVE_COUNT.labels(self.name)
-        self._age = metrics.MESSAGE_AGE.labels(self.name)
-        self._processed = {o: metrics.JOBS_PROCESSED.labels(self.name, o) for o in OUTCOMES}
-        self._inflight.set(0)
+        self.report = JobReport(self.name, worker_id, events, health)
 
     # -- lifecycle (worker.py calls these in this order) -----------------------
 
@@ -354,13 +336,8 @@ class QueuePool:
             run = Run(delivery, attempt=delivery.receive_count)
             self.runs.add(run)
             runs.append(run)
-            self._receive_count.observe(delivery.receive_count)
-            sent_ms = message.get("Attributes", {}).get("SentTimestamp")
-            if sent_ms is not None:
-                age = max(0.0, now_wall - int(sent_ms) / 1000)
-                self._age.observe(age)
-                self.received_oldest_age = max(self.received_oldest_age, age)
-            self.events.emit("job:claimed", worker_id=self.worker_id, job_id=delivery.message_id, queue=self.name)
+            age = self.report.claimed(delivery, now_wall)
+            self.received_oldest_age = max(self.received_oldest_age, age)
         if self.info.fifo:
             groups: dict[str | None, list[Run]] = {}
             for run in runs:
@@ -411,7 +388,7 @@ class QueuePool:
                     mates_waiting=waiting and not self.stopping,
                     requested_delay=ending.requested_delay,
                 )
-                settlement = plan(ending.outcome, facts, self.retry, _describe(ending.error))
+                settlement = plan(ending.outcome, facts, self.retry, describe(ending.error))
                 if not isinstance(settlement, RetryInPlace):
                     # The slot goes back as soon as the work has ended (now, or when a thread
                     # cut off at shutdown returns); a FIFO head retried in place keeps it, so
@@ -419,14 +396,14 @@ class QueuePool:
                     run.deciding = False
                     self._handler_slot_done(run)
                 if isinstance(settlement, RetryInPlace):
-                    self._record(run, ending, will_retry=True)
+                    self.report.ended(run.delivery.message_id, ending, will_retry=True)
                     if await self._wait_in_place(run, settlement.seconds):
                         run.attempt += 1
                         continue
                     settlement = Release() if run.delivery.state is not State.LOST else Untouched()
                     ending = Ending("released", None, 0.0)
                 settlement = await self._settle(run, settlement, ending)
-                self._record(run, ending, will_retry=isinstance(settlement, RetryAfter))
+                self.report.ended(run.delivery.message_id, ending, will_retry=isinstance(settlement, RetryAfter))
                 return settlement
         finally:
             self._forget(run)
@@ -453,14 +430,14 @@ class QueuePool:
             logger=get_logger(),
             _cancel_flag=threading.Event(),
             _stop_flag=threading.Event(),
-            _on_progress=self._progress_reporter(run.delivery.message_id),
+            _on_progress=self.report.progress_reporter(run.delivery.message_id),
         )
         if self.stopping:
             job._request_stop()
         run.job = job
         if self.options.log_payloads:
             log.info("job payload", extra={"body": job.body})
-        self.events.emit("job:started", worker_id=self.worker_id, job_id=job.id, queue=self.name)
+        self.report.started(job.id)
         if run.delivery.state is State.RECEIVED:
             self.book.start(run.delivery)
         run.started = clock.now()
@@ -512,13 +489,13 @@ class QueuePool:
                 ended.set_result(None)
                 self.handlers_running -= 1
                 run.running = False
-                self._inflight.dec()
+                self.report.running(-1)
                 if not run.deciding:
                     self._handler_slot_done(run)
 
         self.handlers_running += 1
         run.running = True
-        self._inflight.inc()
+        self.report.running(+1)
         if self.spec.mode == "async":
             task = asyncio.ensure_future(self.spec.fn(job))
             task.add_done_callback(finished)
@@ -618,10 +595,7 @@ class QueuePool:
         await asyncio.gather(*(self._give_back(delivery) for delivery in waiting))
         for run in runs:
             self._forget(run)
-            self._processed["released"].inc()
-            self.events.emit(
-                "job:released", worker_id=self.worker_id, job_id=run.delivery.message_id, queue=self.name, reason=reason
-            )
+            self.report.released(run.delivery.message_id, reason)
 
     def _forget(self, run: Run) -> None:
         run.deciding = False
@@ -629,63 +603,3 @@ class QueuePool:
         if run in self.runs:
             self.runs.discard(run)
             self.slots.forget()
-
-    def _record(self, run: Run, ending: Ending, will_retry: bool) -> None:
-        outcome = ending.outcome
-        self._processed[outcome].inc()
-        job_id = run.delivery.message_id
-        if outcome != "released" and run.started:
-            self._duration.observe(ending.duration)
-        if outcome == "success":
-            log.debug("job completed in %.3f s", ending.duration)
-            self.events.emit(
-                "job:completed",
-                worker_id=self.worker_id,
-                job_id=job_id,
-                queue=self.name,
-                result=None,
-                duration=ending.duration,
-            )
-        elif outcome in ("released", "lease_lost"):
-            log.info("job released unsettled (%s)", outcome)
-            self.events.emit("job:released", worker_id=self.worker_id, job_id=job_id, queue=self.name, reason=outcome)
-        else:
-            error = ending.error
-            log.warning(
-                "job failed (%s): %s", outcome, _describe(error), exc_info=error if outcome == "retry" else None
-            )
-            self.events.emit(
-                "job:failed",
-                worker_id=self.worker_id,
-                job_id=job_id,
-                queue=self.name,
-                error=error,
-                will_retry=will_retry,
-                outcome=outcome,
-            )
-
-    def _progress_reporter(self, job_id: str) -> Callable[[float, str | None], None]:
-        loop = asyncio.get_running_loop()
-
-        def report(percent: float, message: str | None) -> None:
-            def emit() -> None:
-                self.health.progress(self.name)
-                self.events.emit(
-                    "job:progress",
-                    worker_id=self.worker_id,
-                    job_id=job_id,
-                    queue=self.name,
-                    percent=percent,
-                    message=message,
-                )
-
-            if threading.get_ident() == self._loop_thread:
-                emit()
-            else:
-                loop.call_soon_threadsafe(emit)
-
-        return report
-
-
-def _describe(error: BaseException | None) -> str:
-    return "" if error is None else f"{type(error).__name__}: {error}"
