@@ -40,6 +40,7 @@ from sqs_worker_engine.memory import Fault, MemorySQS
 from sqs_worker_engine.router import Router
 from sqs_worker_engine.worker import Worker
 
+from . import vtime
 from .harness import config
 from .vtime import VirtualTimeLoop
 
@@ -295,6 +296,7 @@ class Schedules(RuleBasedStateMachine):
             self.loop.run_until_complete(
                 asyncio.gather(*(t for _, t, _ in self.workers.values()), return_exceptions=True)
             )
+            vtime.cancel_leftovers(self.loop)  # killed workers' tasks, abandoned server-side polls
             asyncio.set_event_loop(None)
             self.loop.close()
 

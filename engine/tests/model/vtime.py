@@ -71,7 +71,17 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
         return loop.run_until_complete(coro)
     finally:
         try:
+            cancel_leftovers(loop)
             loop.run_until_complete(loop.shutdown_asyncgens())
         finally:
             asyncio.set_event_loop(None)
             loop.close()
+
+
+def cancel_leftovers(loop: asyncio.AbstractEventLoop) -> None:
+    """Cancel and reap what a scenario left running, so that closing the loop is quiet."""
+    leftovers = asyncio.all_tasks(loop)
+    for task in leftovers:
+        task.cancel()
+    if leftovers:
+        loop.run_until_complete(asyncio.gather(*leftovers, return_exceptions=True))
