@@ -18,8 +18,11 @@ P = TypeVar("P")
 class Job(Generic[P]):
     """One delivery of one SQS message.
 
-    `receive_count` comes from SQS (ApproximateReceiveCount): 1 on the first delivery.
-    `max_retries` is the queue's maxReceiveCount minus one, or None without a DLQ.
+    `receive_count` is the attempt number: SQS's ApproximateReceiveCount (1 on the first
+    delivery; it also counts deliveries given back unrun), plus, for a FIFO message
+    retried in place behind which group-mates wait, the retries run in place.
+    `max_retries` is the queue's maxReceiveCount minus one, or None without a DLQ: once
+    `receive_count` reaches maxReceiveCount, a failure sends the message to the DLQ.
 
     Two signals, for checkpoints in long work:
     - `stopping`: the worker is draining (SIGTERM). Finish if you can within the shutdown
