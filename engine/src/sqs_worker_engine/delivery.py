@@ -75,7 +75,16 @@ class Delivery:
     action: SettleAction | None = None  # while settling: what the queued call does
     extension: asyncio.Task[None] | None = field(default=None, repr=False)  # the keeper's call in flight
     extensions: int = 0
-    lost: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
+    _lost: asyncio.Future[None] | None = field(default=None, repr=False)
+
+    def lost(self) -> asyncio.Future[None]:
+        """Done once the lease is lost: a future, not an event, so that a job can wait on it
+        beside its work without a task of its own (one per job shows in profiles)."""
+        if self._lost is None:
+            self._lost = asyncio.get_running_loop().create_future()
+            if self.state is State.LOST:
+                self._lost.set_result(None)
+        return self._lost
 
     @property
     def message_id(self) -> str:
@@ -176,7 +185,8 @@ class LeaseBook:
         self._held.pop(id(delivery), None)
         metrics.LEASES_LOST.labels(self.queue).inc()
         log.warning("lease lost: %s", why, extra={"queue": self.queue, "message_id": delivery.message_id})
-        delivery.lost.set()
+        if delivery._lost is not None and not delivery._lost.done():
+            delivery._lost.set_result(None)
 
     def _lose_now(self, delivery: Delivery, why: str) -> bool:
         self.lose(delivery, why)

@@ -69,6 +69,7 @@ from .sqs import NOT_FOUND_CODES, QueueInfo, SqsApi, error_code
 
 log = logging.getLogger(__name__)
 RESPONSE_ALLOWANCE = 1.0  # seconds a ReceiveMessage response may spend in transit
+SETTLING_ROOM = 5 * MAX_RECEIVE_BATCH  # at least this many messages may be settling at once
 POLL_END_ALLOWANCE = 2.0  # seconds past WaitTimeSeconds by which SQS has surely ended a poll
 # With WORKER_WAIT_TIME_SECONDS=0 an empty queue answers at once; a poller waits this long
 # before asking again (a long poll would wait up to 20 s on SQS's side instead).
@@ -92,9 +93,12 @@ class PoolOptions:
 
     @property
     def held_limit(self) -> int:
-        """Messages held at once (running, waiting, settling): the concurrency plus one
-        more batch's worth, so settling keeps pace without letting receiving run ahead."""
-        return self.concurrency + max(self.concurrency, MAX_RECEIVE_BATCH)
+        """Messages held at once (running, waiting, settling): the concurrency plus room
+        for settling. Deletes wait up to WORKER_ACK_FLUSH_MS for a batch of ten and then a
+        round trip, so at a few hundred messages a second dozens are settling at any
+        moment; less room than that throttled receiving in the benchmark. A slow DLQ or
+        delete call still stops receiving once the room is used up."""
+        return self.concurrency + max(self.concurrency, SETTLING_ROOM)
 
 
 def _pass_on(to: asyncio.Future[bool], result: asyncio.Future[bool]) -> None:
@@ -108,7 +112,8 @@ class Run:
 
     delivery: Delivery
     attempt: int  # the receive count, plus retries run in place
-    cut: asyncio.Event = field(default_factory=asyncio.Event)  # shutdown: stop waiting for the work
+    # Done at the shutdown deadline: stop waiting for the work. A future (see Delivery.lost).
+    cut: asyncio.Future[None] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
     job: Job[Any] | None = None
     started: float = 0.0
     running: bool = False  # a handler call of it has not returned yet
@@ -236,7 +241,8 @@ class QueuePool:
             await asyncio.wait(lives, timeout=max(0.0, deadline - clock.now()))
         cut = [run for run in self.runs if run.running]
         for run in self.runs:
-            run.cut.set()
+            if not run.cut.done():
+                run.cut.set_result(None)
         while self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
         return len(cut)
@@ -442,41 +448,36 @@ class QueuePool:
             self.book.start(run.delivery)
         run.started = clock.now()
         work, ended = self._invoke(job, run)
-        lost = asyncio.ensure_future(run.delivery.lost.wait())
-        cut = asyncio.ensure_future(run.cut.wait())
-        try:
-            await asyncio.wait({work, lost, cut}, timeout=self.options.job_timeout, return_when=asyncio.FIRST_COMPLETED)
-            if work.done() and run.delivery.state is State.LOST:
-                return Ending("lease_lost", None, clock.now() - run.started)  # whatever it did: not ours now
-            if work.done():
-                error = asyncio.CancelledError() if work.cancelled() else work.exception()
-                requested = error.seconds if isinstance(error, RetryLater) else None
-                return Ending(classify(error), error, clock.now() - run.started, requested)
-            reason = "shutdown" if cut.done() else "lease_lost" if lost.done() else "timeout"
-            job._cancel(reason)
-            work.cancel()
-            # A job that cannot be interrupted keeps its lease and slot until its work
-            # returns: released now, it could run twice at once. Only the shutdown cut
-            # stops this wait (its message is released at exit, the process ends).
-            if reason == "shutdown":
+        lost, cut = run.delivery.lost(), run.cut
+        await asyncio.wait({work, lost, cut}, timeout=self.options.job_timeout, return_when=asyncio.FIRST_COMPLETED)
+        if work.done() and run.delivery.state is State.LOST:
+            return Ending("lease_lost", None, clock.now() - run.started)  # whatever it did: not ours now
+        if work.done():
+            error = asyncio.CancelledError() if work.cancelled() else work.exception()
+            requested = error.seconds if isinstance(error, RetryLater) else None
+            return Ending(classify(error), error, clock.now() - run.started, requested)
+        reason = "shutdown" if cut.done() else "lease_lost" if lost.done() else "timeout"
+        job._cancel(reason)
+        work.cancel()
+        # A job that cannot be interrupted keeps its lease and slot until its work
+        # returns: released now, it could run twice at once. Only the shutdown cut
+        # stops this wait (its message is released at exit, the process ends).
+        if reason == "shutdown":
+            await asyncio.wait({ended}, timeout=CUT_GRACE)
+        elif not ended.done():
+            either: set[asyncio.Future[Any]] = {ended, cut}
+            await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+            if not ended.done():
                 await asyncio.wait({ended}, timeout=CUT_GRACE)
-            elif not ended.done():
-                either: set[asyncio.Future[Any]] = {ended, cut}
-                await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
-                if not ended.done():
-                    await asyncio.wait({ended}, timeout=CUT_GRACE)
-            duration = clock.now() - run.started
-            if reason == "timeout" and run.delivery.state is not State.LOST:
-                if not ended.done():  # cut off at shutdown while its work still runs
-                    return Ending("released", None, duration)
-                error = TimeoutError(f"job exceeded its timeout of {self.options.job_timeout:g} s")
-                return Ending("timeout", error, duration)
-            if run.delivery.state is State.LOST:
-                return Ending("lease_lost", None, duration)
-            return Ending("released", None, duration)
-        finally:
-            lost.cancel()
-            cut.cancel()
+        duration = clock.now() - run.started
+        if reason == "timeout" and run.delivery.state is not State.LOST:
+            if not ended.done():  # cut off at shutdown while its work still runs
+                return Ending("released", None, duration)
+            error = TimeoutError(f"job exceeded its timeout of {self.options.job_timeout:g} s")
+            return Ending("timeout", error, duration)
+        if run.delivery.state is State.LOST:
+            return Ending("lease_lost", None, duration)
+        return Ending("released", None, duration)
 
     def _invoke(self, job: Job[Any], run: Run) -> tuple[asyncio.Future[Any], asyncio.Future[None]]:
         """Start the handler. Returns its result, and a future that is done when the work
@@ -520,12 +521,12 @@ class QueuePool:
         cut short (shutdown, or the lease was lost)."""
         if run.delivery.state is State.LOST:
             return False
-        waits = {asyncio.ensure_future(self._stopped.wait()), asyncio.ensure_future(run.delivery.lost.wait())}
+        stopping = asyncio.ensure_future(self._stopped.wait())
+        waits: set[asyncio.Future[Any]] = {stopping, run.delivery.lost()}
         try:
             done, _ = await asyncio.wait(waits, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            for waiter in waits:
-                waiter.cancel()
+            stopping.cancel()  # never the lease's own future: other waits share it
         return not done
 
     async def _settle(self, run: Run, settlement: Settlement, ending: Ending) -> Settlement:

@@ -109,7 +109,7 @@ def test_settlement_counts_against_in_flight() -> None:
         async def handle(job: Job[str]) -> None:
             raise NonRetryableError("never valid")
 
-        for i in range(40):
+        for i in range(120):
             sqs.put(QUEUE, f"m{i}")
         sqs.slow("SendMessage", before=60)  # the DLQ answers slowly
         worker = await start(sqs, router, WORKER_CONCURRENCY="2")
@@ -119,7 +119,9 @@ def test_settlement_counts_against_in_flight() -> None:
             most = max(most, len(sqs.bodies(QUEUE)) - len(sqs.visible(QUEUE)))
         sqs.heal()
         await worker.stop()
-        assert most <= 2 + 10, f"{most} messages held in flight with a concurrency of 2"
+        limit = worker.worker.pools[0].options.held_limit
+        assert limit == 2 + 50
+        assert most <= limit, f"{most} messages held in flight with a concurrency of 2"
 
     vtime.run(scenario())
 

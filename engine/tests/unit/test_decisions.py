@@ -177,7 +177,7 @@ def test_settling_too_late_loses_the_lease_instead() -> None:
     async def scenario() -> tuple[bool, State, bool]:
         book, delivery = _book_and_delivery(State.RUNNING)
         ok = book.settling(delivery, "delete", now=29.0)
-        return ok, delivery.state, delivery.lost.is_set()
+        return ok, delivery.state, delivery.lost().done()
 
     assert asyncio.run(scenario()) == (False, State.LOST, True)
 
