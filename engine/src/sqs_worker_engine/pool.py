@@ -89,7 +89,7 @@ class PoolOptions:
     retry_max: float
     ack_flush: float
     log_payloads: bool
-    poll_timeout: float = 0.0  # when the client gives up on a receive (0: wait_time + 10 s)
+    poll_timeout: float  # seconds after sending a receive when its client gives up on it
 
     @property
     def held_limit(self) -> int:
@@ -280,7 +280,7 @@ class QueuePool:
         backoff = Backoff(base=0.5, cap=20.0)
         me = asyncio.current_task()
         assert me is not None
-        poll_timeout = self.options.poll_timeout or self.options.wait_time + 10
+        poll_timeout = self.options.poll_timeout
         while not self.stopping:
             n = await self.slots.reserve(MAX_RECEIVE_BATCH)
             if self.stopping:

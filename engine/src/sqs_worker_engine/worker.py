@@ -1,12 +1,14 @@
 """The worker's lifecycle: start, run one pool per queue, and drain on SIGTERM.
 
-Shutdown sequence (SIGTERM or SIGINT; a second signal exits at once):
-1. stop fetching: no new receive is sent; messages received but not started, and any a
-   long poll still in flight returns, are given back (visibility 0) at the end, once no
-   poll of ours is left that could take them again;
-3. running jobs get the cancellation signal (`job.cancelled`) and up to
-   WORKER_SHUTDOWN_TIMEOUT_MS to finish; whatever still runs then is cancelled and
-   released (visibility 0), so another worker takes it immediately;
+Shutdown sequence (SIGTERM or SIGINT; a second signal flushes decided deletes for up to
+FINAL_FLUSH_SECONDS and exits, a third exits at once):
+1. stop fetching: no new receive is sent, and running jobs see `job.stopping`;
+2. what is given back (received but not started, handed back at a checkpoint, a poll's
+   late answer) is released at once, unless a long poll of ours is still out: then once
+   it has answered, at the latest RELEASE_MARGIN_SECONDS past the shutdown timeout (see
+   pool.py for the delay used if it still has not);
+3. running jobs get up to WORKER_SHUTDOWN_TIMEOUT_MS to finish; whatever still runs then
+   is cancelled and released, so another worker takes it immediately;
 4. pending deletes and visibility changes are flushed; polls still waiting on an empty
    queue are cancelled (with WORKER_DRAIN_POLLS=true they are waited out instead, see
    settings.py), and the process exits 0.
