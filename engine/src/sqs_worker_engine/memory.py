@@ -246,7 +246,7 @@ class MemorySQS:
             self._serve_receive(queue, fault, MaxNumberOfMessages, WaitTimeSeconds, visibility)
         )
         self._servers.add(server)
-        server.add_done_callback(self._servers.discard)
+        server.add_done_callback(self._served)
         messages = await asyncio.shield(server)
         await asyncio.sleep(fault.after)
         return {"Messages": messages} if messages else {}
@@ -287,6 +287,13 @@ class MemorySQS:
         return {"MessageId": message_id}
 
     # -- inside SQS --------------------------------------------------------------
+
+    def _served(self, server: asyncio.Task[Any]) -> None:
+        # A caller that gave up never reads its poll's outcome; read it here so an injected
+        # fault on an abandoned poll is not reported as an exception nobody retrieved.
+        self._servers.discard(server)
+        if not server.cancelled():
+            server.exception()
 
     def _queue(self, url: str, operation: str) -> _Queue:
         self.calls[operation] = self.calls.get(operation, 0) + 1

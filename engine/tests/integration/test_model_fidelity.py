@@ -107,8 +107,11 @@ def test_an_old_receipt_handle_still_deletes_the_message(name: str, request: pyt
             url, _ = await make()
             await send(client, url, "m")
             (first,) = await receive(client, url, visibility=1)
-            await asyncio.sleep(1.5)
-            (second,) = await receive(client, url)  # another consumer has it now
+            # Another consumer has it once its visibility runs out. A long poll waits for that:
+            # LocalStack makes expired messages visible again on a once-a-second sweep, later
+            # still on a busy machine, so a fixed sleep would race it.
+            (second,) = await receive(client, url, wait=10)
+            assert count(second) == 2
             resp = await client.delete_message_batch(
                 QueueUrl=url, Entries=[{"Id": "0", "ReceiptHandle": first["ReceiptHandle"]}]
             )
@@ -173,8 +176,8 @@ def test_an_abandoned_long_poll_still_takes_a_message(name: str, request: pytest
     async def scenario() -> None:
         async with backend(name, request) as (client, make):
             url, _ = await make()
-            poll = asyncio.ensure_future(receive(client, url, wait=3))
-            await asyncio.sleep(0.5)
+            poll = asyncio.ensure_future(receive(client, url, wait=6))
+            await asyncio.sleep(2.0)  # room for the request to reach SQS on a busy machine
             poll.cancel()  # the caller gives up; SQS does not know
             await asyncio.gather(poll, return_exceptions=True)
             await send(client, url, json.dumps({"n": 1}))
