@@ -6,7 +6,9 @@ UV := $(VENV)/bin/uv
 # Test processes: generated projects are baked and tested in parallel.
 JOBS ?= 2
 
-.PHONY: install tools test demo format bench clean
+SCANNERS := .venv-scanners
+
+.PHONY: install tools scanners scanners-lock test demo format bench clean
 
 $(UV):
 	$(PYTHON) -m venv $(VENV)
@@ -25,7 +27,18 @@ tools:
 	    echo "promtool could not be installed: alert rules get a structure check only"; \
 	  else echo "promtool not found: alert rules get a structure check only (apt-get install prometheus)"; fi; }
 
-test: install tools
+# checkov and zizmor, locked by hash, in an environment of their own (scanners/requirements.in).
+$(SCANNERS)/bin/checkov: scanners/requirements.txt | $(UV)
+	$(UV) venv --quiet --allow-existing --python $(VENV)/bin/python $(SCANNERS)
+	$(UV) pip install --quiet --python $(SCANNERS)/bin/python --require-hashes -r scanners/requirements.txt
+	touch $@
+
+scanners: $(SCANNERS)/bin/checkov
+
+scanners-lock: $(UV)
+	$(UV) pip compile --quiet --universal --python-version 3.11 --generate-hashes scanners/requirements.in -o scanners/requirements.txt
+
+test: install tools scanners
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/pytest -n $(JOBS) --dist loadgroup tests engine/tests
 
 demo: install
@@ -41,4 +54,4 @@ format: install
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/python scripts/format_template.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) $(SCANNERS) .pytest_cache

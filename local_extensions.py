@@ -9,10 +9,18 @@ cookiecutter.json) for every render, `cookiecutter` and `cruft` alike.
   `limits_file`.
 - `engine_source(cookiecutter)`: the `[tool.uv.sources]` entry the service installs the
   engine from (`engine_source_for` decides; see its docstring).
+- `partition` / `dns_suffix` (filters on a region): the AWS partition an ARN names and the
+  domain its endpoints live under, so that a China, GovCloud or ISO region gets ARNs and
+  hosts that exist there.
+- `worker_policy(cookiecutter, cfn)`: the worker's IAM statements, once, for the policy file
+  (literal ARNs) and for the ECS stack's task role (ARNs the stack builds itself).
+- `to_yaml(indent)`, `to_json` (filters): a value as block YAML indented to sit under a key,
+  or as pretty JSON, keys in the order given.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import os
@@ -21,6 +29,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import yaml
 from jinja2.ext import Extension
 
 ROOT = Path(__file__).resolve().parent
@@ -28,6 +37,7 @@ ENGINE_DIR = ROOT / "engine"
 LIMITS_FILE = ENGINE_DIR / "src" / "sqs_worker_engine" / "limits.py"
 
 
+@functools.cache
 def load_limits() -> ModuleType:
     spec = importlib.util.spec_from_file_location("sqs_worker_engine_limits", LIMITS_FILE)
     assert spec is not None and spec.loader is not None
@@ -125,6 +135,113 @@ def engine_version() -> str:
     raise LookupError("no version in engine/pyproject.toml")
 
 
+# (region prefix, partition, DNS suffix), most specific first. The same data as botocore's
+# partitions.json (tests/test_rendering.py holds this table to it), kept here because
+# cookiecutter runs without botocore.
+PARTITIONS = [
+    ("cn-", "aws-cn", "amazonaws.com.cn"),
+    ("us-gov-", "aws-us-gov", "amazonaws.com"),
+    ("us-isob-", "aws-iso-b", "sc2s.sgov.gov"),
+    ("us-isof-", "aws-iso-f", "csp.hci.ic.gov"),
+    ("us-iso-", "aws-iso", "c2s.ic.gov"),
+    ("eu-isoe-", "aws-iso-e", "cloud.adc-e.uk"),
+    ("eusc-", "aws-eusc", "amazonaws.eu"),
+]
+DEFAULT_PARTITION = ("aws", "amazonaws.com")
+
+
+def _partition(region: str) -> tuple[str, str]:
+    for prefix, name, suffix in PARTITIONS:
+        if region.startswith(prefix):
+            return name, suffix
+    return DEFAULT_PARTITION
+
+
+def partition(region: str) -> str:
+    return _partition(region)[0]
+
+
+def dns_suffix(region: str) -> str:
+    return _partition(region)[1]
+
+
+PLACEHOLDER_ACCOUNT = "123456789012"
+
+
+def worker_policy(cookiecutter: dict[str, Any], cfn: bool = False) -> dict[str, Any]:
+    """The worker's IAM policy: consume its queue, dead-letter to its DLQ, scale-in protection
+    for its own ECS tasks (on ECS), its idempotency table (with idempotency).
+
+    `cfn=False`: literal ARNs in the bake's region and partition, account 123456789012 (the
+    policy file, for an EKS role or a review). `cfn=True`: ARNs the ECS stack substitutes
+    (`Fn::Sub` with the stack's own partition, region, account and cluster)."""
+    region = cookiecutter["aws_region"]
+    slug = cookiecutter["project_slug"]
+
+    def arn(service: str, resource: str) -> Any:
+        if cfn:
+            return {"Fn::Sub": f"arn:${{AWS::Partition}}:{service}:${{AWS::Region}}:${{AWS::AccountId}}:{resource}"}
+        return f"arn:{partition(region)}:{service}:{region}:{PLACEHOLDER_ACCOUNT}:{resource}"
+
+    queue = cookiecutter["queue_name"]
+    statements: list[dict[str, Any]] = [
+        {
+            "Sid": "ConsumeQueue",
+            "Effect": "Allow",
+            "Action": [
+                "sqs:ChangeMessageVisibility",
+                "sqs:DeleteMessage",
+                "sqs:GetQueueAttributes",
+                "sqs:GetQueueUrl",
+                "sqs:ReceiveMessage",
+            ],
+            "Resource": arn("sqs", queue),
+        },
+        {
+            "Sid": "DeadLetterNonRetryable",
+            "Effect": "Allow",
+            "Action": ["sqs:GetQueueAttributes", "sqs:GetQueueUrl", "sqs:SendMessage"],
+            "Resource": arn("sqs", load_limits().dlq_name(queue)),
+        },
+    ]
+    if cookiecutter["deploy_target"] != "eks":
+        cluster = "${ClusterName}" if cfn else "CHANGE-ME-cluster"
+        statements.append(
+            {
+                # Task ids are not known in advance, so the resource is every task of the
+                # cluster; the condition narrows it to this service's tasks (the service
+                # propagates its `service` tag to every task it starts).
+                "Sid": "ScaleInProtectionWhileBusy",
+                "Effect": "Allow",
+                "Action": ["ecs:GetTaskProtection", "ecs:UpdateTaskProtection"],
+                "Resource": arn("ecs", f"task/{cluster}/*"),
+                "Condition": {"StringEquals": {"aws:ResourceTag/service": slug}},
+            }
+        )
+    if cookiecutter["use_idempotency"] == "yes":
+        statements.append(
+            {
+                "Sid": "IdempotencyRecords",
+                "Effect": "Allow",
+                "Action": ["dynamodb:DeleteItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"],
+                "Resource": arn("dynamodb", f"table/{slug}-idempotency"),
+            }
+        )
+    return {"Version": "2012-10-17", "Statement": statements}
+
+
+def to_json(value: Any) -> str:
+    """Pretty JSON in the order given (Jinja's `tojson` sorts keys and escapes HTML)."""
+    return json.dumps(value, indent=2, ensure_ascii=False)
+
+
+def to_yaml(value: Any, indent: int = 0) -> str:
+    """Block YAML, every line after the first indented by `indent` spaces (the first sits
+    where the template puts it)."""
+    text = yaml.safe_dump(value, sort_keys=False, default_flow_style=False, width=1000, allow_unicode=True)
+    return text.rstrip("\n").replace("\n", "\n" + " " * indent)
+
+
 class EngineExtension(Extension):
     def __init__(self, environment: Any) -> None:
         super().__init__(environment)
@@ -135,4 +252,9 @@ class EngineExtension(Extension):
         environment.globals["engine_version"] = engine_version()
         environment.globals["template_origin"] = template_origin
         environment.globals["template_commit"] = lambda: _git("rev-parse", "HEAD") or ""
+        environment.globals["worker_policy"] = worker_policy
         environment.filters["dlq_name"] = limits.dlq_name
+        environment.filters["partition"] = partition
+        environment.filters["dns_suffix"] = dns_suffix
+        environment.filters["to_yaml"] = to_yaml
+        environment.filters["to_json"] = to_json

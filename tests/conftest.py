@@ -22,6 +22,8 @@ from sqs_worker_engine import localstack
 ROOT = Path(__file__).resolve().parents[1]
 TEMPLATE = ROOT / "{{cookiecutter.project_slug}}"
 _STATE: dict[str, Any] = {}
+# SQS for the worker; the rest for deploying the CloudFormation stacks (tests/test_deploy.py).
+LOCALSTACK_SERVICES = "sqs,cloudformation,iam,sts,logs,cloudwatch,ec2"
 
 
 def tool_env(**extra: str) -> dict[str, str]:
@@ -92,7 +94,7 @@ def run(cmd: list[str], cwd: Path, timeout: float = 900, **env: str) -> subproce
 def pytest_configure(config: pytest.Config) -> None:
     if hasattr(config, "workerinput") or os.environ.get("TEMPLATE_TESTS_NO_LOCALSTACK"):
         return  # xdist workers inherit the endpoint from the controller
-    ls = localstack.ensure()
+    ls = localstack.ensure(services=LOCALSTACK_SERVICES)
     _STATE["localstack"] = ls
     os.environ["AWS_ENDPOINT_URL"] = ls.endpoint
     os.environ.setdefault("AWS_ACCESS_KEY_ID", "test")

@@ -77,6 +77,7 @@ SUPPORTED: dict[str, Combination] = {
     "idempotency-long-names": Combination(
         {
             "use_idempotency": "yes",
+            "untrusted_input": "yes",
             "project_name": "Edge",
             "project_slug": LONG_SLUG,
             "package_name": LONG_SLUG.replace("-", "_")[:50],
@@ -85,7 +86,7 @@ SUPPORTED: dict[str, Combination] = {
             "author_name": "O'Brien & Søren",
         },
         "checked",
-        "idempotency on, names at their length limits, quotes in free text",
+        "idempotency on, untrusted input, names at their length limits, quotes in free text",
     ),
     "fifo-ecs-idempotency": Combination(
         {
@@ -168,7 +169,11 @@ SUPPORTED: dict[str, Combination] = {
     "port-and-region-edges": Combination(
         {"metrics_port": "65535", "aws_region": "us-isob-east-1", "python_version": "3.11"}
     ),
-    "china-idempotency": Combination({"aws_region": "cn-northwest-1", "use_idempotency": "yes"}),
+    "china-idempotency": Combination(
+        {"aws_region": "cn-northwest-1", "use_idempotency": "yes"},
+        "checked",
+        "another partition: aws-cn ARNs and amazonaws.com.cn endpoints",
+    ),
 }
 
 
@@ -306,6 +311,7 @@ _FROM_REPLAY: list[tuple[dict[str, Any], str, str]] = [
     ({"deploy_target": "k8s"}, "deploy_target", "must be one of ecs-and-eks, ecs, eks"),
     ({"use_idempotency": "maybe"}, "use_idempotency", "must be one of yes, no"),
     ({"use_idempotency": True}, "use_idempotency", "must be one of yes, no"),
+    ({"untrusted_input": "sometimes"}, "untrusted_input", "must be one of yes, no"),
     ({"project_name": "{{ 7*7 }}"}, "project_name", "letters A-Z a-z"),
     ({"project_name": "a'''b\\\"c"}, "project_name", "letters A-Z a-z"),
     ({"description": "{{ cookiecutter.__class__ }}"}, "description", "template markers"),

@@ -29,10 +29,16 @@ import pytest
 import yaml
 from conftest import ROOT, bake, run
 from matrix import COOKIECUTTER, LIMITS, SUPPORTED, names
+from sqs_worker_engine import localstack as engine_localstack
 from sqs_worker_engine.settings import _ALIASES, ServiceDefaults, load_settings
 from validators import (
     PLACEHOLDER_ACCOUNT,
+    api_problems,
+    api_shape,
+    aws_partition,
+    cfn_names,
     cfn_problems,
+    cfn_resolve,
     check_rules,
     dockerfile_instructions,
     dockerfile_stages,
@@ -55,6 +61,7 @@ from validators import (
 )
 
 LOCALSTACK_IMAGE = COOKIECUTTER["_localstack_image"]
+UV_VERSION = COOKIECUTTER["_uv_version"]
 # What the worker reads: the engine's settings, the variables the AWS SDK reads itself
 # (compose passes LocalStack's dummies), and with idempotency the service's idempotency.py.
 SDK_VARIABLES = {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"}
@@ -65,13 +72,14 @@ COMMON_FILES = {
     ".dockerignore",
     "docker-compose.yml",
     ".github/workflows/ci.yml",
+    ".github/dependabot.yml",
     "deploy/README.md",
     "deploy/aws/queues.yaml",
     "deploy/aws/worker-policy.json",
     "deploy/prometheus/alerts.yaml",
     "deploy/grafana/dashboard.json",
 }
-ECS_FILES = {"deploy/ecs/task-definition.json", "deploy/ecs/autoscaling.yaml"}
+ECS_FILES = {"deploy/ecs/service.yaml"}
 K8S_FILES = {
     "deploy/k8s/deployment.yaml",
     "deploy/k8s/serviceaccount.yaml",
@@ -79,6 +87,8 @@ K8S_FILES = {
     "deploy/k8s/triggerauthentication.yaml",
     "deploy/k8s/service.yaml",
     "deploy/k8s/poddisruptionbudget.yaml",
+    "deploy/k8s/networkpolicy.yaml",
+    "deploy/k8s/namespace.yaml",
 }
 
 
@@ -116,6 +126,7 @@ class Answers:
     port: int
     target: str
     idempotency: bool
+    untrusted: bool
 
     @classmethod
     def of(cls, given: dict[str, str]) -> Answers:
@@ -135,6 +146,7 @@ class Answers:
             port=int(c["metrics_port"]),
             target=c["deploy_target"],
             idempotency=c["use_idempotency"] == "yes",
+            untrusted=c["untrusted_input"] == "yes",
         )
 
     @property
@@ -203,7 +215,12 @@ class Answers:
 
     def policy_problems(self, policy: dict[str, Any]) -> list[str]:
         return policy_problems(
-            policy, region=self.region, queue=self.queue, dlq=self.dlq, ecs=self.ecs, table=self.table
+            policy,
+            region=self.region,
+            queue=self.queue,
+            dlq=self.dlq,
+            ecs=self.slug if self.ecs else None,
+            table=self.table,
         )
 
 
@@ -295,6 +312,9 @@ def test_dockerfile(projects: dict[str, Path], key: str) -> None:
     for instruction, args in final:
         by_kind.setdefault(instruction, []).append(args)
     # Nothing is built or installed in the runtime stage: it only receives the venv.
+    # The build stage's uv is the one CI runs (cookiecutter.json's _uv_version, everywhere).
+    (build_uv,) = re.findall(r"\buv==(\S+)", " ".join(args for stage in stages for _, args in stage))
+    assert build_uv == UV_VERSION
     runs = " ".join(by_kind.get("RUN", []))
     assert not re.search(r"\b(uv|pip|apt-get|gcc|make)\b", runs), f"build tooling in the final stage: {runs}"
     copies = by_kind.get("COPY", [])
@@ -339,7 +359,8 @@ def test_compose(projects: dict[str, Path], key: str) -> None:
     services = yaml.safe_load(path.read_text())["services"]
 
     localstack = services["localstack"]
-    assert localstack["image"] == LOCALSTACK_IMAGE
+    assert localstack["image"] == LOCALSTACK_IMAGE == engine_localstack.IMAGE
+    assert re.fullmatch(r"localstack/localstack:[\d.]+@sha256:[0-9a-f]{64}", LOCALSTACK_IMAGE), "pin by digest"
     assert "sqs" in localstack["environment"]["SERVICES"].split(",")
     assert localstack["healthcheck"]["test"][0] in ("CMD", "CMD-SHELL")
 
@@ -359,20 +380,71 @@ def test_compose(projects: dict[str, Path], key: str) -> None:
         assert env == answers.env()
 
 
+# Placeholders for what the ECS stack's own resources resolve to (Ref and GetAtt).
+ECS_RESOURCES = {
+    "LogGroup": "/ecs/log-group",
+    "LogGroup.Arn": f"arn:aws:logs:us-east-1:{PLACEHOLDER_ACCOUNT}:log-group:/ecs/log-group:*",
+    "ExecutionRole.Arn": f"arn:aws:iam::{PLACEHOLDER_ACCOUNT}:role/execution",
+    "TaskRole.Arn": f"arn:aws:iam::{PLACEHOLDER_ACCOUNT}:role/task",
+    "SecurityGroup.GroupId": "sg-0123456789abcdef0",
+    "TaskDefinition": f"arn:aws:ecs:us-east-1:{PLACEHOLDER_ACCOUNT}:task-definition/family:1",
+    "Service.Name": "service-name",
+    "ScalableTarget": "scalable-target-id",
+}
+
+
+@dataclass(frozen=True)
+class EcsStack:
+    """deploy/ecs/service.yaml: the template, and each resource's properties resolved and
+    spelled as the API takes them (what botocore's models validate)."""
+
+    template: dict[str, Any]
+    resources: dict[str, dict[str, Any]]  # by type, the properties as written
+    api: dict[str, dict[str, Any]]  # by type, resolved and in API spelling
+
+    @classmethod
+    def load(cls, project: Path, region: str) -> EcsStack:
+        template = load_cfn(project / "deploy" / "ecs" / "service.yaml")
+        names = cfn_names(template, region, ECS_RESOURCES)
+        resources: dict[str, dict[str, Any]] = {}
+        for resource in template["Resources"].values():
+            assert resource["Type"] not in resources or resource["Type"].startswith("AWS::IAM::"), resource["Type"]
+            resources.setdefault(resource["Type"], resource["Properties"])
+        api = {kind: cfn_resolve(props, names) for kind, props in resources.items()}
+        api.update({kind: api_shape(props) for kind, props in api.items() if kind.startswith("AWS::ECS::")})
+        return cls(template, resources, api)
+
+    def roles(self) -> dict[str, dict[str, Any]]:
+        return {
+            name: r["Properties"] for name, r in self.template["Resources"].items() if r["Type"] == "AWS::IAM::Role"
+        }
+
+
+def as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+def ecs_task_definition(project: Path, region: str) -> dict[str, Any]:
+    return EcsStack.load(project, region).api["AWS::ECS::TaskDefinition"]
+
+
 @pytest.mark.parametrize("key", ECS_SETS)
 def test_ecs_task_definition(projects: dict[str, Path], key: str) -> None:
     project, answers = projects[key], ANSWERS[key]
-    task = json.loads((project / "deploy" / "ecs" / "task-definition.json").read_text())
+    stack = EcsStack.load(project, answers.region)
+    task = stack.api["AWS::ECS::TaskDefinition"]
     assert ecs_problems(task) == []
 
     assert task["networkMode"] == "awsvpc" and task["requiresCompatibilities"] == ["FARGATE"]
     fargate_memory = {"256": range(512, 2049, 512), "512": range(1024, 4097, 1024), "1024": range(2048, 8193, 1024)}
     assert int(task["memory"]) in fargate_memory[task["cpu"]], "not a Fargate cpu/memory combination"
-    for role in ("executionRoleArn", "taskRoleArn"):
-        assert re.fullmatch(rf"arn:aws:iam::{PLACEHOLDER_ACCOUNT}:role/CHANGE-ME-[\w+=,.@-]+", task[role]), task[role]
+    written = stack.resources["AWS::ECS::TaskDefinition"]
+    assert written["ExecutionRoleArn"] == {"Fn::GetAtt": ["ExecutionRole", "Arn"]}
+    assert written["TaskRoleArn"] == {"Fn::GetAtt": ["TaskRole", "Arn"]}
     (container,) = task["containerDefinitions"]
     assert image_repository(container["image"]) == answers.slug
-    assert f".dkr.ecr.{answers.region}.amazonaws.com/" in container["image"]
+    suffix = aws_partition(answers.region)[1]
+    assert container["image"].startswith(f"{PLACEHOLDER_ACCOUNT}.dkr.ecr.{answers.region}.{suffix}/")
     assert container["essential"] is True and container["command"] == ["run"]
     assert container["stopTimeout"] == answers.grace <= LIMITS.ECS_MAX_STOP_TIMEOUT
     assert container["linuxParameters"]["initProcessEnabled"] is True
@@ -401,28 +473,56 @@ def test_ecs_task_definition(projects: dict[str, Path], key: str) -> None:
     logs = container["logConfiguration"]
     assert logs["logDriver"] == "awslogs"
     assert logs["options"]["awslogs-region"] == answers.region
-    assert logs["options"]["awslogs-group"] == f"/ecs/{answers.slug}"
+    assert written["ContainerDefinitions"][0]["LogConfiguration"]["Options"]["awslogs-group"] == {"Ref": "LogGroup"}
+    log_group = stack.resources["AWS::Logs::LogGroup"]
+    assert log_group["LogGroupName"] == f"/ecs/{answers.slug}"
+    assert stack.template["Parameters"][log_group["RetentionInDays"]["Ref"]]["Default"] >= 1
 
 
 @pytest.mark.parametrize("key", ECS_SETS)
-def test_ecs_autoscaling(projects: dict[str, Path], key: str) -> None:
+def test_ecs_service(projects: dict[str, Path], key: str) -> None:
     project, answers = projects[key], ANSWERS[key]
-    path = project / "deploy" / "ecs" / "autoscaling.yaml"
+    path = project / "deploy" / "ecs" / "service.yaml"
     assert cfn_problems(path, answers.region) == []
+    stack = EcsStack.load(project, answers.region)
 
-    template = load_cfn(path)
-    resources = template["Resources"]
-    target = next(r for r in resources.values() if r["Type"] == "AWS::ApplicationAutoScaling::ScalableTarget")
-    props = target["Properties"]
-    assert props["ScalableDimension"] == "ecs:service:DesiredCount" and props["ServiceNamespace"] == "ecs"
-    assert props["MinCapacity"] >= 1
-    assert props["MaxCapacity"] == answers.max_replicas
-    policy = next(r for r in resources.values() if r["Type"] == "AWS::ApplicationAutoScaling::ScalingPolicy")
-    tracking = policy["Properties"]["TargetTrackingScalingPolicyConfiguration"]
-    assert policy["Properties"]["PolicyType"] == "TargetTrackingScaling"
+    # What CloudFormation would send, against botocore's models of the APIs it calls.
+    service = stack.api["AWS::ECS::Service"]
+    assert api_problems("ecs", "CreateService", service) == []
+    target = stack.api["AWS::ApplicationAutoScaling::ScalableTarget"]
+    assert api_problems("application-autoscaling", "RegisterScalableTarget", target) == []
+    policy = dict(stack.api["AWS::ApplicationAutoScaling::ScalingPolicy"])
+    assert policy.pop("ScalingTargetId") == ECS_RESOURCES["ScalableTarget"]
+    policy.update({k: target[k] for k in ("ServiceNamespace", "ResourceId", "ScalableDimension")})
+    assert api_problems("application-autoscaling", "PutScalingPolicy", policy) == []
+
+    # The service: private tasks, the roles' tag on every task, no exec, a guarded rollout.
+    assert service["launchType"] == "FARGATE" and "desiredCount" not in service, "autoscaling owns the count"
+    network = service["networkConfiguration"]["awsvpcConfiguration"]
+    assert network["assignPublicIp"] == "DISABLED"
+    assert service["propagateTags"] == "SERVICE" and {"key": "service", "value": answers.slug} in service["tags"]
+    assert service["enableExecuteCommand"] is False
+    deployment = service["deploymentConfiguration"]
+    assert deployment["deploymentCircuitBreaker"] == {"enable": True, "rollback": True}
+
+    # Capacity: never more tasks than desired, so tasks x concurrency stays within the
+    # budget during a rollout, and a rollout can always make progress (stop one task) at
+    # every count autoscaling may set. ECS rounds the maximum down and the minimum up.
+    low, high = target["MinCapacity"], target["MaxCapacity"]
+    assert 1 <= low <= high == answers.max_replicas
+    for desired in range(low, high + 1):
+        assert desired * deployment["maximumPercent"] // 100 == desired, f"{desired} tasks surge in a rollout"
+        healthy = -(-desired * deployment["minimumHealthyPercent"] // 100)
+        assert desired - healthy >= 1, f"a rollout of {desired} tasks can neither start nor stop one"
+    assert high * answers.concurrency <= max(LIMITS.FLEET_CONCURRENCY_BUDGET, answers.concurrency)
+
+    # Autoscaling on backlog per task, never on CPU.
+    assert target["ScalableDimension"] == "ecs:service:DesiredCount" and target["ServiceNamespace"] == "ecs"
+    assert target["ResourceId"] == f"service/CHANGE-ME-cluster/{ECS_RESOURCES['Service.Name']}"
+    tracking = policy["TargetTrackingScalingPolicyConfiguration"]
+    assert policy["PolicyType"] == "TargetTrackingScaling"
     assert tracking["ScaleInCooldown"] >= 300 > tracking["ScaleOutCooldown"]
-    assert template["Parameters"]["BacklogPerTaskTarget"]["Default"] == answers.concurrency
-
+    assert tracking["TargetValue"] == answers.concurrency
     metrics = {m["Id"]: m for m in tracking["CustomizedMetricSpecification"]["Metrics"]}
     stats = {
         (m["MetricStat"]["Metric"]["Namespace"], m["MetricStat"]["Metric"]["MetricName"]): m
@@ -436,6 +536,41 @@ def test_ecs_autoscaling(projects: dict[str, Path], key: str) -> None:
     assert len(returned) == 1
     assert returned[0]["Expression"].replace(" ", "") == f"{visible['Id']}/{tasks['Id']}"
 
+    # Roles: ECS tasks of this account only may assume them. The task role grants exactly
+    # the policy file's statements (built by the stack for its partition, region, account
+    # and cluster); the execution role pulls this image and writes this log group.
+    roles = stack.roles()
+    assert set(roles) == {"ExecutionRole", "TaskRole"}
+    for role in roles.values():
+        (trust,) = role["AssumeRolePolicyDocument"]["Statement"]
+        assert trust["Principal"] == {"Service": "ecs-tasks.amazonaws.com"} and trust["Action"] == "sts:AssumeRole"
+        assert trust["Condition"] == {"StringEquals": {"aws:SourceAccount": {"Ref": "AWS::AccountId"}}}
+    names = cfn_names(stack.template, answers.region, ECS_RESOURCES)
+    (task_policy,) = roles["TaskRole"]["Policies"]
+    file_policy = json.loads((project / "deploy" / "aws" / "worker-policy.json").read_text())
+    assert cfn_resolve(task_policy["PolicyDocument"], names) == file_policy
+    (execution_policy,) = roles["ExecutionRole"]["Policies"]
+    granted = {
+        statement["Sid"]: (sorted(as_list(statement["Action"])), cfn_resolve(statement["Resource"], names))
+        for statement in execution_policy["PolicyDocument"]["Statement"]
+    }
+    partition = aws_partition(answers.region)[0]
+    assert granted == {
+        "RegistryLogin": (["ecr:GetAuthorizationToken"], "*"),
+        "PullImage": (
+            ["ecr:BatchCheckLayerAvailability", "ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer"],
+            f"arn:{partition}:ecr:{answers.region}:{PLACEHOLDER_ACCOUNT}:repository/{answers.slug}",
+        ),
+        "WriteLogs": (["logs:CreateLogStream", "logs:PutLogEvents"], ECS_RESOURCES["LogGroup.Arn"]),
+    }
+
+    # The security group: HTTPS out, nothing in but the optional scrape rule on the port.
+    group = stack.resources["AWS::EC2::SecurityGroup"]
+    assert "SecurityGroupIngress" not in group
+    assert [(r["IpProtocol"], r["FromPort"], r["ToPort"]) for r in group["SecurityGroupEgress"]] == [("tcp", 443, 443)]
+    ingress = stack.resources["AWS::EC2::SecurityGroupIngress"]
+    assert (ingress["FromPort"], ingress["ToPort"]) == (answers.port, answers.port) and "CidrIp" not in ingress
+
 
 @pytest.mark.parametrize("key", EKS_SETS)
 def test_kubernetes_objects(projects: dict[str, Path], key: str) -> None:
@@ -448,14 +583,29 @@ def test_kubernetes_objects(projects: dict[str, Path], key: str) -> None:
         "PodDisruptionBudget",
         "ScaledObject",
         "TriggerAuthentication",
+        "NetworkPolicy",
+        "Namespace",
     }
     for kind, obj in objects.items():
         if obj["apiVersion"].startswith("keda.sh/"):
             continue
         assert k8s_problems(obj) == [], kind
+    # Everything in the service's own namespace, which enforces Pod Security "restricted".
+    namespace = objects.pop("Namespace")["metadata"]
+    assert namespace["name"] == answers.slug
+    assert namespace["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
+    assert {kind: obj["metadata"].get("namespace") for kind, obj in objects.items()} == dict.fromkeys(
+        objects, answers.slug
+    )
 
     deployment = objects["Deployment"]
     assert "replicas" not in deployment["spec"], "KEDA owns the replica count"
+    # A rollout never runs more pods than KEDA set (pods x concurrency within the budget),
+    # and replaces one at a time (the replaced pod drains while its replacement starts).
+    assert deployment["spec"]["strategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1},
+    }
     pod = deployment["spec"]["template"]
     spec = pod["spec"]
     labels = pod["metadata"]["labels"]
@@ -469,10 +619,19 @@ def test_kubernetes_objects(projects: dict[str, Path], key: str) -> None:
     assert security["readOnlyRootFilesystem"] is True and security["allowPrivilegeEscalation"] is False
     assert security["capabilities"]["drop"] == ["ALL"] and security["runAsNonRoot"] is True
     assert image_repository(container["image"]) == answers.slug
+    partition, suffix = aws_partition(answers.region)
+    assert container["image"].startswith(f"{PLACEHOLDER_ACCOUNT}.dkr.ecr.{answers.region}.{suffix}/")
     assert container["args"] == ["run"]
+    spread = {c["topologyKey"]: c for c in spec["topologySpreadConstraints"]}
+    assert set(spread) == {"topology.kubernetes.io/zone", "kubernetes.io/hostname"}
+    for constraint in spread.values():
+        assert constraint["labelSelector"]["matchLabels"].items() <= labels.items()
+        assert constraint["whenUnsatisfiable"] == "ScheduleAnyway" and constraint["maxSkew"] == 1
     assert env_list(container["env"]) == answers.env()
     resources = container["resources"]
     assert {"cpu", "memory"} <= set(resources["requests"]) and "memory" in resources["limits"]
+    # Untrusted input: CPU capped too (a hostile message must not starve the node).
+    assert ("cpu" in resources["limits"]) is answers.untrusted
     healthcheck = ["python", "-m", answers.package, "healthcheck", f"--stalled-after={answers.stalled_after}"]
     assert container["livenessProbe"]["exec"]["command"] == healthcheck
     assert container["startupProbe"]["exec"]["command"] == healthcheck
@@ -491,12 +650,32 @@ def test_kubernetes_objects(projects: dict[str, Path], key: str) -> None:
     account = objects["ServiceAccount"]
     assert spec["serviceAccountName"] == account["metadata"]["name"]
     role = account["metadata"]["annotations"]["eks.amazonaws.com/role-arn"]
-    assert re.fullmatch(rf"arn:aws:iam::{PLACEHOLDER_ACCOUNT}:role/CHANGE-ME-[\w+=,.@-]+", role), role
+    assert re.fullmatch(rf"arn:{partition}:iam::{PLACEHOLDER_ACCOUNT}:role/CHANGE-ME-[\w+=,.@-]+", role), role
 
     service = objects["Service"]
     assert service["spec"]["selector"].items() <= labels.items()
     assert [(p["port"], p["targetPort"]) for p in service["spec"]["ports"]] == [(answers.port, "metrics")]
-    assert objects["PodDisruptionBudget"]["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    budget = objects["PodDisruptionBudget"]["spec"]
+    assert budget["selector"]["matchLabels"].items() <= labels.items()
+    # Readiness follows SQS: in an SQS outage every pod is unready, and drains must not hang.
+    assert budget["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
+
+    # Ingress: the metrics port only; the policy applies to these pods.
+    network = objects["NetworkPolicy"]["spec"]
+    assert network["podSelector"]["matchLabels"].items() <= labels.items()
+    assert "Ingress" in network["policyTypes"]
+    (rule,) = network["ingress"]
+    assert [(p["port"], p.get("protocol", "TCP")) for p in rule["ports"]] in (
+        [("metrics", "TCP")],
+        [(answers.port, "TCP")],
+    )
+    # Egress: open, or for untrusted input DNS and HTTPS only, never link-local (metadata).
+    assert ("Egress" in network["policyTypes"]) is answers.untrusted
+    if answers.untrusted:
+        allowed = sorted((p["port"], p["protocol"]) for r in network["egress"] for p in r["ports"])
+        assert allowed == [(53, "TCP"), (53, "UDP"), (443, "TCP")]
+        blocks = [to["ipBlock"] for r in network["egress"] for to in r["to"] if "ipBlock" in to]
+        assert blocks and all("169.254.0.0/16" in b.get("except", []) for b in blocks)
 
     # KEDA objects: structure and cross-references (the CRD schemas are checked below).
     scaled, auth = objects["ScaledObject"], objects["TriggerAuthentication"]
@@ -508,6 +687,7 @@ def test_kubernetes_objects(projects: dict[str, Path], key: str) -> None:
     scale_down = so["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]["scaleDown"]
     assert scale_down["stabilizationWindowSeconds"] >= 300 and scale_down["policies"]
     assert auth["spec"]["podIdentity"]["provider"] == "aws"
+    assert auth["spec"]["podIdentity"]["roleArn"].startswith(f"arn:{partition}:iam::{PLACEHOLDER_ACCOUNT}:role/")
     known_metadata = {
         "aws-sqs-queue": {
             "queueURL",
@@ -548,7 +728,7 @@ def test_kubernetes_objects(projects: dict[str, Path], key: str) -> None:
         assert set(trigger["metadata"]) <= known_metadata[kind], kind
         assert all(isinstance(v, str) for v in trigger["metadata"].values()), f"{kind}: metadata must be strings"
     sqs = triggers["aws-sqs-queue"]["metadata"]
-    assert sqs["queueURL"] == f"https://sqs.{answers.region}.amazonaws.com/{PLACEHOLDER_ACCOUNT}/{answers.queue}"
+    assert sqs["queueURL"] == f"https://sqs.{answers.region}.{suffix}/{PLACEHOLDER_ACCOUNT}/{answers.queue}"
     assert int(sqs["queueLength"]) >= 1 and "activationQueueLength" in sqs
     age = triggers["aws-cloudwatch"]["metadata"]
     assert (age["namespace"], age["metricName"]) == ("AWS/SQS", "ApproximateAgeOfOldestMessage")
@@ -607,6 +787,21 @@ def test_queues_template(projects: dict[str, Path], key: str) -> None:
     assert age["Namespace"] == "AWS/SQS" and age["ComparisonOperator"] == "GreaterThanThreshold"
     depth = alarms[("ApproximateNumberOfMessagesVisible", json.dumps({"Fn::GetAtt": [dlq_id, "QueueName"]}))]
     assert depth["Threshold"] == 0 and depth["ComparisonOperator"] == "GreaterThanThreshold"
+
+    # With idempotency: the table the code and the policy name, keyed and expired as
+    # Powertools writes it, kept and recoverable.
+    tables = [r for r in resources.values() if r["Type"] == "AWS::DynamoDB::Table"]
+    assert len(tables) == (1 if answers.table else 0)
+    if answers.table:
+        (table,) = tables
+        props = table["Properties"]
+        assert props["TableName"] == answers.table
+        assert props["KeySchema"] == [{"AttributeName": "id", "KeyType": "HASH"}]
+        assert props["AttributeDefinitions"] == [{"AttributeName": "id", "AttributeType": "S"}]
+        assert props["TimeToLiveSpecification"] == {"AttributeName": "expiration", "Enabled": True}
+        assert props["PointInTimeRecoverySpecification"] == {"PointInTimeRecoveryEnabled": True}
+        assert props["BillingMode"] == "PAY_PER_REQUEST"
+        assert table["DeletionPolicy"] == table["UpdateReplacePolicy"] == "Retain"
 
     outputs = {name: out["Value"] for name, out in template["Outputs"].items()}
     assert {"Ref": queue_id} in outputs.values() and {"Ref": dlq_id} in outputs.values()
@@ -696,8 +891,12 @@ def test_grafana_dashboard(projects: dict[str, Path], key: str, tmp_path: Path) 
 def test_template_workflow() -> None:
     path = ROOT / ".github" / "workflows" / "ci.yml"
     assert jsonschema_cli_problems("vendor.github-workflows", path) == []
+    assert jsonschema_cli_problems("vendor.dependabot", ROOT / ".github" / "dependabot.yml") == []
     workflow = load_workflow(path)
     assert_workflow_hygiene(path, workflow)
+    # One uv: the template's own lock, its CI, and what generated projects get.
+    locked = re.search(r'name = "uv"\nversion = "([^"]+)"', (ROOT / "uv.lock").read_text())
+    assert locked and locked.group(1) == UV_VERSION
     runs = [step.get("run", "") for job in workflow["jobs"].values() for step in job["steps"]]
     assert "bash .ci/run" in runs
     matrix = workflow["jobs"]["generated"]["strategy"]["matrix"]["deploy_target"]
@@ -709,9 +908,15 @@ def test_generated_workflow(projects: dict[str, Path], key: str) -> None:
     project, answers = projects[key], ANSWERS[key]
     path = project / ".github" / "workflows" / "ci.yml"
     assert jsonschema_cli_problems("vendor.github-workflows", path) == []
+    assert jsonschema_cli_problems("vendor.dependabot", project / ".github" / "dependabot.yml") == []
     workflow = load_workflow(path)
     assert_workflow_hygiene(path, workflow)
     assert "${{ github." in path.read_text(), "GitHub expressions lost in rendering"
+    # The actions both workflows use are pinned to the same commits: Dependabot bumps the
+    # template's, and this fails until the generated workflow follows.
+    template_pins = action_pins(ROOT / ".github" / "workflows" / "ci.yml")
+    pins = action_pins(path)
+    assert {a: pins[a] for a in template_pins} == template_pins
     jobs = workflow["jobs"]
     runs = {name: " && ".join(step.get("run", "") for step in job["steps"]) for name, job in jobs.items()}
     uses = {name: [step.get("uses", "") for step in job["steps"]] for name, job in jobs.items()}
@@ -730,8 +935,17 @@ def test_generated_workflow(projects: dict[str, Path], key: str) -> None:
     assert image_repository(build["with"]["tags"]) == answers.slug
 
 
+def action_pins(path: Path) -> dict[str, str]:
+    pins: dict[str, set[str]] = {}
+    for action, sha in re.findall(r"uses: ([\w.-]+/[\w./-]+)@([0-9a-f]{40})", path.read_text()):
+        pins.setdefault(action, set()).add(sha)
+    assert all(len(shas) == 1 for shas in pins.values()), f"{path}: one action at two commits: {pins}"
+    return {action: shas.pop() for action, shas in pins.items()}
+
+
 def assert_workflow_hygiene(path: Path, workflow: dict[str, Any]) -> None:
-    """Least privilege, one run per ref, every action pinned to a commit with its release noted."""
+    """Least privilege, one run per ref, every action pinned to a commit with its release
+    noted, and setup-uv installing the one pinned uv."""
     assert workflow["permissions"] == {"contents": "read"}
     assert workflow["concurrency"]["group"] and workflow["concurrency"]["cancel-in-progress"] is True
     pinned = 0
@@ -742,6 +956,9 @@ def assert_workflow_hygiene(path: Path, workflow: dict[str, Any]) -> None:
     assert pinned, "no actions found"
     for job in workflow["jobs"].values():
         assert "timeout-minutes" in job
+        for step in job["steps"]:
+            if step.get("uses", "").startswith("astral-sh/setup-uv@"):
+                assert step.get("with", {}).get("version") == UV_VERSION, f"{path}: setup-uv without uv {UV_VERSION}"
 
 
 # --- one answer set, every file: they all say the same thing ----------------------------------
@@ -787,8 +1004,8 @@ def test_artifacts_agree(projects: dict[str, Path], key: str) -> None:
     regions["CI"] = workflow["env"]["AWS_REGION"]
 
     if answers.ecs:
-        task = json.loads((project / "deploy" / "ecs" / "task-definition.json").read_text())
-        (container,) = task["containerDefinitions"]
+        stack = EcsStack.load(project, answers.region)
+        (container,) = stack.api["AWS::ECS::TaskDefinition"]["containerDefinitions"]
         envs["ecs"] = env_list(container["environment"])
         grace["ECS stopTimeout"] = container["stopTimeout"]
         assert container["stopTimeout"] <= LIMITS.ECS_MAX_STOP_TIMEOUT
@@ -797,13 +1014,9 @@ def test_artifacts_agree(projects: dict[str, Path], key: str) -> None:
         images["ECS"] = image_repository(container["image"])
         regions["ECS awslogs"] = container["logConfiguration"]["options"]["awslogs-region"]
         regions["ECS image registry"] = re.search(r"\.ecr\.([a-z0-9-]+)\.", container["image"]).group(1)
-        scaling = load_cfn(project / "deploy" / "ecs" / "autoscaling.yaml")["Resources"]
-        target = next(r for r in scaling.values() if r["Type"].endswith("ScalableTarget"))
-        replica_caps["ECS MaxCapacity"] = target["Properties"]["MaxCapacity"]
-        policy = next(r for r in scaling.values() if r["Type"].endswith("ScalingPolicy"))
-        for metric in policy["Properties"]["TargetTrackingScalingPolicyConfiguration"]["CustomizedMetricSpecification"][
-            "Metrics"
-        ]:
+        replica_caps["ECS MaxCapacity"] = stack.api["AWS::ApplicationAutoScaling::ScalableTarget"]["MaxCapacity"]
+        tracking = stack.api["AWS::ApplicationAutoScaling::ScalingPolicy"]["TargetTrackingScalingPolicyConfiguration"]
+        for metric in tracking["CustomizedMetricSpecification"]["Metrics"]:
             for dim in metric.get("MetricStat", {}).get("Metric", {}).get("Dimensions", []):
                 if dim["Name"] == "QueueName":
                     queue_refs["ECS autoscaling"] = dim["Value"]
@@ -843,7 +1056,7 @@ def test_artifacts_agree(projects: dict[str, Path], key: str) -> None:
     for statement in policy_doc["Statement"]:
         arn = statement["Resource"]
         regions[f"policy {statement['Sid']}"] = arn.split(":")[3]
-        if arn.startswith("arn:aws:sqs:"):
+        if arn.startswith(f"arn:{aws_partition(answers.region)[0]}:sqs:"):
             assert arn.rsplit(":", 1)[1] in (answers.queue, dlq)
     alerts = yaml.safe_load((project / "deploy" / "prometheus" / "alerts.yaml").read_text())
     stall_alert = next(
@@ -947,18 +1160,14 @@ def _defects() -> Iterator[Any]:
         id="github-workflows",
     )
     yield pytest.param(
-        _mutate_text(
-            "deploy/ecs/task-definition.json", lambda t: re.sub(r'"stopTimeout": (\d+)', r'"stopTimeout": "\1"', t)
-        ),
-        lambda path, answers: ecs_problems(json.loads(path.read_text())),
+        _mutate_text("deploy/ecs/service.yaml", lambda t: re.sub(r"StopTimeout: (\d+)", r'StopTimeout: "\1"', t)),
+        lambda path, answers: ecs_problems(ecs_task_definition(path.parents[2], answers.region)),
         id="ecs-botocore",
     )
     yield pytest.param(
-        _mutate_text(
-            "deploy/ecs/autoscaling.yaml", lambda t: t.replace("ScaleInCooldown: 300", "ScaleInCooldown: soon")
-        ),
+        _mutate_text("deploy/ecs/service.yaml", lambda t: t.replace("ScaleInCooldown: 300", "ScaleInCooldown: soon")),
         lambda path, answers: cfn_problems(path, answers.region),
-        id="cfn-lint-autoscaling",
+        id="cfn-lint-service",
     )
     yield pytest.param(
         _mutate_text(

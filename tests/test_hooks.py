@@ -46,6 +46,7 @@ VALID: dict[str, str] = {
     "deploy_target": "ecs-and-eks",
     "metrics_port": "9102",
     "use_idempotency": "no",
+    "untrusted_input": "no",
 }
 
 
@@ -137,6 +138,7 @@ def test_every_problem_is_reported_at_once(tmp_path: Path) -> None:
         "deploy_target": "nomad",
         "metrics_port": "22",
         "use_idempotency": "y",
+        "untrusted_input": "maybe",
     }
     result = bake_replay(tmp_path, **bad)
     assert result.returncode != 0
@@ -219,7 +221,7 @@ def make_project(root: Path, package: str) -> None:
         f"src/{package}/idempotency.py",
         "tests/test_idempotency.py",
         "tests/unit/test_x.py",
-        "deploy/ecs/task-definition.json",
+        "deploy/ecs/service.yaml",
     ):
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_text("x\n", encoding="utf-8")
@@ -239,7 +241,7 @@ def test_post_hook_prunes_and_removes_optional_files(tmp_path: Path, use_idempot
     assert empty_dirs(project) == []
     for gone in ("deploy/k8s", "a", "tests/empty"):
         assert not (project / gone).exists(), gone
-    for kept in ("src/svc/__init__.py", "tests/unit/test_x.py", "deploy/ecs/task-definition.json"):
+    for kept in ("src/svc/__init__.py", "tests/unit/test_x.py", "deploy/ecs/service.yaml"):
         assert (project / kept).is_file(), kept
     optional = ("src/svc/idempotency.py", "tests/test_idempotency.py")
     assert all((project / rel).exists() == (use_idempotency == "yes") for rel in optional)

@@ -124,3 +124,23 @@ def assert_idempotency_files(project: Path, package: str, use_idempotency: str) 
     optional = [project / "src" / package / "idempotency.py", project / "tests" / "test_idempotency.py"]
     if use_idempotency == "no":
         assert [p for p in optional if p.exists()] == []
+
+
+def test_partitions_match_botocore() -> None:
+    """The template's region -> (partition, DNS suffix) table says what botocore's partition
+    data says, for every region botocore knows and for one unknown region per partition."""
+    import botocore.loaders
+
+    import local_extensions  # the template's root, on the suite's path
+
+    checked = 0
+    for part in botocore.loaders.Loader().load_data("partitions")["partitions"]:
+        regions = [r for r in part["regions"] if re.match(part["regionRegex"], r)]
+        # A region not yet listed, built from the partition's pattern (e.g. "cn-south-7").
+        sample = part["regionRegex"].strip("^$").replace("\\-", "-").replace("\\w+", "south").replace("\\d+", "7")
+        for region in [*regions, re.sub(r"\(([^|)]+)[^)]*\)", r"\1", sample)]:
+            assert re.match(part["regionRegex"], region), region
+            got = (local_extensions.partition(region), local_extensions.dns_suffix(region))
+            assert got == (part["id"], part["outputs"]["dnsSuffix"]), region
+            checked += 1
+    assert checked > 30

@@ -19,6 +19,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+import botocore.loaders
 import botocore.session
 import jsonschema
 import kubernetes_validate
@@ -167,10 +168,12 @@ def metric_series() -> set[str]:
 
 
 def tool(name: str) -> str:
-    """A validator from the template's own environment (`make install` provides them)."""
-    path = shutil.which(name, path=str(ROOT / ".venv" / "bin")) or shutil.which(name)
+    """A validator from the template's own environment (`make install` provides them) or
+    from the scanners' (`make scanners`: checkov, zizmor)."""
+    dirs = os.pathsep.join(str(ROOT / venv / "bin") for venv in (".venv", ".venv-scanners"))
+    path = shutil.which(name, path=dirs) or shutil.which(name)
     if path is None:
-        pytest.fail(f"{name} is missing: it is a dev dependency, run `make install`")
+        pytest.fail(f"{name} is missing: run `make install scanners` (the test target does)")
     return path
 
 
@@ -190,14 +193,76 @@ def jsonschema_cli_problems(builtin: str, path: Path) -> list[str]:
 
 
 @functools.cache
-def _ecs_input() -> Any:
-    return botocore.session.get_session().get_service_model("ecs").operation_model("RegisterTaskDefinition").input_shape
+def _api_input(service: str, operation: str) -> Any:
+    return botocore.session.get_session().get_service_model(service).operation_model(operation).input_shape
+
+
+def api_problems(service: str, operation: str, params: dict[str, Any]) -> list[str]:
+    """`params` against the AWS API model of `operation` (botocore's, as the SDKs send it)."""
+    report = ParamValidator().validate(params, _api_input(service, operation))
+    return report.generate_report().splitlines() if report.has_errors() else []
 
 
 def ecs_problems(task_definition: dict[str, Any]) -> list[str]:
-    """The task definition against the ECS API model (RegisterTaskDefinition's input)."""
-    report = ParamValidator().validate(task_definition, _ecs_input())
-    return report.generate_report().splitlines() if report.has_errors() else []
+    """A task definition against the ECS API model (RegisterTaskDefinition's input)."""
+    return api_problems("ecs", "RegisterTaskDefinition", task_definition)
+
+
+@functools.cache
+def aws_partition(region: str) -> tuple[str, str]:
+    """(partition, DNS suffix) of a region, from botocore's partition data."""
+    for part in botocore.loaders.Loader().load_data("partitions")["partitions"]:
+        if region in part["regions"] or re.match(part["regionRegex"], region):
+            return part["id"], part["outputs"]["dnsSuffix"]
+    raise LookupError(region)
+
+
+def cfn_resolve(value: Any, names: dict[str, Any]) -> Any:
+    """A CloudFormation value with its intrinsics resolved: `Ref` and `Fn::Sub` variables from
+    `names` (parameter defaults, pseudo parameters, resource placeholders), `Fn::GetAtt` as
+    the names entry `Resource.Attribute`. Any other intrinsic is left for the caller to see."""
+    if isinstance(value, list):
+        return [cfn_resolve(item, names) for item in value]
+    if not isinstance(value, dict):
+        return value
+    if set(value) == {"Ref"}:
+        return names[value["Ref"]]
+    if set(value) == {"Fn::GetAtt"}:
+        return names[".".join(value["Fn::GetAtt"])]
+    if set(value) == {"Fn::Sub"} and isinstance(value["Fn::Sub"], str):
+        return re.sub(r"\$\{([^}!]+)\}", lambda m: str(names[m.group(1)]), value["Fn::Sub"])
+    return {key: cfn_resolve(item, names) for key, item in value.items()}
+
+
+def cfn_names(template: dict[str, Any], region: str, resources: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What `cfn_resolve` substitutes: every parameter's default (a placeholder for one without),
+    the pseudo parameters for `region` and the placeholder account, and `resources` (Ref and
+    GetAtt values of the template's own resources)."""
+    partition, suffix = aws_partition(region)
+    names: dict[str, Any] = {
+        "AWS::AccountId": PLACEHOLDER_ACCOUNT,
+        "AWS::Region": region,
+        "AWS::Partition": partition,
+        "AWS::URLSuffix": suffix,
+        "AWS::StackName": "stack",
+        "AWS::NoValue": None,
+    }
+    for name, parameter in template.get("Parameters", {}).items():
+        placeholder: Any = ["subnet-0123456789abcdef0"] if parameter["Type"].startswith("List<") else f"{name}-value"
+        names[name] = parameter.get("Default", placeholder)
+    names.update(resources or {})
+    return names
+
+
+def api_shape(properties: Any) -> Any:
+    """CloudFormation property names as the ECS API spells them (`ContainerDefinitions` ->
+    `containerDefinitions`): the two differ only in that letter. (Application Auto
+    Scaling's API spells them as CloudFormation does.)"""
+    if isinstance(properties, list):
+        return [api_shape(item) for item in properties]
+    if isinstance(properties, dict):
+        return {key[:1].lower() + key[1:]: api_shape(item) for key, item in properties.items()}
+    return properties
 
 
 def cfn_problems(path: Path, region: str) -> list[str]:
@@ -308,11 +373,13 @@ def check_rules(path: Path) -> list[str]:
 
 
 def policy_problems(
-    policy: dict[str, Any], *, region: str, queue: str, dlq: str, ecs: bool, table: str | None
+    policy: dict[str, Any], *, region: str, queue: str, dlq: str, ecs: str | None, table: str | None
 ) -> list[str]:
-    """Exactly the permissions the worker needs, on exactly its resources: its queue, its
-    dead-letter queue, ECS scale-in protection on ECS, the idempotency `table` if any."""
-    sqs = f"arn:aws:sqs:{region}:{PLACEHOLDER_ACCOUNT}:"
+    """Exactly the permissions the worker needs, on exactly its resources, in its region's
+    partition: its queue, its dead-letter queue, ECS scale-in protection on the tasks of
+    service `ecs` (on ECS), the idempotency `table` if any."""
+    partition = aws_partition(region)[0]
+    sqs = f"arn:{partition}:sqs:{region}:{PLACEHOLDER_ACCOUNT}:"
     expected = {
         sqs + queue: {
             "sqs:ReceiveMessage",
@@ -323,20 +390,23 @@ def policy_problems(
         },
         sqs + dlq: {"sqs:SendMessage", "sqs:GetQueueUrl", "sqs:GetQueueAttributes"},
     }
-    # The worker holds ECS scale-in protection while busy: only on its own cluster's tasks,
-    # whose ids are not known in advance (the one wildcard allowed).
-    ecs_tasks = f"arn:aws:ecs:{region}:{PLACEHOLDER_ACCOUNT}:task/CHANGE-ME-cluster/*"
-    if ecs:
+    # The worker holds ECS scale-in protection while busy: task ids are not known in advance
+    # (the one wildcard allowed), so the statement is narrowed to its own service's tasks by
+    # the tag the service propagates to them.
+    ecs_tasks = f"arn:{partition}:ecs:{region}:{PLACEHOLDER_ACCOUNT}:task/CHANGE-ME-cluster/*"
+    conditions = {}
+    if ecs is not None:
         expected[ecs_tasks] = {"ecs:GetTaskProtection", "ecs:UpdateTaskProtection"}
+        conditions[ecs_tasks] = {"StringEquals": {"aws:ResourceTag/service": ecs}}
     if table is not None:
-        arn = f"arn:aws:dynamodb:{region}:{PLACEHOLDER_ACCOUNT}:table/{table}"
+        arn = f"arn:{partition}:dynamodb:{region}:{PLACEHOLDER_ACCOUNT}:table/{table}"
         expected[arn] = {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"}
     problems = []
     if policy.get("Version") != "2012-10-17":
         problems.append(f"policy Version {policy.get('Version')!r}")
     granted: dict[str, set[str]] = {}
     for statement in policy.get("Statement", []):
-        extra = set(statement) - {"Sid", "Effect", "Action", "Resource"}
+        extra = set(statement) - {"Sid", "Effect", "Action", "Resource", "Condition"}
         if extra or statement.get("Effect") != "Allow":
             problems.append(f"unexpected statement shape: {statement}")
             continue
@@ -347,6 +417,10 @@ def policy_problems(
                 problems.append(f"wildcard {item!r}")
         for resource in resources:
             granted.setdefault(resource, set()).update(actions)
+            if statement.get("Condition") != conditions.get(resource):
+                problems.append(
+                    f"{resource}: condition {statement.get('Condition')}, expected {conditions.get(resource)}"
+                )
     if granted != expected:
         problems.append(f"granted {granted}, expected exactly {expected}")
     return problems

@@ -35,7 +35,9 @@ from pathlib import Path
 
 VERSION = "4.14.0"
 # Last LocalStack image usable without an auth token; see the module docstring.
-IMAGE = f"localstack/localstack:{VERSION}"
+# By digest as well as tag: a tag can be moved, a digest cannot (the template's compose file
+# and CI pin the same image).
+IMAGE = f"localstack/localstack:{VERSION}@sha256:3ebc37595918b8accb852f8048fef2aff047d465167edd655528065b07bc364a"
 # localstack-core 4.14's runtime with the pins it needs on current PyPI.
 HOST_PACKAGES = [
     f"localstack-core[runtime]=={VERSION}",
