@@ -7,9 +7,12 @@ Each supported set says how deep it is checked:
   strict mypy, handler tests and the end-to-end test against LocalStack);
 - "checked": baked, locked, ruff, formatting, mypy and the handler tests, and every
   deployment artifact through its validator (no LocalStack);
+- "artifacts": every deployment artifact through its validator, not the project's own
+  checks (for answers that change the deployment files, not the code);
 - "rendered": baked, nothing left unrendered, every YAML/JSON/TOML file parses, the right
   files for its options.
-Every set is rendered; "checked" and "full" sets are also validated artifact by artifact.
+Every set is rendered; "full", "checked" and "artifacts" sets are also validated artifact by
+artifact.
 
 Facts (SQS limits, ECS's stop timeout cap, the grace margin, the DLQ name rule, the fleet
 budget) come from the engine's limits.py through `LIMITS`, never from rendered files.
@@ -32,7 +35,7 @@ LIMITS = local_extensions.load_limits()  # the engine's limits.py, as the templa
 ECS_MAX_SHUTDOWN = LIMITS.ECS_MAX_STOP_TIMEOUT - LIMITS.GRACE_MARGIN_SECONDS
 LONG_SLUG = "a" + "-bcde" * 12 + "-x"  # 63 characters: the most a Kubernetes name allows
 
-Depth = Literal["full", "checked", "rendered"]
+Depth = Literal["full", "checked", "artifacts", "rendered"]
 
 
 @dataclass(frozen=True)
@@ -171,7 +174,7 @@ SUPPORTED: dict[str, Combination] = {
     ),
     "china-idempotency": Combination(
         {"aws_region": "cn-northwest-1", "use_idempotency": "yes"},
-        "checked",
+        "artifacts",
         "another partition: aws-cn ARNs and amazonaws.com.cn endpoints",
     ),
 }

@@ -225,7 +225,7 @@ class Answers:
 
 
 ANSWERS = {key: Answers.of(combo.answers) for key, combo in SUPPORTED.items()}
-CHECKED = names("full", "checked")
+CHECKED = names("full", "checked", "artifacts")
 ECS_SETS = [key for key in CHECKED if ANSWERS[key].ecs]
 EKS_SETS = [key for key in CHECKED if ANSWERS[key].eks]
 assert {ANSWERS[key].target for key in CHECKED} == set(COOKIECUTTER["deploy_target"]), "a target goes unchecked"
