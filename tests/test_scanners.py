@@ -29,23 +29,30 @@ ACCEPTED = {
     "CKV_K8S_43": "deploy/k8s/deployment.yaml: the image reference is set at deploy time",
 }
 BROKEN = "broken"  # the defaults, with a privileged container and an unpinned action
+# The bakes by deploy target: one scan each, so the three can run on different test workers.
+TARGETS = sorted({combo.answers.get("deploy_target", "ecs-and-eks") for combo in SUPPORTED.values()})
 
 
-@pytest.fixture(scope="module")
-def bakes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    out = tmp_path_factory.mktemp("scanned")
-    projects = {key: bake(out / key, **combo.answers) for key, combo in SUPPORTED.items()}
-    broken = out / BROKEN / projects["defaults"].name
-    shutil.copytree(projects["defaults"], broken)
-    deployment = broken / "deploy" / "k8s" / "deployment.yaml"
-    text = deployment.read_text()
-    deployment.write_text(text.replace("allowPrivilegeEscalation: false", "allowPrivilegeEscalation: true", 1))
-    workflow = broken / ".github" / "workflows" / "ci.yml"
-    lines = workflow.read_text().splitlines(keepends=True)
-    first = next(i for i, line in enumerate(lines) if "uses: actions/checkout@" in line)
-    lines[first] = lines[first].split("uses:")[0] + "uses: actions/checkout@main\n"
-    workflow.write_text("".join(lines))
-    return {**projects, BROKEN: broken}
+def bakes(out: Path, target: str) -> dict[str, Path]:
+    """Every supported set of this target, baked; with the defaults, a broken copy of them."""
+    projects = {
+        key: bake(out / key, **combo.answers)
+        for key, combo in SUPPORTED.items()
+        if combo.answers.get("deploy_target", "ecs-and-eks") == target
+    }
+    if "defaults" in projects:
+        broken = out / BROKEN / projects["defaults"].name
+        shutil.copytree(projects["defaults"], broken)
+        deployment = broken / "deploy" / "k8s" / "deployment.yaml"
+        text = deployment.read_text()
+        deployment.write_text(text.replace("allowPrivilegeEscalation: false", "allowPrivilegeEscalation: true", 1))
+        workflow = broken / ".github" / "workflows" / "ci.yml"
+        lines = workflow.read_text().splitlines(keepends=True)
+        first = next(i for i, line in enumerate(lines) if "uses: actions/checkout@" in line)
+        lines[first] = lines[first].split("uses:")[0] + "uses: actions/checkout@main\n"
+        workflow.write_text("".join(lines))
+        projects[BROKEN] = broken
+    return projects
 
 
 def json_documents(text: str) -> list[Any]:
@@ -67,18 +74,19 @@ def checks(report: list[dict[str, Any]], kind: str) -> list[tuple[str, str, str]
     ]
 
 
-def test_checkov_finds_nothing_unaccepted(bakes: dict[str, Path], tmp_path: Path) -> None:
-    keys = list(bakes)
-    cmd = [tool("checkov"), "--compact", "--quiet", "--skip-download", "--output", "json"]
+def checkov(projects: dict[str, Path], home: Path) -> dict[str, dict[str, list[tuple[str, str, str]]]]:
+    """Each project's failed and skipped checks, from one checkov process (it takes seconds
+    to start): each JSON document it prints sums up every directory scanned so far, so a
+    project's own are what its document adds."""
+    keys = list(projects)
+    cmd = [tool("checkov"), "--compact", "--quiet", "--skip-download", "--output", "json", "--framework"]
+    cmd += [*FRAMEWORKS]
     for key in keys:
-        cmd += ["--directory", str(bakes[key])]
-    # One process for every bake: checkov takes seconds to start. It exits 1 on a finding.
-    result = run(cmd, ROOT, timeout=1200, HOME=str(tmp_path))
-    assert result.returncode in (0, 1), result.stderr[-3000:]
+        cmd += ["--directory", str(projects[key])]
+    result = run(cmd, ROOT, timeout=1200, HOME=str(home))
+    assert result.returncode in (0, 1), result.stderr[-3000:]  # 1: something was found
     docs = json_documents(result.stdout)
     assert len(docs) == len(keys), result.stderr[-3000:]
-
-    # Each document sums up every directory scanned so far: a bake's own are what it adds.
     seen: dict[str, list[tuple[str, str, str]]] = {"failed_checks": [], "skipped_checks": []}
     found: dict[str, dict[str, list[tuple[str, str, str]]]] = {}
     for key, doc in zip(keys, docs, strict=True):
@@ -87,31 +95,48 @@ def test_checkov_finds_nothing_unaccepted(bakes: dict[str, Path], tmp_path: Path
             total = checks(doc, kind)
             assert total[: len(before)] == before
             found[key][kind], seen[kind] = total[len(before) :], total
-        scanned = {r["check_type"] for r in doc if r.get("summary", {}).get("passed", 0) > 0}
+        summaries = {r["check_type"]: r.get("summary", {}) for r in doc}
+        # Scanned: resources found, or checks passed (checkov counts no resources for workflows).
+        scanned = {
+            kind for kind, summary in summaries.items() if summary.get("resource_count") or summary.get("passed")
+        }
         assert {"cloudformation", "dockerfile", "github_actions"} <= scanned, (key, scanned)
-
-    assert {check for _, check, _ in found[BROKEN]["failed_checks"]} >= {"CKV_K8S_20"}, "the broken bake passed"
-    for key in keys[:-1]:
-        assert found[key]["failed_checks"] == [], key
-        skipped = {check for _, check, _ in found[key]["skipped_checks"]}
-        assert skipped <= set(ACCEPTED), (key, skipped - set(ACCEPTED))
-    for skip in (c for doc in docs[-1] for c in doc.get("results", {}).get("skipped_checks", [])):
+    for skip in (c for report in docs[-1] for c in report.get("results", {}).get("skipped_checks", [])):
         assert skip.get("suppress_comment", "").strip(), f"{skip['check_id']} is skipped without a reason"
+    return found
 
 
-def test_zizmor_finds_nothing(bakes: dict[str, Path]) -> None:
-    """The default persona over every workflow, the template's own included; the broken
-    bake's unpinned action shows the audit runs."""
-    workflows = {key: project / ".github" / "workflows" / "ci.yml" for key, project in bakes.items()}
-    workflows["template"] = ROOT / ".github" / "workflows" / "ci.yml"
-    cmd = [tool("zizmor"), "--offline", "--no-progress", "--format", "json", *map(str, workflows.values())]
+def zizmor(workflows: list[Path]) -> set[tuple[str, str]]:
+    """(finding, workflow) pairs of zizmor's default persona."""
+    cmd = [tool("zizmor"), "--offline", "--no-progress", "--format", "json", *map(str, workflows)]
     result = run(cmd, ROOT, timeout=300)
-    findings = json.loads(result.stdout)
-    where = {
+    return {
         (finding["ident"], location["symbolic"]["key"]["Local"]["verbatim_path"])
-        for finding in findings
+        for finding in json.loads(result.stdout)
         for location in finding["locations"]
     }
-    broken = str(workflows.pop(BROKEN))
-    assert any(path == broken for _, path in where), "the broken workflow passed"
-    assert {(ident, path) for ident, path in where if path != broken} == set(), result.stderr[-2000:]
+
+
+FRAMEWORKS = ("cloudformation", "kubernetes", "dockerfile", "github_actions")
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_scanners_find_nothing_unaccepted(target: str, tmp_path: Path) -> None:
+    projects = bakes(tmp_path / "bakes", target)
+    found = checkov(projects, tmp_path)
+    workflows = {key: project / ".github" / "workflows" / "ci.yml" for key, project in projects.items()}
+    zizmor_found = zizmor(list(workflows.values()))
+    if BROKEN in projects:
+        assert {check for _, check, _ in found.pop(BROKEN)["failed_checks"]} >= {"CKV_K8S_20"}, "checkov passed it"
+        broken = str(workflows.pop(BROKEN))
+        assert any(path == broken for _, path in zizmor_found), "zizmor passed the broken workflow"
+        zizmor_found = {(ident, path) for ident, path in zizmor_found if path != broken}
+    for key, checked in found.items():
+        assert checked["failed_checks"] == [], key
+        skipped = {check for _, check, _ in checked["skipped_checks"]}
+        assert skipped <= set(ACCEPTED), (key, skipped - set(ACCEPTED))
+    assert zizmor_found == set()
+
+
+def test_zizmor_finds_nothing_in_the_templates_own_workflow() -> None:
+    assert zizmor([ROOT / ".github" / "workflows" / "ci.yml"]) == set()
