@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from conftest import ROOT, bake, run
-from matrix import SUPPORTED
+from matrix import COOKIECUTTER, SUPPORTED
 from validators import tool
 
 # Each accepted finding, and where its reason is written.
@@ -30,7 +30,8 @@ ACCEPTED = {
 }
 BROKEN = "broken"  # the defaults, with a privileged container and an unpinned action
 # The bakes by deploy target: one scan each, so the three can run on different test workers.
-TARGETS = sorted({combo.answers.get("deploy_target", "ecs-and-eks") for combo in SUPPORTED.values()})
+DEFAULT_TARGET = COOKIECUTTER["deploy_target"][0]
+TARGETS = sorted({combo.answers.get("deploy_target", DEFAULT_TARGET) for combo in SUPPORTED.values()})
 
 
 def bakes(out: Path, target: str) -> dict[str, Path]:
@@ -38,7 +39,7 @@ def bakes(out: Path, target: str) -> dict[str, Path]:
     projects = {
         key: bake(out / key, **combo.answers)
         for key, combo in SUPPORTED.items()
-        if combo.answers.get("deploy_target", "ecs-and-eks") == target
+        if combo.answers.get("deploy_target", DEFAULT_TARGET) == target
     }
     if "defaults" in projects:
         broken = out / BROKEN / projects["defaults"].name
