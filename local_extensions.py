@@ -166,6 +166,11 @@ def dns_suffix(region: str) -> str:
 
 
 PLACEHOLDER_ACCOUNT = "123456789012"
+# The large-payload bucket is named by CloudFormation (deploy/aws/queues.yaml's output
+# PayloadBucketName); the policy file and the Kubernetes manifests say where it goes. In
+# lower case, unlike the other placeholders: it must stay a valid bucket name, which the
+# worker's settings insist on.
+PAYLOAD_BUCKET_PLACEHOLDER = "change-me-payload-bucket"
 
 
 def worker_policy(cookiecutter: dict[str, Any], cfn: bool = False) -> dict[str, Any]:
@@ -227,6 +232,19 @@ def worker_policy(cookiecutter: dict[str, Any], cfn: bool = False) -> dict[str, 
                 "Resource": arn("dynamodb", f"table/{slug}-idempotency"),
             }
         )
+    if cookiecutter["large_payloads"] == "yes":
+        bucket = "${PayloadBucketName}" if cfn else PAYLOAD_BUCKET_PLACEHOLDER
+        objects = f"arn:{partition(region)}:s3:::{bucket}/*"
+        statements.append(
+            {
+                # Read offloaded payloads, offload what `send` and the producer send, delete
+                # after processing (WORKER_LARGE_PAYLOAD_DELETE). Objects only: no listing.
+                "Sid": "LargePayloads",
+                "Effect": "Allow",
+                "Action": ["s3:DeleteObject", "s3:GetObject", "s3:PutObject"],
+                "Resource": {"Fn::Sub": f"arn:${{AWS::Partition}}:s3:::{bucket}/*"} if cfn else objects,
+            }
+        )
     return {"Version": "2012-10-17", "Statement": statements}
 
 
@@ -253,6 +271,7 @@ class EngineExtension(Extension):
         environment.globals["template_origin"] = template_origin
         environment.globals["template_commit"] = lambda: _git("rev-parse", "HEAD") or ""
         environment.globals["worker_policy"] = worker_policy
+        environment.globals["payload_bucket_placeholder"] = PAYLOAD_BUCKET_PLACEHOLDER
         environment.filters["dlq_name"] = limits.dlq_name
         environment.filters["partition"] = partition
         environment.filters["dns_suffix"] = dns_suffix

@@ -356,7 +356,12 @@ def check_metrics_port(problems: Problems, answers: dict[str, object]) -> None:
 
 
 def check_choices(problems: Problems, answers: dict[str, object]) -> None:
-    for name, choices in (("deploy_target", DEPLOY_TARGETS), ("use_idempotency", YES_NO), ("untrusted_input", YES_NO)):
+    for name, choices in (
+        ("deploy_target", DEPLOY_TARGETS),
+        ("use_idempotency", YES_NO),
+        ("untrusted_input", YES_NO),
+        ("large_payloads", YES_NO),
+    ):
         value = answers.get(name)
         if value not in choices:
             problem(problems, name, value, f"must be one of {', '.join(choices)}")

@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 TEMPLATE = ROOT / "{{cookiecutter.project_slug}}"
 _STATE: dict[str, Any] = {}
 # SQS for the worker; the rest for deploying the CloudFormation stacks (tests/test_deploy.py).
-LOCALSTACK_SERVICES = "sqs,cloudformation,iam,sts,logs,cloudwatch,ec2"
+LOCALSTACK_SERVICES = "sqs,sns,s3,events,cloudformation,iam,sts,logs,cloudwatch,ec2"
 
 
 def tool_env(**extra: str) -> dict[str, str]:

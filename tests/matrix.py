@@ -57,9 +57,10 @@ SUPPORTED: dict[str, Combination] = {
             "job_timeout_seconds": "500",
             "shutdown_timeout_seconds": "600",
             "max_receive_count": "10",
+            "large_payloads": "yes",
         },
         "full",
-        "EKS only, the newest Python, a FIFO queue, jobs longer than ECS's stopTimeout allows",
+        "EKS only, the newest Python, a FIFO queue, jobs longer than ECS's stopTimeout allows, large payloads",
     ),
     "ecs-py311": Combination(
         {
@@ -99,9 +100,10 @@ SUPPORTED: dict[str, Combination] = {
             "deploy_target": "ecs",
             "use_idempotency": "yes",
             "python_version": "3.13",
+            "large_payloads": "yes",
         },
         "checked",
-        "FIFO on ECS with idempotency",
+        "FIFO on ECS with idempotency and large payloads",
     ),
     # Hostile but legal text: YAML, JSON and TOML must still parse and read back exactly.
     "markup-characters": Combination(
@@ -315,6 +317,7 @@ _FROM_REPLAY: list[tuple[dict[str, Any], str, str]] = [
     ({"use_idempotency": "maybe"}, "use_idempotency", "must be one of yes, no"),
     ({"use_idempotency": True}, "use_idempotency", "must be one of yes, no"),
     ({"untrusted_input": "sometimes"}, "untrusted_input", "must be one of yes, no"),
+    ({"large_payloads": "big"}, "large_payloads", "must be one of yes, no"),
     ({"project_name": "{{ 7*7 }}"}, "project_name", "letters A-Z a-z"),
     ({"project_name": "a'''b\\\"c"}, "project_name", "letters A-Z a-z"),
     ({"description": "{{ cookiecutter.__class__ }}"}, "description", "template markers"),

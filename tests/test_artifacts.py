@@ -60,6 +60,8 @@ from validators import (
     unknown_metrics,
 )
 
+from local_extensions import PAYLOAD_BUCKET_PLACEHOLDER
+
 LOCALSTACK_IMAGE = COOKIECUTTER["_localstack_image"]
 UV_VERSION = COOKIECUTTER["_uv_version"]
 # What the worker reads: the engine's settings, the variables the AWS SDK reads itself
@@ -127,6 +129,7 @@ class Answers:
     target: str
     idempotency: bool
     untrusted: bool
+    large: bool
 
     @classmethod
     def of(cls, given: dict[str, str]) -> Answers:
@@ -147,6 +150,7 @@ class Answers:
             target=c["deploy_target"],
             idempotency=c["use_idempotency"] == "yes",
             untrusted=c["untrusted_input"] == "yes",
+            large=c["large_payloads"] == "yes",
         )
 
     @property
@@ -193,9 +197,13 @@ class Answers:
         """Every environment variable the worker reads."""
         return set(_ALIASES) | SDK_VARIABLES | (IDEMPOTENCY_VARIABLES if self.idempotency else set())
 
-    def env(self) -> dict[str, str]:
-        """The environment every deployment gives the worker."""
-        return {
+    def env(self, bucket: str | None = None) -> dict[str, str]:
+        """The environment every deployment gives the worker; with large payloads, the
+        deployment's `bucket` too (each names it its own way: a stack parameter, a
+        placeholder, LocalStack's)."""
+        large = {"WORKER_LARGE_PAYLOAD_BUCKET": bucket} if self.large and bucket else {}
+        assert self.large == bool(large) or bucket is None, "large payloads: say the deployment's bucket"
+        return large | {
             "WORKER_QUEUES": self.queue,
             "WORKER_CONCURRENCY": str(self.concurrency),
             "WORKER_JOB_TIMEOUT_MS": str(self.job_timeout * 1000),
@@ -221,6 +229,7 @@ class Answers:
             dlq=self.dlq,
             ecs=self.slug if self.ecs else None,
             table=self.table,
+            bucket=PAYLOAD_BUCKET_PLACEHOLDER if self.large else None,
         )
 
 
@@ -377,7 +386,7 @@ def test_compose(projects: dict[str, Path], key: str) -> None:
         env = {k: str(v) for k, v in service["environment"].items()}
         assert env.pop("AWS_ENDPOINT_URL") == "http://localstack:4566"
         assert env.pop("AWS_ACCESS_KEY_ID") == "test" and env.pop("AWS_SECRET_ACCESS_KEY") == "test"
-        assert env == answers.env()
+        assert env == answers.env(bucket="local-payloads")
 
 
 # Placeholders for what the ECS stack's own resources resolve to (Ref and GetAtt).
@@ -455,7 +464,7 @@ def test_ecs_task_definition(projects: dict[str, Path], key: str) -> None:
     assert tmp and tmp[0]["sourceVolume"] in volumes and not tmp[0].get("readOnly")
     assert container["memoryReservation"] <= container["memory"] <= int(task["memory"])
     assert [p["containerPort"] for p in container["portMappings"]] == [answers.port]
-    assert env_list(container["environment"]) == answers.env()
+    assert env_list(container["environment"]) == answers.env(bucket="payloadbucketname-value")
 
     check = container["healthCheck"]
     assert check["command"] == [
@@ -546,6 +555,8 @@ def test_ecs_service(projects: dict[str, Path], key: str) -> None:
         assert trust["Principal"] == {"Service": "ecs-tasks.amazonaws.com"} and trust["Action"] == "sts:AssumeRole"
         assert trust["Condition"] == {"StringEquals": {"aws:SourceAccount": {"Ref": "AWS::AccountId"}}}
     names = cfn_names(stack.template, answers.region, ECS_RESOURCES)
+    if answers.large:  # the bucket the stack is given, as the policy file spells it
+        names["PayloadBucketName"] = PAYLOAD_BUCKET_PLACEHOLDER
     (task_policy,) = roles["TaskRole"]["Policies"]
     file_policy = json.loads((project / "deploy" / "aws" / "worker-policy.json").read_text())
     assert cfn_resolve(task_policy["PolicyDocument"], names) == file_policy
@@ -627,7 +638,7 @@ def test_kubernetes_objects(projects: dict[str, Path], key: str) -> None:
     for constraint in spread.values():
         assert constraint["labelSelector"]["matchLabels"].items() <= labels.items()
         assert constraint["whenUnsatisfiable"] == "ScheduleAnyway" and constraint["maxSkew"] == 1
-    assert env_list(container["env"]) == answers.env()
+    assert env_list(container["env"]) == answers.env(bucket=PAYLOAD_BUCKET_PLACEHOLDER)
     resources = container["resources"]
     assert {"cpu", "memory"} <= set(resources["requests"]) and "memory" in resources["limits"]
     # Untrusted input: CPU capped too (a hostile message must not starve the node).
@@ -1055,7 +1066,8 @@ def test_artifacts_agree(projects: dict[str, Path], key: str) -> None:
     policy_doc = json.loads((project / "deploy" / "aws" / "worker-policy.json").read_text())
     for statement in policy_doc["Statement"]:
         arn = statement["Resource"]
-        regions[f"policy {statement['Sid']}"] = arn.split(":")[3]
+        if arn.split(":")[2] != "s3":  # S3 ARNs name no region: buckets are global
+            regions[f"policy {statement['Sid']}"] = arn.split(":")[3]
         if arn.startswith(f"arn:{aws_partition(answers.region)[0]}:sqs:"):
             assert arn.rsplit(":", 1)[1] in (answers.queue, dlq)
     alerts = yaml.safe_load((project / "deploy" / "prometheus" / "alerts.yaml").read_text())

@@ -19,7 +19,7 @@ from typing import Any
 import boto3
 import pytest
 from conftest import bake
-from matrix import SUPPORTED
+from matrix import LIMITS, SUPPORTED
 from test_artifacts import ANSWERS, Answers
 from validators import PLACEHOLDER_ACCOUNT, load_cfn
 
@@ -87,7 +87,7 @@ def test_stacks_deploy_and_create_what_they_promise(baked: dict[str, Path], key:
     account = f"{100000000000 + DEPLOYED.index(key) + int(time.time()) % 10**9:012d}"
     aws = {
         s: client(s, localstack_endpoint, answers.region, account)
-        for s in ("cloudformation", "sqs", "iam", "logs", "ec2")
+        for s in ("cloudformation", "sqs", "iam", "logs", "ec2", "s3")
     }
 
     queues = load_cfn(project / "deploy" / "aws" / "queues.yaml")
@@ -95,6 +95,8 @@ def test_stacks_deploy_and_create_what_they_promise(baked: dict[str, Path], key:
     queues["Outputs"] = {k: o for k, o in queues["Outputs"].items() if k != "IdempotencyTableName"}
     created = deploy(aws["cloudformation"], f"{answers.slug}-queues", queues)
     assert_queues(aws["sqs"], created, answers)
+    if answers.large:
+        assert_payload_bucket(aws["s3"], created["PayloadBucket"], queues)
 
     if not answers.ecs:
         return
@@ -122,6 +124,21 @@ def assert_queues(sqs: Any, created: dict[str, str], answers: Answers) -> None:
     fifo = answers.queue.endswith(".fifo")
     assert (queue.get("FifoQueue") == "true", dlq.get("FifoQueue") == "true") == (fifo, fifo)
     assert int(dlq["MessageRetentionPeriod"]) == 1209600 >= int(queue["MessageRetentionPeriod"])
+
+
+def assert_payload_bucket(s3: Any, bucket: str, template: dict[str, Any]) -> None:
+    """Private, encrypted, versioned, TLS only; and every object kept while a message may
+    still point at it. LocalStack does not apply lifecycle rules: those are read from the
+    template."""
+    (rule,) = template["Resources"]["PayloadBucket"]["Properties"]["LifecycleConfiguration"]["Rules"]
+    assert rule["Status"] == "Enabled" and rule["ExpirationInDays"] * 86400 > LIMITS.MAX_RETENTION_SECONDS
+    assert s3.get_bucket_versioning(Bucket=bucket)["Status"] == "Enabled"
+    encryption = s3.get_bucket_encryption(Bucket=bucket)["ServerSideEncryptionConfiguration"]["Rules"]
+    assert encryption[0]["ApplyServerSideEncryptionByDefault"]["SSEAlgorithm"] == "AES256"
+    block = s3.get_public_access_block(Bucket=bucket)["PublicAccessBlockConfiguration"]
+    assert all(block.values()) and len(block) == 4
+    (statement,) = json.loads(s3.get_bucket_policy(Bucket=bucket)["Policy"])["Statement"]
+    assert statement["Effect"] == "Deny" and statement["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
 
 
 def assert_service_parts(

@@ -47,6 +47,7 @@ VALID: dict[str, str] = {
     "metrics_port": "9102",
     "use_idempotency": "no",
     "untrusted_input": "no",
+    "large_payloads": "no",
 }
 
 

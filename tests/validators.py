@@ -248,7 +248,10 @@ def cfn_names(template: dict[str, Any], region: str, resources: dict[str, Any] |
         "AWS::NoValue": None,
     }
     for name, parameter in template.get("Parameters", {}).items():
-        placeholder: Any = ["subnet-0123456789abcdef0"] if parameter["Type"].startswith("List<") else f"{name}-value"
+        # In lower case: a value that must be a bucket name still is one.
+        placeholder: Any = (
+            ["subnet-0123456789abcdef0"] if parameter["Type"].startswith("List<") else f"{name.lower()}-value"
+        )
         names[name] = parameter.get("Default", placeholder)
     names.update(resources or {})
     return names
@@ -373,11 +376,19 @@ def check_rules(path: Path) -> list[str]:
 
 
 def policy_problems(
-    policy: dict[str, Any], *, region: str, queue: str, dlq: str, ecs: str | None, table: str | None
+    policy: dict[str, Any],
+    *,
+    region: str,
+    queue: str,
+    dlq: str,
+    ecs: str | None,
+    table: str | None,
+    bucket: str | None = None,
 ) -> list[str]:
     """Exactly the permissions the worker needs, on exactly its resources, in its region's
     partition: its queue, its dead-letter queue, ECS scale-in protection on the tasks of
-    service `ecs` (on ECS), the idempotency `table` if any."""
+    service `ecs` (on ECS), the idempotency `table` if any, the objects (never the listing)
+    of the large-payload `bucket` if any."""
     partition = aws_partition(region)[0]
     sqs = f"arn:{partition}:sqs:{region}:{PLACEHOLDER_ACCOUNT}:"
     expected = {
@@ -401,6 +412,9 @@ def policy_problems(
     if table is not None:
         arn = f"arn:{partition}:dynamodb:{region}:{PLACEHOLDER_ACCOUNT}:table/{table}"
         expected[arn] = {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"}
+    objects = f"arn:{partition}:s3:::{bucket}/*"
+    if bucket is not None:
+        expected[objects] = {"s3:GetObject", "s3:PutObject", "s3:DeleteObject"}
     problems = []
     if policy.get("Version") != "2012-10-17":
         problems.append(f"policy Version {policy.get('Version')!r}")
@@ -413,7 +427,7 @@ def policy_problems(
         actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
         resources = statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]]
         for item in actions + resources:
-            if ("*" in item or "?" in item) and item != ecs_tasks:
+            if ("*" in item or "?" in item) and item not in (ecs_tasks, objects):
                 problems.append(f"wildcard {item!r}")
         for resource in resources:
             granted.setdefault(resource, set()).update(actions)

@@ -162,3 +162,27 @@ def test_bootstrap_send_process_dead_letter_and_drain(service: Service, tmp_path
             worker.kill()
     assert {f"slow-{i}" for i in range(3)} <= set(done_tasks(log)), "every running job finished during the drain"
     assert service.counts(service.queue) == (0, 0), "nothing left in flight or lost"
+{%- if cookiecutter.large_payloads == "yes" %}
+
+
+def test_a_payload_over_the_size_limit_goes_through_s3(service: Service, tmp_path: Path) -> None:
+    """`bootstrap` makes the bucket, `send` offloads a 300 KB task in the SQS extended
+    client's format, the worker reads it back from S3 and runs it."""
+    bucket = f"e2e-{uuid.uuid4().hex[:12]}"
+    large = {"WORKER_LARGE_PAYLOAD_BUCKET": bucket}
+    out = service.command("bootstrap", WORKER_QUEUES=service.queue, **large)
+    assert f"bucket {bucket}: created" in out
+    body = tmp_path / "large.json"
+    body.write_text(json.dumps({"task_id": "large", "work_ms": 10, "notes": "n" * 300_000}))
+    service.command("send", "--queue", service.queue, "--count", "1", "--body-file", str(body), **large)
+    log = tmp_path / "worker.log"
+    worker = service.run(log)
+    try:
+        wait_until(lambda: done_tasks(log) == ["large"], "the large task done")
+        wait_until(lambda: service.counts(service.queue) == (0, 0), "the queue to empty")
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(120) == 0, log.read_text()[-3000:]
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+{%- endif %}

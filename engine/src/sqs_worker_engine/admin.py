@@ -9,6 +9,7 @@ from botocore.exceptions import ClientError
 
 from .limits import MAX_RETENTION_SECONDS as RETENTION_SECONDS  # the DLQ keeps messages as long as SQS allows
 from .limits import dlq_name
+from .offload import PayloadStore
 from .settings import WorkerConfig
 from .sqs import SQSClient, create_client, describe_queue
 
@@ -58,7 +59,35 @@ async def bootstrap_queues(config: WorkerConfig, max_receive_count: int) -> list
             allow = json.dumps({"redrivePermission": "byQueue", "sourceQueueArns": [arn]})
             await client.set_queue_attributes(QueueUrl=dlq_url, Attributes={"RedriveAllowPolicy": allow})
             report.append(f"queue {q.name}: {url} (DLQ {dlq} after {max_receive_count} receives)")
+    if s.large_payload_bucket:
+        report.append(await ensure_bucket(s.aws_region, s.aws_endpoint_url, s.large_payload_bucket))
     return report
+
+
+async def ensure_bucket(region: str, endpoint_url: str | None, bucket: str) -> str:
+    """The large-payload bucket (WORKER_LARGE_PAYLOAD_BUCKET), for LocalStack and first
+    steps; in AWS, deploy/aws/queues.yaml creates it with its lifecycle rule (idempotent)."""
+    store = PayloadStore(region, endpoint_url)
+    try:
+        s3 = await store.client()
+        try:
+            await s3.head_bucket(Bucket=bucket)
+            return f"bucket {bucket}: exists"
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") not in ("404", "NoSuchBucket", "NotFound"):
+                raise
+        try:
+            args: dict[str, Any] = {"Bucket": bucket}
+            if region != "us-east-1":  # S3 refuses a constraint naming its default region
+                args["CreateBucketConfiguration"] = {"LocationConstraint": region}
+            await s3.create_bucket(**args)
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") not in ("BucketAlreadyOwnedByYou", "BucketAlreadyExists"):
+                raise
+            return f"bucket {bucket}: exists"
+        return f"bucket {bucket}: created"
+    finally:
+        await store.close()
 
 
 async def resolve_dlq(client: SQSClient, queue: str) -> tuple[str, str, str, str, bool]:

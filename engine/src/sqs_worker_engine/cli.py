@@ -71,7 +71,12 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     send.add_argument("--count", type=int, default=10)
     send.add_argument("--body", help="message body; default: a demo task as JSON")
     send.add_argument("--work-ms", type=int, default=200, help="demo task duration")
+    send.add_argument("--body-file", help="read the message body from this file (large payloads go through S3)")
     send.add_argument("--group", default="demo", help="MessageGroupId (FIFO queues)")
+    send.add_argument("--delay", type=int, default=0, help="DelaySeconds, 0-900 (standard queues)")
+    send.add_argument(
+        "--attribute", action="append", default=[], metavar="NAME=VALUE", help="a String message attribute (repeatable)"
+    )
     boot = sub.add_parser("bootstrap", help="create the queues and their DLQs (idempotent)")
     boot.add_argument("--max-receive-count", type=int, help="default: WORKER_MAX_RECEIVE_COUNT")
     sub.add_parser("config", help="print the effective configuration")
@@ -149,33 +154,53 @@ def lingering_threads(grace: float = 1.0) -> list[threading.Thread]:
 
 
 def cmd_send(config: WorkerConfig, args: argparse.Namespace) -> int:
-    from .sqs import create_client
+    from .producer import Message, Producer, open_producer
 
     queue = args.queue or config.queues[0].name
     fifo = queue.endswith(".fifo")
+    s = config.settings
+    if args.body_file:
+        with open(args.body_file, encoding="utf-8") as f:
+            args.body = f.read()
+    attributes = dict(_attribute(text) for text in args.attribute)
 
     async def send() -> int:
-        async with create_client(config.settings.aws_region, config.settings.aws_endpoint_url, 4) as client:
-            url = (await client.get_queue_url(QueueName=queue))["QueueUrl"]
-            sent = 0
-            while sent < args.count:
-                entries = []
-                for i in range(sent, min(sent + 10, args.count)):
-                    body = args.body or json.dumps({"task_id": f"demo-{i}", "work_ms": args.work_ms})
-                    entry: dict[str, object] = {"Id": str(i), "MessageBody": body}
-                    if fifo:
-                        entry["MessageGroupId"] = args.group
-                        entry["MessageDeduplicationId"] = uuid.uuid4().hex
-                    entries.append(entry)
-                resp = await client.send_message_batch(QueueUrl=url, Entries=entries)  # type: ignore[arg-type]
-                if resp.get("Failed"):
-                    print(f"send failed: {resp['Failed']}", file=sys.stderr)
-                    return 1
-                sent += len(entries)
-            print(f"sent {sent} message(s) to {queue}")
-            return 0
+        producer: Producer[Any]
+        async with open_producer(
+            queue,
+            region=s.aws_region,
+            endpoint_url=s.aws_endpoint_url or "",
+            bucket=s.large_payload_bucket,
+            threshold=s.large_payload_threshold_bytes,
+        ) as producer:
+            messages = [
+                Message(
+                    args.body or {"task_id": f"demo-{i}", "work_ms": args.work_ms},
+                    group_id=args.group if fifo else None,
+                    dedup_id=uuid.uuid4().hex if fifo else None,
+                    delay=args.delay,
+                    attributes=attributes,
+                )
+                for i in range(args.count)
+            ]
+            result = await producer.send_batch(messages)
+        for failure in result.failed:
+            print(f"message {failure.index} not sent: {failure.code} {failure.message}", file=sys.stderr)
+        print(f"sent {len(result.message_ids)} message(s) to {queue}")
+        return 0 if result.ok else 1
 
-    return asyncio.run(send())
+    try:
+        return asyncio.run(send())
+    except (ValueError, TypeError) as exc:  # refused before sending: say what is wrong
+        print(f"{config.service.command} send: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+
+
+def _attribute(text: str) -> tuple[str, str]:
+    name, sep, value = text.partition("=")
+    if not sep or not name:
+        raise ConfigError([("--attribute", f"{text!r} is not NAME=VALUE")])
+    return name, value
 
 
 def cmd_bootstrap(config: WorkerConfig, args: argparse.Namespace) -> int:

@@ -106,7 +106,7 @@ def exhausted(facts: Facts) -> bool:
 
 def plan(outcome: Outcome, facts: Facts, policy: RetryPolicy, why: str = "", rand: float | None = None) -> Settlement:
     """The settlement for a handler that ended with `outcome`."""
-    if outcome == "success":
+    if outcome in ("success", "dropped"):
         return Delete()
     if outcome == "lease_lost":
         return Untouched()

@@ -8,6 +8,7 @@ import math
 import time
 from typing import Any
 
+from .offload import SIZE_ATTRIBUTES
 from .sqs import SqsApi
 
 # SQS allows 10 message attributes; three are ours, originals keep the rest.
@@ -29,7 +30,10 @@ def dead_letter_request(
     original: dict[str, Any] = dict(message.get("MessageAttributes") or {})
     for name in ERROR_ATTRIBUTES:
         original.pop(name, None)  # a redriven message failing again: record the new error
-    keep = dict(list(original.items())[: MAX_ATTRIBUTES - len(ERROR_ATTRIBUTES)])
+    # An offloaded payload's size attribute goes first: without it the pointer in the body
+    # is not recognised, and the redriven message could not be read.
+    ordered = sorted(original.items(), key=lambda item: item[0] not in SIZE_ATTRIBUTES)
+    keep = dict(ordered[: MAX_ATTRIBUTES - len(ERROR_ATTRIBUTES)])
     overflow = {k: _attr_value(v) for k, v in original.items() if k not in keep}
     attrs = message.get("Attributes") or {}
     context: dict[str, Any] = {

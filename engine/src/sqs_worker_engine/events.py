@@ -8,6 +8,8 @@ Events and the fields each carries (all carry `worker_id`):
 - `job:completed` (`job_id`, `queue`, `result`, `duration`)
 - `job:failed` (`job_id`, `queue`, `error`, `will_retry`, `outcome`)
 - `job:released` (`job_id`, `queue`, `reason`): given back unprocessed (shutdown, lost lease)
+- `job:dropped` (`job_id`, `queue`, `reason`): deleted unrun, a control message (an SNS
+  subscription confirmation, S3's test event)
 
 A listener that raises is logged and ignored: observers must never break processing.
 """
@@ -28,6 +30,7 @@ EVENTS = (
     "job:completed",
     "job:failed",
     "job:released",
+    "job:dropped",
 )
 
 Listener = Callable[[dict[str, Any]], object]

@@ -7,9 +7,13 @@ import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from .errors import JobCancelled
+
+if TYPE_CHECKING:
+    from .envelopes import Envelope
+    from .offload import S3Pointer
 
 P = TypeVar("P")
 
@@ -41,6 +45,12 @@ class Job(Generic[P]):
     receive_count: int
     max_retries: int | None
     worker_id: str
+    # What wrapped the payload (the handler's `envelope`), None for "raw": topic, event id,
+    # bucket and key... `envelope.id` is the envelope's own id, the one to key idempotency on.
+    envelope: Envelope | None = None
+    # Where the payload was, for a message a producer offloaded to S3 (the extended client's
+    # format); `body` is then the payload read from there.
+    large_payload: S3Pointer | None = None
     logger: logging.Logger | Any = field(repr=False, default=None)
     _cancel_flag: threading.Event | None = field(default=None, repr=False)
     _cancel_reason: str | None = field(default=None, repr=False)

@@ -54,6 +54,11 @@ class LocalStackError(RuntimeError):
     pass
 
 
+# SQS and what feeds queues in the wild (SNS, S3 notifications and large payloads,
+# EventBridge); LocalStack loads each on first use, so naming them costs nothing until then.
+SOURCES = "sqs,sns,s3,events"
+
+
 @dataclass
 class LocalStack:
     """A reachable LocalStack; `stop()` stops it only if we started it."""
@@ -64,7 +69,7 @@ class LocalStack:
     container: str | None = None
     workdir: str | None = None
     log_path: str | None = None
-    services: str = "sqs"
+    services: str = SOURCES
     _proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
     @property
@@ -113,7 +118,7 @@ def healthy(endpoint: str, service: str = "sqs", timeout: float = 2.0) -> bool:
     return data.get("services", {}).get(service) in ("available", "running")
 
 
-def ensure(services: str = "sqs", timeout: float = 180) -> LocalStack:
+def ensure(services: str = SOURCES, timeout: float = 180) -> LocalStack:
     """Return a reachable LocalStack, starting one if none answers."""
     configured = os.environ.get("AWS_ENDPOINT_URL")
     first = services.split(",")[0]
@@ -128,7 +133,7 @@ def ensure(services: str = "sqs", timeout: float = 180) -> LocalStack:
     return start_private(services=services, timeout=timeout, port=4566)
 
 
-def start_private(services: str = "sqs", persist: bool = False, timeout: float = 180, port: int = 0) -> LocalStack:
+def start_private(services: str = SOURCES, persist: bool = False, timeout: float = 180, port: int = 0) -> LocalStack:
     """Start a LocalStack of our own on the host, on `port` if it is free, else on a random
     free one. Tests that stop or kill theirs keep the random port: two test runs side by side
     would otherwise both try 4566, and the second would talk to (and kill) the first's."""

@@ -7,7 +7,7 @@ from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histo
 
 JOBS_PROCESSED = Counter(
     "jobs_processed",
-    "Jobs finished, by queue and outcome (success, retry, dead_letter, timeout, lease_lost, released).",
+    "Jobs finished, by queue and outcome (success, retry, dead_letter, timeout, lease_lost, released, dropped).",
     ["queue", "outcome"],
 )
 JOB_DURATION = Histogram(

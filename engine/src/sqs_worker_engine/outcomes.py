@@ -9,8 +9,9 @@ from .errors import JobCancelled, NonRetryableError
 
 # success: deleted. retry / timeout: visible again after a backoff (or RetryLater's delay). dead_letter: sent to
 # the DLQ with its reason. released: given back at once (shutdown). lease_lost: never
-# touched again (another delivery owns the message now).
-Outcome = Literal["success", "retry", "dead_letter", "timeout", "lease_lost", "released"]
+# touched again (another delivery owns the message now). dropped: deleted unrun, a control
+# message of the transport (an SNS subscription confirmation, S3's test event), not work.
+Outcome = Literal["success", "retry", "dead_letter", "timeout", "lease_lost", "released", "dropped"]
 
 
 def classify(error: BaseException | None) -> Outcome:

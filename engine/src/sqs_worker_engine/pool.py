@@ -53,6 +53,7 @@ from .decisions import (
 )
 from .delivery import Delivery, LeaseBook, State
 from .dlq import dead_letter_request, fit_to_size
+from .envelopes import ControlMessage, read_payload
 from .errors import PayloadError, RetryLater
 from .events import Events
 from .health import Health
@@ -60,8 +61,8 @@ from .job import Job
 from .lease import LeaseKeeper
 from .limits import MAX_RECEIVE_BATCH
 from .logs import bind_job, get_logger
+from .offload import PayloadStore, S3Pointer, pointer_of
 from .outcomes import classify
-from .payload import parse_payload
 from .reporting import Ending, JobReport, describe
 from .router import HandlerSpec, call_sync
 from .slots import Slots
@@ -90,6 +91,7 @@ class PoolOptions:
     ack_flush: float
     log_payloads: bool
     poll_timeout: float  # seconds after sending a receive when its client gives up on it
+    delete_large_payloads: bool = False  # WORKER_LARGE_PAYLOAD_DELETE (see offload.py)
 
     @property
     def held_limit(self) -> int:
@@ -115,6 +117,8 @@ class Run:
     # Done at the shutdown deadline: stop waiting for the work. A future (see Delivery.lost).
     cut: asyncio.Future[None] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
     job: Job[Any] | None = None
+    pointer: S3Pointer | None = None  # an offloaded payload's place in S3
+    body: str | None = None  # the payload read from there (kept for retries in place)
     started: float = 0.0
     running: bool = False  # a handler call of it has not returned yet
     handler_slot: bool = True  # it still holds its handler slot
@@ -135,9 +139,12 @@ class QueuePool:
         health: Health,
         process_pool: concurrent.futures.Executor | None,
         control: SqsApi | None = None,
+        payloads: PayloadStore | None = None,
     ) -> None:
-        """`client` receives; `control` (default: the same) extends leases and settles."""
+        """`client` receives; `control` (default: the same) extends leases and settles;
+        `payloads` reads offloaded payloads from S3."""
         self.client = client
+        self.payloads = payloads
         self.control = control or client
         self.info = info
         self.name = info.name
@@ -419,15 +426,22 @@ class QueuePool:
         message = run.delivery.message
         attrs = message.get("Attributes", {})
         try:
-            payload = parse_payload(self.spec.payload, message.get("Body", ""))
+            body = await self._body(run)
+            payload, envelope = read_payload(self.spec.payload, self.spec.envelope, body)
+        except ControlMessage as exc:
+            return Ending("dropped", exc, 0.0)
         except PayloadError as exc:
             return Ending("dead_letter", exc, 0.0)
+        except Exception as exc:  # S3 unreachable or slow: worth another attempt
+            return Ending("retry", exc, 0.0)
         max_receive = self.info.max_receive_count
         job: Job[Any] = Job(
             id=run.delivery.message_id,
             queue=self.name,
-            body=message.get("Body", ""),
+            body=body,
             payload=payload,
+            envelope=envelope,
+            large_payload=run.pointer,
             attributes=dict(attrs),
             message_attributes=dict(message.get("MessageAttributes") or {}),
             receive_count=run.attempt,
@@ -478,6 +492,19 @@ class QueuePool:
         if run.delivery.state is State.LOST:
             return Ending("lease_lost", None, duration)
         return Ending("released", None, duration)
+
+    async def _body(self, run: Run) -> str:
+        """The message's payload text: its body, or for an offloaded payload the S3 object
+        (read inside the job, its lease held, within the job timeout)."""
+        message = run.delivery.message
+        run.pointer = pointer_of(message)
+        if run.pointer is None:
+            return str(message.get("Body", ""))
+        if run.body is None:
+            if self.payloads is None:
+                raise RuntimeError(f"{run.pointer.uri}: this worker has no S3 client for large payloads")
+            run.body = await asyncio.wait_for(self.payloads.fetch(run.pointer), self.options.job_timeout)
+        return run.body
 
     def _invoke(self, job: Job[Any], run: Run) -> tuple[asyncio.Future[Any], asyncio.Future[None]]:
         """Start the handler. Returns its result, and a future that is done when the work
@@ -533,7 +560,9 @@ class QueuePool:
         """Carry out the settlement; returns what was done (a failed DLQ send retries)."""
         delivery = run.delivery
         if isinstance(settlement, Delete):
-            await self.acker.delete(delivery)
+            deleted = await self.acker.delete(delivery)
+            if deleted and run.pointer is not None and self.payloads is not None and self.options.delete_large_payloads:
+                await self.payloads.delete(run.pointer)  # only now: nothing points at it any more
         elif isinstance(settlement, RetryAfter):
             await self._give_back(delivery, settlement.seconds)
         elif isinstance(settlement, Release):

@@ -19,7 +19,7 @@ from .health import Health
 from .outcomes import Outcome
 
 log = logging.getLogger("sqs_worker_engine.pool")
-OUTCOMES: tuple[Outcome, ...] = ("success", "retry", "dead_letter", "timeout", "lease_lost", "released")
+OUTCOMES: tuple[Outcome, ...] = ("success", "retry", "dead_letter", "timeout", "lease_lost", "released", "dropped")
 
 
 @dataclass(frozen=True)
@@ -87,6 +87,11 @@ class JobReport:
                 queue=self.queue,
                 result=None,
                 duration=ending.duration,
+            )
+        elif outcome == "dropped":
+            log.info("message dropped: %s", describe(ending.error))
+            self.events.emit(
+                "job:dropped", worker_id=self.worker_id, job_id=job_id, queue=self.queue, reason=str(ending.error)
             )
         elif outcome in ("released", "lease_lost"):
             log.info("job released unsettled (%s)", outcome)

@@ -9,6 +9,8 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel
 
+from .envelopes import ENVELOPES, EnvelopeKind
+
 Executor = Literal["auto", "async", "thread", "process"]
 F = TypeVar("F", bound=Callable[..., Any])
 ReadinessCheck = Callable[[], Awaitable[bool]]
@@ -47,6 +49,7 @@ class HandlerSpec:
     fn: Callable[..., Any]
     payload: type[Any] | None
     mode: Literal["async", "thread", "process"]
+    envelope: EnvelopeKind = "raw"
 
 
 class Router:
@@ -54,6 +57,9 @@ class Router:
 
     `payload` is a pydantic model the body must validate against (else the message goes
     straight to the DLQ), `str` for the raw body, or None for any JSON value.
+    `envelope` says what wraps the payload on its way here: "raw" (nothing), "sns",
+    "eventbridge", "s3", "sns+s3" or "sns+eventbridge" (see envelopes.py); the model then
+    validates what is inside, and `job.envelope` carries the envelope's metadata.
     `executor`: "auto" runs coroutine functions on the event loop and plain functions in a
     thread pool (one per queue, sized to its concurrency); "process" runs a module-level
     function in a process pool, for CPU-bound work (costs: the job is pickled to the
@@ -65,7 +71,17 @@ class Router:
         self._handlers: dict[str, HandlerSpec] = {}
         self._readiness: list[tuple[str, ReadinessCheck]] = []
 
-    def handler(self, queue: str, *, payload: type[Any] | None = None, executor: Executor = "auto") -> Callable[[F], F]:
+    def handler(
+        self,
+        queue: str,
+        *,
+        payload: type[Any] | None = None,
+        executor: Executor = "auto",
+        envelope: EnvelopeKind = "raw",
+    ) -> Callable[[F], F]:
+        if envelope not in ENVELOPES:
+            raise ValueError(f"envelope must be one of {', '.join(ENVELOPES)}, got {envelope!r}")
+
         def register(fn: F) -> F:
             if queue in self._handlers:
                 raise ValueError(f"queue {queue!r} already has a handler: {self._handlers[queue].fn.__qualname__}")
@@ -84,7 +100,7 @@ class Router:
                 raise TypeError(f"{fn.__qualname__} is a coroutine function; only plain functions run in a {executor}")
             else:
                 mode = executor
-            self._handlers[queue] = HandlerSpec(queue, fn, payload, mode)
+            self._handlers[queue] = HandlerSpec(queue, fn, payload, mode, envelope)
             return fn
 
         return register

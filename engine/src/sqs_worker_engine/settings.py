@@ -125,6 +125,17 @@ class Settings(BaseSettings):
     )
     ecs_agent_uri: str | None = Field(default=None, validation_alias="ECS_AGENT_URI")
 
+    # Large payloads (the SQS extended client's format, see offload.py). A received pointer
+    # is always resolved (its bucket is in the message); these are for what this service
+    # sends (`send`, the producer) and for cleaning up after a processed message.
+    large_payload_bucket: str | None = Field(
+        default=None, pattern=r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$", validation_alias="WORKER_LARGE_PAYLOAD_BUCKET"
+    )
+    large_payload_threshold_bytes: int = Field(
+        default=262_144, ge=1, le=1_048_576, validation_alias="WORKER_LARGE_PAYLOAD_THRESHOLD_BYTES"
+    )
+    large_payload_delete: bool = Field(default=False, validation_alias="WORKER_LARGE_PAYLOAD_DELETE")
+
     db_pool_size: int | None = Field(default=None, ge=1, le=100_000, validation_alias="DB_POOL_SIZE")
     database_url: SecretStr | None = Field(default=None, validation_alias="DATABASE_URL")
     service_name: str = Field(default="sqs-worker", min_length=1, validation_alias="OTEL_SERVICE_NAME")
@@ -156,6 +167,11 @@ class Settings(BaseSettings):
         if len(set(value)) != len(value):
             raise ValueError("a queue is listed twice")
         return value
+
+    @field_validator("large_payload_bucket", mode="before")
+    @classmethod
+    def _no_bucket(cls, value: Any) -> Any:
+        return None if value == "" else value
 
     @field_validator("aws_endpoint_url", "ecs_agent_uri")
     @classmethod

@@ -8,8 +8,9 @@ outcome the worker would act on.
         assert result.outcome == "dead_letter"
         assert "task_id" in result.reason
 
-The body goes through the handler's payload model exactly as a received message's does (a
-body that fails it is dead-lettered without running the handler), and the outcome comes
+The body goes through the handler's envelope and payload model exactly as a received
+message's does (a body that fails them is dead-lettered without running the handler; a
+control message, such as an SNS subscription confirmation, is "dropped"), and the outcome comes
 from the same decision the worker makes (`outcomes.classify`): "success" (deleted),
 "retry" (visible again after a backoff, or `retry_after` seconds when the handler raised
 `RetryLater`), "dead_letter" (to the DLQ with `reason`),
@@ -29,10 +30,10 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from .envelopes import ControlMessage, Envelope, read_payload
 from .errors import PayloadError, RetryLater
 from .job import Job
 from .outcomes import Outcome, classify
-from .payload import parse_payload
 from .router import Router, call_sync
 
 __all__ = ["HandlerResult", "make_job", "run_handler", "run_handler_async"]
@@ -60,6 +61,7 @@ def make_job(
     attributes: Mapping[str, str] | None = None,
     message_attributes: Mapping[str, Any] | None = None,
     worker_id: str = "test-worker",
+    envelope: Envelope | None = None,
 ) -> Job[Any]:
     """A `Job` as a handler receives it, carrying `payload` as given (no validation)."""
     attrs = {"ApproximateReceiveCount": str(receive_count), **(attributes or {})}
@@ -75,6 +77,7 @@ def make_job(
         receive_count=receive_count,
         max_retries=max_retries,
         worker_id=worker_id,
+        envelope=envelope,
         logger=logging.getLogger(f"sqs_worker_engine.testing.{queue}"),
         _cancel_flag=threading.Event(),
         _stop_flag=threading.Event(),
@@ -119,10 +122,12 @@ async def run_handler_async(
         raise LookupError(f"no handler for queue {queue!r}; the router serves {router.queues}")
     body = _body(message)
     try:
-        payload = parse_payload(spec.payload, body)
+        payload, envelope = read_payload(spec.payload, spec.envelope, body)
+    except ControlMessage as exc:
+        return HandlerResult("dropped", None, exc)
     except PayloadError as exc:
         return HandlerResult("dead_letter", None, exc)
-    job = make_job(payload, queue=queue, body=body, **job_fields)
+    job = make_job(payload, queue=queue, body=body, envelope=envelope, **job_fields)
     if stopping:
         job._request_stop()
     if spec.mode == "async":

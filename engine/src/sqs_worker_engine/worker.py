@@ -32,6 +32,7 @@ from .backoff import Backoff
 from .ecs import ScaleInProtection
 from .events import Events, Listener
 from .health import Health, database_check
+from .offload import PayloadStore
 from .pool import PoolOptions, QueuePool
 from .processes import ProcessPool
 from .router import Router
@@ -83,10 +84,12 @@ class Worker:
         *,
         on_client: Callable[[SQSClient], None] | None = None,
         client: SqsApi | None = None,
+        payloads: PayloadStore | None = None,
     ) -> None:
         """`on_client` is called with each SQS client before first use: register botocore
         event handlers there (tracing, request accounting). `client` replaces the
-        aiobotocore clients (the in-memory model in tests)."""
+        aiobotocore clients (the in-memory model in tests); `payloads`, the S3 store of
+        offloaded payloads (made from the settings by default)."""
         missing = [q.name for q in config.queues if router.get(q.name) is None]
         if missing:
             raise ConfigError(
@@ -111,6 +114,7 @@ class Worker:
         self._on_client = on_client
         self._protection: ScaleInProtection | None = None
         self._client: SqsApi | None = client
+        self.payloads = payloads or PayloadStore(self.settings.aws_region, self.settings.aws_endpoint_url)
         self._control: SqsApi | None = None
 
     # -- the SDK-style surface -------------------------------------------------
@@ -236,6 +240,7 @@ class Worker:
                 if self._on_client is not None:
                     self._on_client(aws)
             self._client, self._control = polls, control
+        self._stack.push_async_callback(self.payloads.close)
         client = self._client
         control_client = self._control or client
         if any(spec.mode == "process" for q in self.config.queues if (spec := self.router.get(q.name))):
@@ -258,6 +263,7 @@ class Worker:
                 ack_flush=s.ack_flush_ms / 1000,
                 log_payloads=s.log_payloads,
                 poll_timeout=CONNECT_TIMEOUT + poll_timeout,
+                delete_large_payloads=s.large_payload_delete,
             )
             pool = QueuePool(
                 client,
@@ -269,6 +275,7 @@ class Worker:
                 health=self.health,
                 process_pool=self._process_pool,
                 control=control_client,
+                payloads=self.payloads,
             )
             self.pools.append(pool)
         self.health.track([pool.name for pool in self.pools])

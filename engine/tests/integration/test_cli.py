@@ -57,6 +57,42 @@ def test_send_enqueues_demo_messages(sqs: Sqs, localstack_endpoint: str) -> None
     assert len(bodies) == 13 and all(b["work_ms"] == 5 for b in bodies)
 
 
+def test_bootstrap_makes_the_bucket_and_send_offloads_a_large_body_to_it(
+    sqs: Sqs, localstack_endpoint: str, tmp_path: Path
+) -> None:
+    import boto3
+
+    s3 = boto3.client("s3", endpoint_url=localstack_endpoint, region_name=REGION)
+    bucket = f"cli-{uuid.uuid4().hex[:12]}"
+    queue = sqs.create()
+    body = tmp_path / "big.json"
+    body.write_text(json.dumps({"task_id": "big", "pad": "p" * 400_000}))
+    env = {"AWS_ENDPOINT_URL": localstack_endpoint, "WORKER_QUEUES": queue.name}
+    created = cli("bootstrap", WORKER_LARGE_PAYLOAD_BUCKET=bucket, **env)
+    again = cli("bootstrap", WORKER_LARGE_PAYLOAD_BUCKET=bucket, **env)
+    assert created.returncode == 0 and again.returncode == 0, created.stderr + again.stderr
+    assert f"bucket {bucket}: created" in created.stdout and f"bucket {bucket}: exists" in again.stdout
+    sent = cli(
+        "send", "--count", "1", "--body-file", str(body), "--attribute", "tenant=acme",
+        WORKER_LARGE_PAYLOAD_BUCKET=bucket, **env,
+    )  # fmt: skip
+    assert sent.returncode == 0, sent.stderr
+    [message] = sqs.receive_all(queue.url)
+    attributes = message["MessageAttributes"]
+    assert attributes["tenant"]["StringValue"] == "acme"
+    assert int(attributes["ExtendedPayloadSize"]["StringValue"]) == body.stat().st_size
+    _, pointer = json.loads(message["Body"])
+    stored = s3.get_object(Bucket=pointer["s3BucketName"], Key=pointer["s3Key"])["Body"].read().decode()
+    assert stored == body.read_text()
+    body.write_text(json.dumps({"task_id": "huge", "pad": "p" * 1_100_000}))
+    refused = cli("send", "--count", "1", "--body-file", str(body), **env)
+    assert refused.returncode == 2
+    assert "over SQS's limit" in refused.stderr and "WORKER_LARGE_PAYLOAD_BUCKET" in refused.stderr
+    bad = cli("send", "--attribute", "no-equals-sign", **env)
+    assert bad.returncode == 2 and "NAME=VALUE" in bad.stderr and "Traceback" not in bad.stderr
+    assert sqs.counts(queue.url) == (0, 1)  # nothing more was sent
+
+
 def test_config_prints_the_effective_configuration(tmp_path: Path) -> None:
     result = cli("config", WORKER_CONCURRENCY="3", DATABASE_URL="postgresql://u:secret@db/x")
     assert result.returncode == 0, result.stderr

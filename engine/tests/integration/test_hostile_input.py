@@ -253,6 +253,7 @@ BAD: dict[str, dict[str, str]] = {
             "WORKER_PROCESS_POOL_SIZE",
             "WORKER_METRICS_PORT",
             "WORKER_SCALE_IN_PROTECTION_MINUTES",
+            "WORKER_LARGE_PAYLOAD_THRESHOLD_BYTES",
             "DB_POOL_SIZE",
         )
     },
@@ -269,6 +270,9 @@ BAD: dict[str, dict[str, str]] = {
     "WORKER_STALLED_AFTER_SECONDS": {**FLOAT, "infinite": "inf"},
     "WORKER_DRAIN_POLLS": {"empty": "", "malformed": "maybe", "absurd": "2"},
     "LOG_PAYLOADS": {"empty": "", "malformed": "perhaps", "absurd": "-1"},
+    "WORKER_LARGE_PAYLOAD_DELETE": {"empty": "", "malformed": "later", "absurd": "2"},
+    # S3's bucket-name rule; empty means none.
+    "WORKER_LARGE_PAYLOAD_BUCKET": {"malformed": "My_Bucket", "absurd": "b" * 64, "path": "bucket/prefix"},
     "LOG_LEVEL": {"empty": "", "malformed": "LOUD"},
     "WORKER_QUEUES": {"empty": "", "commas": " , ", "malformed": "bad name", "absurd": "q" * 81, "twice": "a,a"},
     "WORKER_HANDLERS": {"empty": "", "malformed": "no-colon", "absurd": "a:b:c"},
