@@ -17,6 +17,9 @@ from .support import Sqs
 # LocalStack accepts any credentials; never let a test pick up real ones.
 os.environ.setdefault("AWS_ACCESS_KEY_ID", "test")
 os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "test")
+# The SDK is installed for the tracing tests; worker processes of the other tests export
+# nothing (test_tracing.py's OTLP test gives its worker an endpoint of its own).
+os.environ.setdefault("OTEL_TRACES_EXPORTER", "none")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -99,12 +99,13 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
 
 
 def cmd_run(config: WorkerConfig, args: argparse.Namespace) -> int:
-    from . import logs
+    from . import logs, tracing
     from .worker import StartupError, Worker, load_router
 
     if not config.settings.handlers:
         raise ConfigError([("WORKER_HANDLERS", "name the Router to serve, as package.module:attribute")])
     logs.configure(config.settings.service_name, config.settings.log_level)
+    provider = tracing.configure(config.settings.service_name)
     router = load_router(config.settings.handlers)
     worker = Worker(config, router)
     try:
@@ -112,6 +113,9 @@ def cmd_run(config: WorkerConfig, args: argparse.Namespace) -> int:
     except StartupError as exc:
         logging.getLogger(__name__).error("cannot start: %s", exc)
         return EXIT_STARTUP
+    finally:
+        if provider is not None:
+            provider.shutdown()  # the last spans, exported before the process ends
     lingering = lingering_threads()
     if lingering:
         # A thread cannot be interrupted (a sync handler, or one an async handler started
@@ -154,6 +158,7 @@ def lingering_threads(grace: float = 1.0) -> list[threading.Thread]:
 
 
 def cmd_send(config: WorkerConfig, args: argparse.Namespace) -> int:
+    from . import tracing
     from .producer import Message, Producer, open_producer
 
     queue = args.queue or config.queues[0].name
@@ -163,6 +168,8 @@ def cmd_send(config: WorkerConfig, args: argparse.Namespace) -> int:
         with open(args.body_file, encoding="utf-8") as f:
             args.body = f.read()
     attributes = dict(_attribute(text) for text in args.attribute)
+
+    provider = tracing.configure(s.service_name)
 
     async def send() -> int:
         producer: Producer[Any]
@@ -194,6 +201,9 @@ def cmd_send(config: WorkerConfig, args: argparse.Namespace) -> int:
     except (ValueError, TypeError) as exc:  # refused before sending: say what is wrong
         print(f"{config.service.command} send: {exc}", file=sys.stderr)
         return EXIT_CONFIG
+    finally:
+        if provider is not None:
+            provider.shutdown()
 
 
 def _attribute(text: str) -> tuple[str, str]:

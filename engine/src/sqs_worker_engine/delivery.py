@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Literal
@@ -75,6 +75,9 @@ class Delivery:
     action: SettleAction | None = None  # while settling: what the queued call does
     extension: asyncio.Task[None] | None = field(default=None, repr=False)  # the keeper's call in flight
     extensions: int = 0
+    # Told what happens to the lease ("lease extended", "lease lost"): the job's span, when
+    # tracing. Called by the book only; it never decides anything.
+    observer: Callable[[str, dict[str, Any]], None] | None = field(default=None, repr=False)
     _lost: asyncio.Future[None] | None = field(default=None, repr=False)
 
     def lost(self) -> asyncio.Future[None]:
@@ -166,6 +169,8 @@ class LeaseBook:
             delivery.deadline = max(delivery.deadline, sent + seconds)
             delivery.extensions += 1
             metrics.LEASE_EXTENSIONS.labels(self.queue).inc()
+            if delivery.observer is not None:
+                delivery.observer("lease extended", {"visibility_seconds": seconds, "extensions": delivery.extensions})
 
     def expired(self, now: float) -> list[Delivery]:
         """Lose every lease whose deadline (less the safety margin) has come."""
@@ -185,6 +190,8 @@ class LeaseBook:
         self._held.pop(id(delivery), None)
         metrics.LEASES_LOST.labels(self.queue).inc()
         log.warning("lease lost: %s", why, extra={"queue": self.queue, "message_id": delivery.message_id})
+        if delivery.observer is not None:
+            delivery.observer("lease lost", {"reason": why})
         if delivery._lost is not None and not delivery._lost.done():
             delivery._lost.set_result(None)
 

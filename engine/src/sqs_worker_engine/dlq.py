@@ -11,7 +11,9 @@ from typing import Any
 from .offload import SIZE_ATTRIBUTES
 from .sqs import SqsApi
 
-# SQS allows 10 message attributes; three are ours, originals keep the rest.
+# SQS allows 10 message attributes; three are ours, originals keep the rest (a large
+# payload's size attribute first, then the trace context, then in their order).
+TRACE_ATTRIBUTES = ("traceparent", "tracestate")
 ERROR_ATTRIBUTES = ("x-error-type", "x-error-message", "x-error-context")
 MAX_ATTRIBUTES = 10
 MAX_ERROR_MESSAGE = 1024
@@ -25,14 +27,21 @@ def dead_letter_request(
     worker_id: str,
     fifo: bool,
     why: str = "",
+    trace: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """The SendMessage arguments that move `message` to the DLQ with its error recorded."""
+    """The SendMessage arguments that move `message` to the DLQ with its error recorded.
+
+    The trace context travels with it: the producer's `traceparent`/`tracestate` attributes
+    and `AWSTraceHeader`, so a redriven message continues the same trace; `trace` (the
+    failing job's trace and span ids) goes into the error context."""
     original: dict[str, Any] = dict(message.get("MessageAttributes") or {})
     for name in ERROR_ATTRIBUTES:
         original.pop(name, None)  # a redriven message failing again: record the new error
     # An offloaded payload's size attribute goes first: without it the pointer in the body
     # is not recognised, and the redriven message could not be read.
-    ordered = sorted(original.items(), key=lambda item: item[0] not in SIZE_ATTRIBUTES)
+    ordered = sorted(
+        original.items(), key=lambda item: (item[0] not in SIZE_ATTRIBUTES, item[0] not in TRACE_ATTRIBUTES)
+    )
     keep = dict(ordered[: MAX_ATTRIBUTES - len(ERROR_ATTRIBUTES)])
     overflow = {k: _attr_value(v) for k, v in original.items() if k not in keep}
     attrs = message.get("Attributes") or {}
@@ -45,6 +54,8 @@ def dead_letter_request(
     }
     if why:
         context["why"] = why[:MAX_ERROR_MESSAGE]
+    if trace:
+        context["trace"] = trace
     if overflow:
         context["overflow_attributes"] = overflow
     keep["x-error-type"] = {"DataType": "String", "StringValue": type(error).__name__}
@@ -54,6 +65,9 @@ def dead_letter_request(
     }
     keep["x-error-context"] = {"DataType": "String", "StringValue": json.dumps(context, default=str)}
     request: dict[str, Any] = {"QueueUrl": dlq_url, "MessageBody": message["Body"], "MessageAttributes": keep}
+    xray = attrs.get("AWSTraceHeader")
+    if xray:  # a system attribute: it counts against neither the size nor the attribute quota
+        request["MessageSystemAttributes"] = {"AWSTraceHeader": {"DataType": "String", "StringValue": str(xray)}}
     if fifo:
         request["MessageGroupId"] = attrs.get("MessageGroupId", "dead-letter")
         request["MessageDeduplicationId"] = str(message["MessageId"])[:128]

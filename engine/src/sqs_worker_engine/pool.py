@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import contextvars
 import functools
 import logging
@@ -34,7 +35,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import clock, metrics
+from . import clock, metrics, tracing
 from .acker import Acker
 from .backoff import Backoff
 from .decisions import (
@@ -92,6 +93,7 @@ class PoolOptions:
     log_payloads: bool
     poll_timeout: float  # seconds after sending a receive when its client gives up on it
     delete_large_payloads: bool = False  # WORKER_LARGE_PAYLOAD_DELETE (see offload.py)
+    trace_parent: bool = True  # WORKER_TRACE_PARENT: the producer's span parents the job's (see tracing.py)
 
     @property
     def held_limit(self) -> int:
@@ -119,6 +121,7 @@ class Run:
     job: Job[Any] | None = None
     pointer: S3Pointer | None = None  # an offloaded payload's place in S3
     body: str | None = None  # the payload read from there (kept for retries in place)
+    span: tracing.JobSpan | None = None  # this attempt's `process` span, when tracing
     started: float = 0.0
     running: bool = False  # a handler call of it has not returned yet
     handler_slot: bool = True  # it still holds its handler slot
@@ -145,6 +148,7 @@ class QueuePool:
         `payloads` reads offloaded payloads from S3."""
         self.client = client
         self.payloads = payloads
+        self.tracing = tracing.enabled()  # decided once: a provider is installed before the worker starts
         self.control = control or client
         self.info = info
         self.name = info.name
@@ -409,14 +413,21 @@ class QueuePool:
                     run.deciding = False
                     self._handler_slot_done(run)
                 if isinstance(settlement, RetryInPlace):
-                    self.report.ended(run.delivery.message_id, ending, will_retry=True)
+                    self.report.ended(run.delivery.message_id, ending, will_retry=True, trace=self._trace_ids(run))
+                    self._end_span(run, settlement, ending)
                     if await self._wait_in_place(run, settlement.seconds):
                         run.attempt += 1
                         continue
                     settlement = Release() if run.delivery.state is not State.LOST else Untouched()
                     ending = Ending("released", None, 0.0)
                 settlement = await self._settle(run, settlement, ending)
-                self.report.ended(run.delivery.message_id, ending, will_retry=isinstance(settlement, RetryAfter))
+                self.report.ended(
+                    run.delivery.message_id,
+                    ending,
+                    will_retry=isinstance(settlement, RetryAfter),
+                    trace=self._trace_ids(run),
+                )
+                self._end_span(run, settlement, ending)
                 return settlement
         finally:
             self._forget(run)
@@ -424,6 +435,7 @@ class QueuePool:
     async def _attempt(self, run: Run) -> Ending:
         """One handler call, up to its end (or the shutdown cut)."""
         message = run.delivery.message
+        self._start_span(run)
         attrs = message.get("Attributes", {})
         try:
             body = await self._body(run)
@@ -461,7 +473,8 @@ class QueuePool:
         if run.delivery.state is State.RECEIVED:
             self.book.start(run.delivery)
         run.started = clock.now()
-        work, ended = self._invoke(job, run)
+        with run.span or contextlib.nullcontext():  # the span is current in the handler's task or thread
+            work, ended = self._invoke(job, run)
         lost, cut = run.delivery.lost(), run.cut
         await asyncio.wait({work, lost, cut}, timeout=self.options.job_timeout, return_when=asyncio.FIRST_COMPLETED)
         if work.done() and run.delivery.state is State.LOST:
@@ -471,6 +484,8 @@ class QueuePool:
             requested = error.seconds if isinstance(error, RetryLater) else None
             return Ending(classify(error), error, clock.now() - run.started, requested)
         reason = "shutdown" if cut.done() else "lease_lost" if lost.done() else "timeout"
+        if run.span is not None:
+            run.span.event("cancelled", reason=reason, job_timeout_seconds=self.options.job_timeout)
         job._cancel(reason)
         work.cancel()
         # A job that cannot be interrupted keeps its lease and slot until its work
@@ -492,6 +507,33 @@ class QueuePool:
         if run.delivery.state is State.LOST:
             return Ending("lease_lost", None, duration)
         return Ending("released", None, duration)
+
+    def _start_span(self, run: Run) -> None:
+        if not self.tracing:
+            return
+        run.span = tracing.JobSpan(
+            self.name, run.delivery.message, self.worker_id, run.attempt, self.options.trace_parent
+        )
+        run.delivery.observer = run.span.note
+        bind_job(**run.span.ids)
+
+    def _trace_ids(self, run: Run) -> dict[str, str] | None:
+        return run.span.ids if run.span is not None else None
+
+    @staticmethod
+    def _end_span(run: Run, settlement: Settlement, ending: Ending) -> None:
+        """What became of the message, on the attempt's span; then the span ends."""
+        span, run.span = run.span, None
+        if span is None:
+            return
+        run.delivery.observer = None
+        if isinstance(settlement, RetryAfter | RetryInPlace):
+            span.event("retry", delay_seconds=settlement.seconds, in_place=isinstance(settlement, RetryInPlace))
+        elif isinstance(settlement, DeadLetter):
+            span.event("dead_letter", reason=settlement.why[:1024])
+        elif isinstance(settlement, Release):
+            span.event("released", reason="shutdown" if ending.outcome == "released" else ending.outcome)
+        span.end(ending.outcome, ending.error)
 
     async def _body(self, run: Run) -> str:
         """The message's payload text: its body, or for an offloaded payload the S3 object
@@ -581,7 +623,14 @@ class QueuePool:
             return Untouched()
         error = ending.error if ending.error is not None else RuntimeError(settlement.why)
         request = dead_letter_request(
-            delivery.message, self.info.dlq_url, self.name, error, self.worker_id, self.info.fifo, settlement.why
+            delivery.message,
+            self.info.dlq_url,
+            self.name,
+            error,
+            self.worker_id,
+            self.info.fifo,
+            settlement.why,
+            trace=self._trace_ids(run),
         )
         fitted = fit_to_size(request, self.info.dlq_max_size)
         try:

@@ -20,8 +20,10 @@
 - A message over `threshold` bytes (body and attributes) goes to S3 when `bucket` is set,
   in the SQS extended client's format (see offload.py), which every extended client and
   this worker read; without a bucket, a message over SQS's limit is refused before sending.
-- `inject(message_attributes, system_attributes)` is called for each message before its
-  size is counted: the place for trace context (`traceparent`, `AWSTraceHeader`).
+- Tracing (tracing.py): a `send <queue>` PRODUCER span around each call, its context on
+  every message (`traceparent`/`tracestate` while the attribute budget allows, and
+  `AWSTraceHeader`). `inject(message_attributes, system_attributes)` is called after, for
+  each message, before its size is counted: a hook for context of your own.
 """
 
 from __future__ import annotations
@@ -31,13 +33,15 @@ import json
 import os
 import threading
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import AbstractContextManager, asynccontextmanager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from botocore.exceptions import ClientError
+from opentelemetry.trace import SpanKind
 from pydantic import BaseModel, ValidationError
 
+from . import tracing
 from .backoff import backoff_delay
 from .dlq import attributes_size
 from .limits import MAX_RECEIVE_BATCH
@@ -142,7 +146,11 @@ class Producer(Generic[P]):
         attributes: Mapping[str, Any] | None = None,
     ) -> str:
         """Send one message; returns its MessageId, or raises SendError."""
-        entry = await self._entry("0", Message(payload, group_id, dedup_id, delay, attributes))
+        with self._span(1):
+            return await self._send(Message(payload, group_id, dedup_id, delay, attributes))
+
+    async def _send(self, message: Message[Any]) -> str:
+        entry = await self._entry("0", message)
         entry.pop("Id")
         try:
             resp = await self.client.send_message(QueueUrl=self.queue_url, **entry)
@@ -152,6 +160,27 @@ class Producer(Generic[P]):
 
     async def send_batch(self, messages: Iterable[Message[Any]]) -> BatchResult:
         """Send many, 10 to a call; see the module docstring for what is retried."""
+        messages = list(messages)
+        with self._span(len(messages)):
+            return await self._send_all(messages)
+
+    def _span(self, count: int) -> AbstractContextManager[Any]:
+        """A PRODUCER span `send <queue>` around the call: its context goes on each message."""
+        if not tracing.enabled():
+            return nullcontext()
+        attributes: dict[str, Any] = {
+            "messaging.system": "aws_sqs",
+            "messaging.operation.type": "send",
+            "messaging.operation.name": "send",
+            "messaging.destination.name": self.queue_url.rsplit("/", 1)[-1],
+        }
+        if count != 1:
+            attributes["messaging.batch.message_count"] = count
+        return tracing.tracer().start_as_current_span(
+            f"send {attributes['messaging.destination.name']}", kind=SpanKind.PRODUCER, attributes=attributes
+        )
+
+    async def _send_all(self, messages: list[Message[Any]]) -> BatchResult:
         result = BatchResult()
         pending: dict[int, dict[str, Any]] = {}
         for index, message in enumerate(messages):
@@ -197,6 +226,7 @@ class Producer(Generic[P]):
         if reserved:
             raise ValueError(f"message attribute {reserved[0]!r} is reserved for large payloads")
         system: dict[str, Any] = {}
+        tracing.inject(attributes, system)  # the current span's context, when there is one
         if self.inject is not None:
             self.inject(attributes, system)
         if len(attributes) > MAX_ATTRIBUTES:

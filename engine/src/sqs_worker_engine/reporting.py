@@ -73,11 +73,12 @@ class JobReport:
         self._processed["released"].inc()
         self.events.emit("job:released", worker_id=self.worker_id, job_id=job_id, queue=self.queue, reason=reason)
 
-    def ended(self, job_id: str, ending: Ending, will_retry: bool) -> None:
+    def ended(self, job_id: str, ending: Ending, will_retry: bool, trace: dict[str, str] | None = None) -> None:
+        """`trace`: the job's trace and span ids, an exemplar of its duration (OpenMetrics)."""
         outcome = ending.outcome
         self._processed[outcome].inc()
         if outcome != "released" and ending.duration:
-            self._duration.observe(ending.duration)
+            self._duration.observe(ending.duration, exemplar=trace or None)
         if outcome == "success":
             log.debug("job completed in %.3f s", ending.duration)
             self.events.emit(

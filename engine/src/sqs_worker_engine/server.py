@@ -8,7 +8,8 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
+from prometheus_client.openmetrics import exposition as openmetrics
 
 from .health import Health
 
@@ -17,8 +18,12 @@ ReadyCheck = tuple[str, Callable[[], Awaitable[bool]]]
 
 
 def make_app(health: Health, checks: list[ReadyCheck]) -> web.Application:
-    async def metrics(_: web.Request) -> web.Response:
+    async def metrics(request: web.Request) -> web.Response:
         health.write_file()  # keeps the progress gauge current for this scrape
+        if "application/openmetrics-text" in request.headers.get("Accept", ""):
+            # OpenMetrics carries the exemplars: job_duration_seconds -> the job's trace.
+            body = openmetrics.generate_latest(REGISTRY)  # type: ignore[no-untyped-call]
+            return web.Response(body=body, headers={"Content-Type": openmetrics.CONTENT_TYPE_LATEST})
         return web.Response(body=generate_latest(), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def livez(_: web.Request) -> web.Response:

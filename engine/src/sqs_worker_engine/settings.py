@@ -136,6 +136,9 @@ class Settings(BaseSettings):
     )
     large_payload_delete: bool = Field(default=False, validation_alias="WORKER_LARGE_PAYLOAD_DELETE")
 
+    # Tracing (tracing.py): the producer's span as the parent of each job's, or a link only.
+    trace_parent: bool = Field(default=True, validation_alias="WORKER_TRACE_PARENT")
+
     db_pool_size: int | None = Field(default=None, ge=1, le=100_000, validation_alias="DB_POOL_SIZE")
     database_url: SecretStr | None = Field(default=None, validation_alias="DATABASE_URL")
     service_name: str = Field(default="sqs-worker", min_length=1, validation_alias="OTEL_SERVICE_NAME")

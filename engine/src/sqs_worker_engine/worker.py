@@ -26,7 +26,7 @@ from contextlib import AsyncExitStack
 from enum import StrEnum
 from typing import Any
 
-from . import clock, entry, metrics
+from . import clock, entry, metrics, tracing
 from ._version import ENGINE_VERSION
 from .backoff import Backoff
 from .ecs import ScaleInProtection
@@ -237,6 +237,8 @@ class Worker:
                 )
             )
             for aws in (polls, control):
+                if tracing.enabled():
+                    tracing.client_spans(aws)
                 if self._on_client is not None:
                     self._on_client(aws)
             self._client, self._control = polls, control
@@ -264,6 +266,7 @@ class Worker:
                 log_payloads=s.log_payloads,
                 poll_timeout=CONNECT_TIMEOUT + poll_timeout,
                 delete_large_payloads=s.large_payload_delete,
+                trace_parent=s.trace_parent,
             )
             pool = QueuePool(
                 client,

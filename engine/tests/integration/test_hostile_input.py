@@ -271,6 +271,7 @@ BAD: dict[str, dict[str, str]] = {
     "WORKER_DRAIN_POLLS": {"empty": "", "malformed": "maybe", "absurd": "2"},
     "LOG_PAYLOADS": {"empty": "", "malformed": "perhaps", "absurd": "-1"},
     "WORKER_LARGE_PAYLOAD_DELETE": {"empty": "", "malformed": "later", "absurd": "2"},
+    "WORKER_TRACE_PARENT": {"empty": "", "malformed": "sometimes", "absurd": "2"},
     # S3's bucket-name rule; empty means none.
     "WORKER_LARGE_PAYLOAD_BUCKET": {"malformed": "My_Bucket", "absurd": "b" * 64, "path": "bucket/prefix"},
     "LOG_LEVEL": {"empty": "", "malformed": "LOUD"},

@@ -1,0 +1,233 @@
+"""Traces across the queue: the producer's context on each message, one CONSUMER span per job.
+
+The engine uses the OpenTelemetry API only. Nothing is recorded until a TracerProvider is
+installed: `configure()` installs the SDK's, exporting over OTLP/HTTP, when the SDK is
+there (the `otlp` extra: a service baked with `tracing=yes`) and the standard environment
+does not turn it off (`OTEL_SDK_DISABLED=true`, `OTEL_TRACES_EXPORTER=none`). Everything
+else is the SDK's own standard environment: `OTEL_EXPORTER_OTLP_ENDPOINT`,
+`OTEL_TRACES_SAMPLER`, `OTEL_SERVICE_NAME`, `OTEL_RESOURCE_ATTRIBUTES`...
+
+On the wire (the OpenTelemetry messaging conventions for AWS SQS):
+- the producer puts W3C `traceparent` / `tracestate` in String message attributes while the
+  budget allows (10 attributes, one always left for a large payload's pointer), and the
+  X-Ray form in the `AWSTraceHeader` system attribute, which counts against no quota;
+- the consumer reads `traceparent` first, then `AWSTraceHeader`, and starts
+  `process <queue>` (kind CONSUMER) with the producer's context as its parent and as a
+  link (`WORKER_TRACE_PARENT=false`: a link only, a trace of its own per job).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.trace import Link, NonRecordingSpan, Span, SpanContext, SpanKind, Status, StatusCode, TraceFlags
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+log = logging.getLogger(__name__)
+TRACEPARENT = "traceparent"
+TRACESTATE = "tracestate"
+XRAY_ATTRIBUTE = "AWSTraceHeader"
+MAX_ATTRIBUTES = 10
+SCOPE = "sqs_worker_engine"
+_W3C = TraceContextTextMapPropagator()
+_XRAY = re.compile(r"Root=1-([0-9a-f]{8})-([0-9a-f]{24});Parent=([0-9a-f]{16});Sampled=([01])")
+
+
+def tracer() -> trace.Tracer:
+    from ._version import ENGINE_VERSION
+
+    return trace.get_tracer(SCOPE, ENGINE_VERSION)
+
+
+def enabled() -> bool:
+    """Whether a real TracerProvider is installed (else every span is a no-op)."""
+    return not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+
+
+def configure(service_name: str) -> Any | None:
+    """Install the SDK's TracerProvider with an OTLP/HTTP exporter, if the SDK is installed
+    and the environment does not turn it off; returns the provider (to shut down at exit)."""
+    if os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        return None
+    if os.environ.get("OTEL_TRACES_EXPORTER", "otlp").strip().lower() == "none":
+        return None
+    if enabled():
+        return None  # the application installed its own
+    try:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        from opentelemetry.sdk.resources import SERVICE_NAME, Resource
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    except ImportError:
+        return None  # no SDK: a service baked without tracing
+    resource = Resource.create({SERVICE_NAME: os.environ.get("OTEL_SERVICE_NAME") or service_name})
+    provider = TracerProvider(resource=resource)  # the sampler comes from OTEL_TRACES_SAMPLER
+    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    trace.set_tracer_provider(provider)
+    log.info("tracing: spans exported over OTLP/HTTP")
+    return provider
+
+
+# -- the producer's side -------------------------------------------------------------
+
+
+def xray_header(context: SpanContext) -> str:
+    trace_id = f"{context.trace_id:032x}"
+    sampled = 1 if context.trace_flags.sampled else 0
+    return f"Root=1-{trace_id[:8]}-{trace_id[8:]};Parent={context.span_id:016x};Sampled={sampled}"
+
+
+def inject(message_attributes: dict[str, Any], system_attributes: dict[str, Any]) -> None:
+    """The producer's hook: the current context onto one outgoing message."""
+    current = trace.get_current_span().get_span_context()
+    if not current.is_valid:
+        return
+    carrier: dict[str, str] = {}
+    _W3C.inject(carrier)
+    room = MAX_ATTRIBUTES - 1 - len(message_attributes)  # one kept for a large payload's pointer
+    for key in (TRACEPARENT, TRACESTATE):
+        if key in carrier and key not in message_attributes and room > 0:
+            message_attributes[key] = {"DataType": "String", "StringValue": carrier[key]}
+            room -= 1
+        elif key == TRACEPARENT:
+            break  # a tracestate without its traceparent means nothing
+    system_attributes[XRAY_ATTRIBUTE] = {"DataType": "String", "StringValue": xray_header(current)}
+
+
+# -- the consumer's side -------------------------------------------------------------
+
+
+def producer_context(message: Mapping[str, Any]) -> SpanContext | None:
+    """The context a message was sent in: its traceparent, else its AWSTraceHeader."""
+    attributes = message.get("MessageAttributes") or {}
+    carrier = {
+        key: str(attributes[key]["StringValue"])
+        for key in (TRACEPARENT, TRACESTATE)
+        if key in attributes and "StringValue" in attributes[key]
+    }
+    if TRACEPARENT in carrier:
+        found = trace.get_current_span(_W3C.extract(carrier)).get_span_context()
+        if found.is_valid:
+            return found
+    header = (message.get("Attributes") or {}).get(XRAY_ATTRIBUTE)
+    match = _XRAY.search(str(header or ""))
+    if match is None:
+        return None
+    high, low, parent, sampled = match.groups()
+    flags = TraceFlags(TraceFlags.SAMPLED if sampled == "1" else TraceFlags.DEFAULT)
+    return SpanContext(int(high + low, 16), int(parent, 16), is_remote=True, trace_flags=flags)
+
+
+class JobSpan:
+    """One job's `process <queue>` span: started before the handler is called, current
+    while it runs (its logs and child spans belong to it), ended once the message is settled,
+    so the settlement is on it too."""
+
+    def __init__(
+        self,
+        queue: str,
+        message: Mapping[str, Any],
+        worker_id: str,
+        attempt: int,
+        as_parent: bool = True,
+    ) -> None:
+        linked = producer_context(message)
+        parent = trace.set_span_in_context(NonRecordingSpan(linked)) if linked is not None and as_parent else None
+        attributes: dict[str, Any] = {
+            "messaging.system": "aws_sqs",
+            "messaging.operation.type": "process",
+            "messaging.operation.name": "process",
+            "messaging.destination.name": queue,
+            "messaging.message.id": str(message.get("MessageId", "")),
+            "messaging.client.id": worker_id,
+            "messaging.sqs.receive_count": attempt,
+        }
+        group = (message.get("Attributes") or {}).get("MessageGroupId")
+        if group:
+            attributes["messaging.message.group_id"] = group  # not in the conventions yet for SQS
+        self.span: Span = tracer().start_span(
+            f"process {queue}",
+            context=parent if parent is not None else otel_context.Context(),
+            kind=SpanKind.CONSUMER,
+            links=[Link(linked)] if linked is not None else None,
+            attributes=attributes,
+        )
+        self._token: object | None = None
+
+    def __enter__(self) -> JobSpan:
+        """Make the span current (for the handler's task, created meanwhile)."""
+        self._token = otel_context.attach(trace.set_span_in_context(self.span))
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        if self._token is not None:
+            otel_context.detach(self._token)  # type: ignore[arg-type]
+            self._token = None
+
+    @property
+    def ids(self) -> dict[str, str]:
+        """trace_id and span_id for log lines and exemplars (empty when not recorded)."""
+        context = self.span.get_span_context()
+        if not context.is_valid or not self.span.is_recording():
+            return {}
+        return {"trace_id": f"{context.trace_id:032x}", "span_id": f"{context.span_id:016x}"}
+
+    def event(self, name: str, **attributes: Any) -> None:
+        self.note(name, attributes)
+
+    def note(self, name: str, attributes: Mapping[str, Any]) -> None:
+        """A span event (the lease book's observer has this shape)."""
+        self.span.add_event(name, {k: v for k, v in attributes.items() if v is not None})
+
+    def end(self, outcome: str, error: BaseException | None) -> None:
+        self.span.set_attribute("sqs_worker.outcome", outcome)
+        if error is not None and outcome in ("retry", "dead_letter", "timeout"):
+            self.span.record_exception(error)
+            self.span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"[:256]))
+        self.span.end()
+
+
+def client_spans(client: Any) -> None:
+    """CLIENT spans for a client's SQS calls (`Worker(on_client=...)`), from botocore's
+    events: started before the call, ended after it, never in the way of the call itself."""
+
+    def before(model: Any, params: Mapping[str, Any], context: dict[str, Any], **_: Any) -> None:
+        if not enabled():
+            return
+        queue = str(params.get("QueueUrl", "")).rsplit("/", 1)[-1]
+        span = tracer().start_span(
+            f"{model.name} {queue}".strip(),
+            kind=SpanKind.CLIENT,
+            attributes={
+                "rpc.system": "aws-api",
+                "rpc.service": "SQS",
+                "rpc.method": model.name,
+                "messaging.system": "aws_sqs",
+                "messaging.destination.name": queue,
+            },
+        )
+        context["sqs_worker_span"] = span
+
+    def after(context: dict[str, Any], **kwargs: Any) -> None:
+        span = context.pop("sqs_worker_span", None)
+        if span is None:
+            return
+        exception = kwargs.get("exception")
+        if exception is not None:
+            span.record_exception(exception)
+            span.set_status(Status(StatusCode.ERROR, type(exception).__name__))
+        else:
+            status = (kwargs.get("http_response") and getattr(kwargs["http_response"], "status_code", None)) or 0
+            if status:
+                span.set_attribute("http.response.status_code", status)
+        span.end()
+
+    client.meta.events.register("before-call.sqs", before)
+    client.meta.events.register("after-call.sqs", after)
+    client.meta.events.register("after-call-error.sqs", after)
