@@ -8,7 +8,7 @@ JOBS ?= 2
 
 SCANNERS := .venv-scanners
 
-.PHONY: install tools scanners scanners-lock test demo format bench clean
+.PHONY: install tools scanners scanners-lock test demo format bench bench-tracing clean
 
 $(UV):
 	$(PYTHON) -m venv $(VENV)
@@ -49,6 +49,11 @@ demo: install
 # half an hour on 2 cores; BENCH_ARGS=--quick for a small run.
 bench: install
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/python bench/run.py $(BENCH_ARGS)
+
+# What tracing costs: CPU per message with tracing off and on, side by side (bench/tracing.py;
+# seconds). Writes docs/benchmarks-tracing.{md,json}.
+bench-tracing: install
+	$(VENV)/bin/python bench/tracing.py
 
 format: install
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/python scripts/format_template.py

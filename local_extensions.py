@@ -171,6 +171,8 @@ PLACEHOLDER_ACCOUNT = "123456789012"
 # lower case, unlike the other placeholders: it must stay a valid bucket name, which the
 # worker's settings insist on.
 PAYLOAD_BUCKET_PLACEHOLDER = "change-me-payload-bucket"
+# What the ADOT collector's X-Ray exporter calls (AWS's AWSXrayWriteOnlyAccess policy).
+XRAY_ACTIONS = ["xray:GetSamplingRules", "xray:GetSamplingTargets", "xray:PutTelemetryRecords", "xray:PutTraceSegments"]
 
 
 def worker_policy(cookiecutter: dict[str, Any], cfn: bool = False) -> dict[str, Any]:
@@ -243,6 +245,17 @@ def worker_policy(cookiecutter: dict[str, Any], cfn: bool = False) -> dict[str, 
                 "Effect": "Allow",
                 "Action": ["s3:DeleteObject", "s3:GetObject", "s3:PutObject"],
                 "Resource": {"Fn::Sub": f"arn:${{AWS::Partition}}:s3:::{bucket}/*"} if cfn else objects,
+            }
+        )
+    if cookiecutter["tracing"] == "yes":
+        statements.append(
+            {
+                # The collector beside the worker sends its traces to X-Ray. These actions
+                # take no resource: X-Ray authorises them for the account as a whole.
+                "Sid": "WriteTraces",
+                "Effect": "Allow",
+                "Action": XRAY_ACTIONS,
+                "Resource": "*",
             }
         )
     return {"Version": "2012-10-17", "Statement": statements}

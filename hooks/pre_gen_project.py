@@ -361,6 +361,7 @@ def check_choices(problems: Problems, answers: dict[str, object]) -> None:
         ("use_idempotency", YES_NO),
         ("untrusted_input", YES_NO),
         ("large_payloads", YES_NO),
+        ("tracing", YES_NO),
     ):
         value = answers.get(name)
         if value not in choices:

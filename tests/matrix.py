@@ -58,9 +58,10 @@ SUPPORTED: dict[str, Combination] = {
             "shutdown_timeout_seconds": "600",
             "max_receive_count": "10",
             "large_payloads": "yes",
+            "tracing": "yes",
         },
         "full",
-        "EKS only, the newest Python, a FIFO queue, jobs longer than ECS's stopTimeout allows, large payloads",
+        "EKS only, the newest Python, a FIFO queue, jobs longer than ECS's stopTimeout allows, large payloads, tracing",
     ),
     "ecs-py311": Combination(
         {
@@ -82,6 +83,7 @@ SUPPORTED: dict[str, Combination] = {
         {
             "use_idempotency": "yes",
             "untrusted_input": "yes",
+            "tracing": "yes",
             "project_name": "Edge",
             "project_slug": LONG_SLUG,
             "package_name": LONG_SLUG.replace("-", "_")[:50],
@@ -90,7 +92,7 @@ SUPPORTED: dict[str, Combination] = {
             "author_name": "O'Brien & Søren",
         },
         "checked",
-        "idempotency on, untrusted input, names at their length limits, quotes in free text",
+        "idempotency on, untrusted input, tracing, names at their length limits, quotes in free text",
     ),
     "fifo-ecs-idempotency": Combination(
         {
@@ -318,6 +320,7 @@ _FROM_REPLAY: list[tuple[dict[str, Any], str, str]] = [
     ({"use_idempotency": True}, "use_idempotency", "must be one of yes, no"),
     ({"untrusted_input": "sometimes"}, "untrusted_input", "must be one of yes, no"),
     ({"large_payloads": "big"}, "large_payloads", "must be one of yes, no"),
+    ({"tracing": "otel"}, "tracing", "must be one of yes, no"),
     ({"project_name": "{{ 7*7 }}"}, "project_name", "letters A-Z a-z"),
     ({"project_name": "a'''b\\\"c"}, "project_name", "letters A-Z a-z"),
     ({"description": "{{ cookiecutter.__class__ }}"}, "description", "template markers"),

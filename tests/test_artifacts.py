@@ -68,6 +68,9 @@ UV_VERSION = COOKIECUTTER["_uv_version"]
 # (compose passes LocalStack's dummies), and with idempotency the service's idempotency.py.
 SDK_VARIABLES = {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"}
 IDEMPOTENCY_VARIABLES = {"IDEMPOTENCY_TABLE", "IDEMPOTENCY_TTL_SECONDS"}
+# The OpenTelemetry SDK's own (tracing=yes): where spans go, how they are sampled, or off.
+OTEL_VARIABLES = {"OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_TRACES_SAMPLER", "OTEL_TRACES_EXPORTER"}
+COLLECTOR_ENV = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318", "OTEL_TRACES_SAMPLER": "parentbased_always_on"}
 
 COMMON_FILES = {
     "Dockerfile",
@@ -92,6 +95,7 @@ K8S_FILES = {
     "deploy/k8s/networkpolicy.yaml",
     "deploy/k8s/namespace.yaml",
 }
+K8S_TRACING_FILES = {"deploy/k8s/otel-collector.yaml"}  # with tracing=yes
 
 
 def context(given: dict[str, str]) -> dict[str, str]:
@@ -130,6 +134,7 @@ class Answers:
     idempotency: bool
     untrusted: bool
     large: bool
+    tracing: bool
 
     @classmethod
     def of(cls, given: dict[str, str]) -> Answers:
@@ -151,6 +156,7 @@ class Answers:
             idempotency=c["use_idempotency"] == "yes",
             untrusted=c["untrusted_input"] == "yes",
             large=c["large_payloads"] == "yes",
+            tracing=c["tracing"] == "yes",
         )
 
     @property
@@ -195,31 +201,42 @@ class Answers:
     @property
     def variables(self) -> set[str]:
         """Every environment variable the worker reads."""
-        return set(_ALIASES) | SDK_VARIABLES | (IDEMPOTENCY_VARIABLES if self.idempotency else set())
+        return (
+            set(_ALIASES)
+            | SDK_VARIABLES
+            | (IDEMPOTENCY_VARIABLES if self.idempotency else set())
+            | (OTEL_VARIABLES if self.tracing else set())
+        )
 
-    def env(self, bucket: str | None = None) -> dict[str, str]:
+    def env(self, bucket: str | None = None, collector: bool = True) -> dict[str, str]:
         """The environment every deployment gives the worker; with large payloads, the
         deployment's `bucket` too (each names it its own way: a stack parameter, a
-        placeholder, LocalStack's)."""
+        placeholder, LocalStack's); with tracing, the way to the `collector` beside it, or
+        tracing off where none runs (compose)."""
         large = {"WORKER_LARGE_PAYLOAD_BUCKET": bucket} if self.large and bucket else {}
         assert self.large == bool(large) or bucket is None, "large payloads: say the deployment's bucket"
-        return large | {
-            "WORKER_QUEUES": self.queue,
-            "WORKER_CONCURRENCY": str(self.concurrency),
-            "WORKER_JOB_TIMEOUT_MS": str(self.job_timeout * 1000),
-            "WORKER_SHUTDOWN_TIMEOUT_MS": str(self.shutdown * 1000),
-            "WORKER_VISIBILITY_TIMEOUT_SECONDS": str(self.visibility),
-            "WORKER_HEARTBEAT_FRACTION": "0.5",
-            "WORKER_MAX_RECEIVE_COUNT": str(self.max_receive),
-            "WORKER_METRICS_HOST": "0.0.0.0",
-            "WORKER_METRICS_PORT": str(self.port),
-            "WORKER_HEALTH_FILE": f"/tmp/{self.slug}.progress",
-            "WORKER_STALLED_AFTER_SECONDS": str(self.stalled_after),
-            "OTEL_SERVICE_NAME": self.slug,
-            "AWS_REGION": self.region,
-            "LOG_LEVEL": "INFO",
-            "LOG_PAYLOADS": "false",
-        }
+        otel = {} if not self.tracing else COLLECTOR_ENV if collector else {"OTEL_TRACES_EXPORTER": "none"}
+        return (
+            large
+            | otel
+            | {
+                "WORKER_QUEUES": self.queue,
+                "WORKER_CONCURRENCY": str(self.concurrency),
+                "WORKER_JOB_TIMEOUT_MS": str(self.job_timeout * 1000),
+                "WORKER_SHUTDOWN_TIMEOUT_MS": str(self.shutdown * 1000),
+                "WORKER_VISIBILITY_TIMEOUT_SECONDS": str(self.visibility),
+                "WORKER_HEARTBEAT_FRACTION": "0.5",
+                "WORKER_MAX_RECEIVE_COUNT": str(self.max_receive),
+                "WORKER_METRICS_HOST": "0.0.0.0",
+                "WORKER_METRICS_PORT": str(self.port),
+                "WORKER_HEALTH_FILE": f"/tmp/{self.slug}.progress",
+                "WORKER_STALLED_AFTER_SECONDS": str(self.stalled_after),
+                "OTEL_SERVICE_NAME": self.slug,
+                "AWS_REGION": self.region,
+                "LOG_LEVEL": "INFO",
+                "LOG_PAYLOADS": "false",
+            }
+        )
 
     def policy_problems(self, policy: dict[str, Any]) -> list[str]:
         return policy_problems(
@@ -230,6 +247,7 @@ class Answers:
             ecs=self.slug if self.ecs else None,
             table=self.table,
             bucket=PAYLOAD_BUCKET_PLACEHOLDER if self.large else None,
+            tracing=self.tracing,
         )
 
 
@@ -290,10 +308,10 @@ def test_files_follow_deploy_target(projects: dict[str, Path], key: str) -> None
     if answers.ecs:
         expected |= ECS_FILES
     if answers.eks:
-        expected |= K8S_FILES
+        expected |= K8S_FILES | (K8S_TRACING_FILES if answers.tracing else set())
     for rel in expected:
         assert (project / rel).is_file(), f"{rel} missing for deploy_target={answers.target}"
-    absent = (ECS_FILES | K8S_FILES) - expected
+    absent = (ECS_FILES | K8S_FILES | K8S_TRACING_FILES) - expected
     for rel in absent:
         assert not (project / rel).exists(), f"{rel} generated for deploy_target={answers.target}"
     deploy_files = {p.relative_to(project).as_posix() for p in (project / "deploy").rglob("*") if p.is_file()}
@@ -386,7 +404,7 @@ def test_compose(projects: dict[str, Path], key: str) -> None:
         env = {k: str(v) for k, v in service["environment"].items()}
         assert env.pop("AWS_ENDPOINT_URL") == "http://localstack:4566"
         assert env.pop("AWS_ACCESS_KEY_ID") == "test" and env.pop("AWS_SECRET_ACCESS_KEY") == "test"
-        assert env == answers.env(bucket="local-payloads")
+        assert env == answers.env(bucket="local-payloads", collector=False)
 
 
 # Placeholders for what the ECS stack's own resources resolve to (Ref and GetAtt).
@@ -450,7 +468,11 @@ def test_ecs_task_definition(projects: dict[str, Path], key: str) -> None:
     written = stack.resources["AWS::ECS::TaskDefinition"]
     assert written["ExecutionRoleArn"] == {"Fn::GetAtt": ["ExecutionRole", "Arn"]}
     assert written["TaskRoleArn"] == {"Fn::GetAtt": ["TaskRole", "Arn"]}
-    (container,) = task["containerDefinitions"]
+    containers = {c["name"]: c for c in task["containerDefinitions"]}
+    assert set(containers) == {"worker", "otel-collector"} if answers.tracing else {"worker"}
+    container = containers["worker"]
+    # Every container's memory within the task's.
+    assert sum(c["memory"] for c in containers.values()) <= int(task["memory"])
     assert image_repository(container["image"]) == answers.slug
     suffix = aws_partition(answers.region)[1]
     assert container["image"].startswith(f"{PLACEHOLDER_ACCOUNT}.dkr.ecr.{answers.region}.{suffix}/")
@@ -486,6 +508,64 @@ def test_ecs_task_definition(projects: dict[str, Path], key: str) -> None:
     log_group = stack.resources["AWS::Logs::LogGroup"]
     assert log_group["LogGroupName"] == f"/ecs/{answers.slug}"
     assert stack.template["Parameters"][log_group["RetentionInDays"]["Ref"]]["Default"] >= 1
+
+
+TRACED = [key for key in CHECKED if ANSWERS[key].tracing]
+assert any(ANSWERS[k].ecs for k in TRACED) and any(ANSWERS[k].eks for k in TRACED), "a collector goes unchecked"
+
+
+@pytest.mark.parametrize("key", TRACED)
+def test_collector_sidecar(projects: dict[str, Path], key: str) -> None:
+    """tracing=yes: an ADOT collector beside the worker on each platform, started before it
+    and stopped after it, OTLP/HTTP in where the worker sends, traces out to X-Ray."""
+    project, answers = projects[key], ANSWERS[key]
+    endpoint = COLLECTOR_ENV["OTEL_EXPORTER_OTLP_ENDPOINT"].removeprefix("http://")
+    if answers.ecs:
+        containers = {
+            c["name"]: c
+            for c in EcsStack.load(project, answers.region).api["AWS::ECS::TaskDefinition"]["containerDefinitions"]
+        }
+        worker, collector = containers["worker"], containers["otel-collector"]
+        assert collector["image"] == COOKIECUTTER["_adot_image"]
+        assert collector["essential"] is False, "a dead collector must not stop the jobs"
+        assert collector["command"] == ["--config=/etc/ecs/ecs-xray.yaml"]  # the image's X-Ray pipeline, OTLP on 4318
+        assert collector["readonlyRootFilesystem"] is True and collector["user"] != "0"
+        assert collector["healthCheck"]["command"] == ["CMD", "/healthcheck"]
+        assert worker["dependsOn"] == [{"containerName": "otel-collector", "condition": "START"}]
+        assert collector["stopTimeout"] < worker["stopTimeout"]
+        assert (
+            collector["logConfiguration"]["options"]["awslogs-group"]
+            == worker["logConfiguration"]["options"]["awslogs-group"]
+        )
+    if answers.eks:
+        objects = load_k8s(project)
+        spec = objects["Deployment"]["spec"]["template"]["spec"]
+        (sidecar,) = spec["initContainers"]
+        assert sidecar["restartPolicy"] == "Always", "a native sidecar: up before the worker, down after it"
+        assert sidecar["image"] == COOKIECUTTER["_adot_image"]
+        security = sidecar["securityContext"]
+        assert security["readOnlyRootFilesystem"] is True and security["allowPrivilegeEscalation"] is False
+        assert security["runAsNonRoot"] is True and security["capabilities"]["drop"] == ["ALL"]
+        assert ("cpu" in sidecar["resources"]["limits"]) is answers.untrusted and "memory" in sidecar["resources"][
+            "limits"
+        ]
+        (mount,) = sidecar["volumeMounts"]
+        volume = next(v for v in spec["volumes"] if v["name"] == mount["name"])
+        config_map = objects["ConfigMap"]
+        assert volume["configMap"]["name"] == config_map["metadata"]["name"]
+        (arg,) = sidecar["args"]
+        path = arg.removeprefix("--config=")
+        assert path.startswith(mount["mountPath"] + "/")
+        config = yaml.safe_load(config_map["data"][path.rsplit("/", 1)[1]])
+        assert config["receivers"]["otlp"]["protocols"]["http"]["endpoint"] == endpoint
+        assert config["exporters"]["awsxray"]["region"] == answers.region
+        pipeline = config["service"]["pipelines"]["traces"]
+        for kind in ("receivers", "processors", "exporters"):
+            assert set(pipeline[kind]) <= set(config[kind]), kind
+        health = int(config["extensions"]["health_check"]["endpoint"].rsplit(":", 1)[1])
+        ports = {p["name"]: p["containerPort"] for p in sidecar["ports"]}
+        for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+            assert ports[sidecar[probe]["httpGet"]["port"]] == health, probe
 
 
 @pytest.mark.parametrize("key", ECS_SETS)
@@ -596,7 +676,7 @@ def test_kubernetes_objects(projects: dict[str, Path], key: str) -> None:
         "TriggerAuthentication",
         "NetworkPolicy",
         "Namespace",
-    }
+    } | ({"ConfigMap"} if answers.tracing else set())
     for kind, obj in objects.items():
         if obj["apiVersion"].startswith("keda.sh/"):
             continue
@@ -626,6 +706,7 @@ def test_kubernetes_objects(projects: dict[str, Path], key: str) -> None:
     assert pod_security["runAsNonRoot"] is True and pod_security["runAsUser"] == 10001
     assert pod_security["seccompProfile"]["type"] == "RuntimeDefault"
     (container,) = spec["containers"]
+    assert [c["name"] for c in spec.get("initContainers", [])] == (["otel-collector"] if answers.tracing else [])
     security = container["securityContext"]
     assert security["readOnlyRootFilesystem"] is True and security["allowPrivilegeEscalation"] is False
     assert security["capabilities"]["drop"] == ["ALL"] and security["runAsNonRoot"] is True
@@ -1016,7 +1097,9 @@ def test_artifacts_agree(projects: dict[str, Path], key: str) -> None:
 
     if answers.ecs:
         stack = EcsStack.load(project, answers.region)
-        (container,) = stack.api["AWS::ECS::TaskDefinition"]["containerDefinitions"]
+        container = next(
+            c for c in stack.api["AWS::ECS::TaskDefinition"]["containerDefinitions"] if c["name"] == "worker"
+        )
         envs["ecs"] = env_list(container["environment"])
         grace["ECS stopTimeout"] = container["stopTimeout"]
         assert container["stopTimeout"] <= LIMITS.ECS_MAX_STOP_TIMEOUT
@@ -1066,7 +1149,7 @@ def test_artifacts_agree(projects: dict[str, Path], key: str) -> None:
     policy_doc = json.loads((project / "deploy" / "aws" / "worker-policy.json").read_text())
     for statement in policy_doc["Statement"]:
         arn = statement["Resource"]
-        if arn.split(":")[2] != "s3":  # S3 ARNs name no region: buckets are global
+        if arn != "*" and arn.split(":")[2] != "s3":  # S3 ARNs name no region; X-Ray's is "*"
             regions[f"policy {statement['Sid']}"] = arn.split(":")[3]
         if arn.startswith(f"arn:{aws_partition(answers.region)[0]}:sqs:"):
             assert arn.rsplit(":", 1)[1] in (answers.queue, dlq)

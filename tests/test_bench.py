@@ -63,3 +63,14 @@ def test_bench_smoke_reports_every_contender_and_figure(tmp_path: Path, localsta
     assert len(data["targets"]) == 8
     for target in data["targets"]:
         assert target["name"] in markdown
+
+
+def test_tracing_bench_reports_both_sides(tmp_path: Path) -> None:
+    """`make bench-tracing` with tiny counts: both columns measured in one run, one span per
+    job on the traced side (the figures are timings and are never asserted)."""
+    import tracing
+
+    result = tracing.measure(messages=200, rounds=1, concurrency=4)
+    assert result["cpu_us_per_message_off"] > 0 and result["cpu_us_per_message_on"] > 0
+    assert result["spans_per_message"] == 1.0 and result["otlp_bytes_per_message"] > 0
+    assert "ratio on / off" in tracing.markdown(result)

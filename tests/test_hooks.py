@@ -48,6 +48,7 @@ VALID: dict[str, str] = {
     "use_idempotency": "no",
     "untrusted_input": "no",
     "large_payloads": "no",
+    "tracing": "no",
 }
 
 

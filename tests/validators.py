@@ -29,6 +29,8 @@ from botocore.validate import ParamValidator
 from conftest import ROOT, run
 
 PLACEHOLDER_ACCOUNT = "123456789012"
+# What the ADOT collector's X-Ray exporter calls (AWS's AWSXrayWriteOnlyAccess managed policy).
+XRAY_ACTIONS = ("xray:PutTraceSegments", "xray:PutTelemetryRecords", "xray:GetSamplingRules", "xray:GetSamplingTargets")
 KEDA_SCHEMA_DIR = Path(os.environ.get("KEDA_SCHEMA_DIR") or ROOT.parent / "shared" / "schemas" / "keda")
 K8S_VERSIONS = ["1.29.0", kubernetes_validate.latest_version()]
 
@@ -384,11 +386,13 @@ def policy_problems(
     ecs: str | None,
     table: str | None,
     bucket: str | None = None,
+    tracing: bool = False,
 ) -> list[str]:
     """Exactly the permissions the worker needs, on exactly its resources, in its region's
     partition: its queue, its dead-letter queue, ECS scale-in protection on the tasks of
     service `ecs` (on ECS), the idempotency `table` if any, the objects (never the listing)
-    of the large-payload `bucket` if any."""
+    of the large-payload `bucket` if any, X-Ray's write actions with `tracing` (which X-Ray
+    authorises on "*" only: the one resource wildcard besides the tasks')."""
     partition = aws_partition(region)[0]
     sqs = f"arn:{partition}:sqs:{region}:{PLACEHOLDER_ACCOUNT}:"
     expected = {
@@ -415,6 +419,8 @@ def policy_problems(
     objects = f"arn:{partition}:s3:::{bucket}/*"
     if bucket is not None:
         expected[objects] = {"s3:GetObject", "s3:PutObject", "s3:DeleteObject"}
+    if tracing:
+        expected["*"] = set(XRAY_ACTIONS)
     problems = []
     if policy.get("Version") != "2012-10-17":
         problems.append(f"policy Version {policy.get('Version')!r}")
@@ -427,7 +433,7 @@ def policy_problems(
         actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
         resources = statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]]
         for item in actions + resources:
-            if ("*" in item or "?" in item) and item not in (ecs_tasks, objects):
+            if ("*" in item or "?" in item) and item not in (ecs_tasks, objects) and not (item == "*" and tracing):
                 problems.append(f"wildcard {item!r}")
         for resource in resources:
             granted.setdefault(resource, set()).update(actions)

@@ -23,6 +23,11 @@ from {{ cookiecutter.package_name }}.idempotency import IdempotencySettings
 # LocalStack accepts any credentials; never let a test pick up real ones.
 os.environ.setdefault("AWS_ACCESS_KEY_ID", "test")
 os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "test")
+{%- if cookiecutter.tracing == "yes" %}
+# No collector runs beside the tests: the worker processes they start export nothing
+# (tests/test_tracing.py checks the exporter is wired).
+os.environ.setdefault("OTEL_TRACES_EXPORTER", "none")
+{%- endif %}
 
 
 @pytest.fixture(scope="session")

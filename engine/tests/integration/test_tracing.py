@@ -250,8 +250,10 @@ def lease_run(sqs: Sqs, endpoint: str, health_file: str) -> tuple[float, float]:
 
 
 def test_tracing_leaves_lease_extension_alone(sqs: Sqs, localstack_endpoint: str, health_file: str) -> None:
-    """The same jobs with tracing off and on: every lease kept, as many extensions (one
-    either way for a heartbeat that lands on a tick's edge), each one an event on its span."""
+    """The same jobs with tracing off and on: every lease kept, and each job extended at
+    least as often as a 5 s job on 2 s leases must be (twice), each extension an event on
+    its span. How many more a job gets depends on the machine's timing, not on tracing:
+    under load the counts of the two runs differed by 3 of 15, so they are not compared."""
     extended_off, lost_off = lease_run(sqs, localstack_endpoint, health_file)
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
@@ -264,9 +266,11 @@ def test_tracing_leaves_lease_extension_alone(sqs: Sqs, localstack_endpoint: str
         provider.shutdown()
         _reset_provider()
     assert lost_off == lost_on == 0
-    assert extended_off >= 6 and abs(extended_on - extended_off) <= 1
-    noted = sum(name == "lease extended" for s in exporter.get_finished_spans() for name, _ in events(s))
-    assert noted == extended_on
+    assert extended_off >= 6 and extended_on >= 6
+    jobs = [s for s in exporter.get_finished_spans() if s.name.startswith("process ")]
+    per_job = [sum(name == "lease extended" for name, _ in events(s)) for s in jobs]
+    assert len(per_job) == 3 and min(per_job) >= 2
+    assert sum(per_job) == extended_on
 
 
 def test_a_worker_process_exports_its_spans_over_otlp_http(sqs: Sqs, localstack_endpoint: str, tmp_path: Path) -> None:
@@ -353,3 +357,28 @@ def test_job_durations_carry_their_trace_as_an_exemplar(
     lines = [line for line in scraped["application/openmetrics-text"].splitlines() if f'queue="{queue.name}"' in line]
     assert any(line.startswith("job_duration_seconds_bucket") and f'trace_id="{trace_id}"' in line for line in lines)
     assert trace_id not in scraped["text/plain"]  # the classic format has no exemplars
+
+
+def test_a_job_given_back_at_shutdown_says_so_on_its_span(
+    sqs: Sqs, localstack_endpoint: str, health_file: str, spans: InMemorySpanExporter
+) -> None:
+    queue = sqs.create()
+    sqs.send(queue, [{"n": 1}])
+    started = asyncio.Event()
+    router = Router()
+
+    @router.handler(queue.name)
+    async def handle(job: Job[Any]) -> None:
+        started.set()
+        await job.wait_stopping()
+        job.raise_if_stopping()  # save progress, give the message back for another worker
+
+    async def scenario() -> None:
+        async with running_worker(env_for(localstack_endpoint, queue.name, health_file), router):
+            await asyncio.wait_for(started.wait(), 60)
+
+    asyncio.run(scenario())
+    [process] = named(spans, f"process {queue.name}")
+    assert ("released", {"reason": "shutdown"}) in events(process)
+    assert (process.attributes or {})["sqs_worker.outcome"] == "released"
+    assert sqs.counts(queue.url) == (1, 0)  # visible again at once
