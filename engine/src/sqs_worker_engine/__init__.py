@@ -13,7 +13,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .errors import JobCancelled, NonRetryableError, PayloadError, RetryLater
+    from .errors import DownstreamUnavailable, JobCancelled, NonRetryableError, PayloadError, RetryLater
     from .job import Job
     from .metrics import set_db_pool_in_use
     from .router import Router
@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
 _EXPORTS = {
     "ConfigError": "settings",
+    "DownstreamUnavailable": "errors",
     "Job": "job",
     "JobCancelled": "errors",
     "NonRetryableError": "errors",
@@ -37,6 +38,7 @@ _EXPORTS = {
 }
 __all__ = [
     "ConfigError",
+    "DownstreamUnavailable",
     "Job",
     "JobCancelled",
     "NonRetryableError",

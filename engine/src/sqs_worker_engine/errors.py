@@ -6,6 +6,8 @@
   would only fail again.
 - raises `RetryLater(seconds)`: visible again after exactly that delay (an attempt all
   the same: it counts toward the queue's maxReceiveCount).
+- raises `DownstreamUnavailable(seconds)`: as RetryLater, and the queue stops receiving for
+  that long (then tries one message); the message is never dead-lettered for it.
 - raises anything else, or outlives the job timeout: the message becomes visible again
   after an exponential backoff (decisions.py has the schedule); once its attempts reach
   the queue's maxReceiveCount the worker dead-letters it with the last error.
@@ -42,3 +44,10 @@ class RetryLater(Exception):  # noqa: N818 - a request, not a failure
             )
         super().__init__(reason or f"retry in {seconds:g} s")
         self.seconds = seconds
+
+
+class DownstreamUnavailable(RetryLater):
+    """Raise from a handler when what it calls is down or rate limiting (a 429, a 503 with
+    Retry-After): the queue pauses receiving for `seconds`, then probes with one message
+    (throttle.py); this message comes back after `seconds` and is never dead-lettered for
+    it. Not the message's fault, so not its failure."""

@@ -34,6 +34,9 @@ class Health:
         self._marks: dict[str, tuple[float, float]] = {}
         self.sqs_ok: bool | None = None
         self.stopping = False
+        # Queues paused on downstream trouble: reported by /readyz, never failing it (a pod
+        # taken out of service gains nothing; the worker itself pulls its work).
+        self.paused: set[str] = set()
         self._written = 0.0
 
     def track(self, keys: list[str]) -> None:

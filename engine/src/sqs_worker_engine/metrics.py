@@ -7,7 +7,7 @@ from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histo
 
 JOBS_PROCESSED = Counter(
     "jobs_processed",
-    "Jobs finished, by queue and outcome (success, retry, dead_letter, timeout, lease_lost, released, dropped).",
+    "Jobs finished, by queue and outcome (success, retry, dead_letter, timeout, lease_lost, released, dropped, deferred).",
     ["queue", "outcome"],
 )
 JOB_DURATION = Histogram(
@@ -55,6 +55,13 @@ SQS_CALLS = Counter(
     "sqs_api_calls", "SQS API calls, by operation and outcome (ok or error code).", ["operation", "outcome"]
 )
 POLL_ERRORS = Counter("worker_poll_errors", "ReceiveMessage failures, by queue and error code.", ["queue", "code"])
+PAUSED = Gauge(
+    "worker_queue_paused", "1 while a queue's receiving is paused (a handler raised DownstreamUnavailable).", ["queue"]
+)
+PAUSES = Counter("worker_queue_pauses", "Pauses started on downstream trouble, by queue.", ["queue"])
+THROTTLED = Counter(
+    "worker_rate_limited_seconds", "Seconds pollers waited for the queue's rate limit, by queue.", ["queue"]
+)
 LAST_PROGRESS = Gauge("worker_last_progress_timestamp_seconds", "Unix time the handler loop last made progress.")
 WORKER_INFO = Info("worker", "Worker identity and version.")
 

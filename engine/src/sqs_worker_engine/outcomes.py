@@ -5,13 +5,15 @@ from __future__ import annotations
 
 from typing import Literal
 
-from .errors import JobCancelled, NonRetryableError
+from .errors import DownstreamUnavailable, JobCancelled, NonRetryableError
 
 # success: deleted. retry / timeout: visible again after a backoff (or RetryLater's delay). dead_letter: sent to
 # the DLQ with its reason. released: given back at once (shutdown). lease_lost: never
 # touched again (another delivery owns the message now). dropped: deleted unrun, a control
 # message of the transport (an SNS subscription confirmation, S3's test event), not work.
-Outcome = Literal["success", "retry", "dead_letter", "timeout", "lease_lost", "released", "dropped"]
+# deferred: the downstream is unavailable (DownstreamUnavailable): visible again after the
+# delay it asked for, never dead-lettered for it.
+Outcome = Literal["success", "retry", "dead_letter", "timeout", "lease_lost", "released", "dropped", "deferred"]
 
 
 def classify(error: BaseException | None) -> Outcome:
@@ -20,6 +22,8 @@ def classify(error: BaseException | None) -> Outcome:
         return "success"
     if isinstance(error, NonRetryableError):
         return "dead_letter"
+    if isinstance(error, DownstreamUnavailable):
+        return "deferred"
     if isinstance(error, JobCancelled) and error.reason == "shutdown":
         return "released"
     if isinstance(error, JobCancelled) and error.reason == "lease_lost":

@@ -27,6 +27,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import contextvars
+import dataclasses
 import functools
 import logging
 import math
@@ -55,7 +56,7 @@ from .decisions import (
 from .delivery import Delivery, LeaseBook, State
 from .dlq import dead_letter_request, fit_to_size
 from .envelopes import ControlMessage, read_payload
-from .errors import PayloadError, RetryLater
+from .errors import DownstreamUnavailable, PayloadError, RetryLater
 from .events import Events
 from .health import Health
 from .job import Job
@@ -68,6 +69,7 @@ from .reporting import Ending, JobReport, describe
 from .router import HandlerSpec, call_sync
 from .slots import Slots
 from .sqs import NOT_FOUND_CODES, QueueInfo, SqsApi, error_code
+from .throttle import Breaker, TokenBucket
 
 log = logging.getLogger(__name__)
 RESPONSE_ALLOWANCE = 1.0  # seconds a ReceiveMessage response may spend in transit
@@ -94,6 +96,7 @@ class PoolOptions:
     poll_timeout: float  # seconds after sending a receive when its client gives up on it
     delete_large_payloads: bool = False  # WORKER_LARGE_PAYLOAD_DELETE (see offload.py)
     trace_parent: bool = True  # WORKER_TRACE_PARENT: the producer's span parents the job's (see tracing.py)
+    rate_limit: float | None = None  # jobs started per second (see throttle.py)
 
     @property
     def held_limit(self) -> int:
@@ -159,6 +162,10 @@ class QueuePool:
         self.health = health
         self.process_pool = process_pool
         self.slots = Slots(options.concurrency, options.held_limit)
+        self.bucket = None if options.rate_limit is None else TokenBucket(options.rate_limit, clock.now())
+        self.breaker = Breaker(cap=options.retry_max)
+        self._paused = metrics.PAUSED.labels(info.name)
+        self._paused.set(0)
         self.book = LeaseBook(info.name, options.visibility, options.heartbeat_fraction)
         self.keeper = LeaseKeeper(self.book, self.control, info.url, health.sqs_result)
         self.acker = Acker(self.control, self.book, info.url, options.ack_flush)
@@ -294,8 +301,9 @@ class QueuePool:
         poll_timeout = self.options.poll_timeout
         while not self.stopping:
             n = await self.slots.reserve(MAX_RECEIVE_BATCH)
+            n = await self._admit(n)
             if self.stopping:
-                self.slots.unreserve(n)
+                self._unadmit(n, n)
                 return
             sent = clock.now()
             self._polls_out[me] = (sent + self.options.wait_time + POLL_END_ALLOWANCE, sent + poll_timeout)
@@ -309,10 +317,10 @@ class QueuePool:
                     MessageAttributeNames=["All"],
                 )
             except asyncio.CancelledError:
-                self.slots.unreserve(n)
+                self._unadmit(n, n)
                 raise
             except Exception as exc:
-                self.slots.unreserve(n)
+                self._unadmit(n, n)
                 await self._receive_failed(exc, backoff)
                 continue
             finally:
@@ -323,7 +331,7 @@ class QueuePool:
             self.health.progress(self.name)
             messages: list[dict[str, Any]] = [dict(m) for m in resp.get("Messages", [])]
             if len(messages) < n:
-                self.slots.unreserve(n - len(messages))
+                self._unadmit(n, n - len(messages))
             if messages:
                 # SQS starts a message's visibility clock when it hands the message out: during
                 # a long poll, that is just before the response, not when the request was sent.
@@ -331,6 +339,71 @@ class QueuePool:
                 self._dispatch(messages, max(sent, clock.now() - RESPONSE_ALLOWANCE))
             elif self.options.wait_time == 0:
                 await asyncio.sleep(EMPTY_SHORT_POLL_PAUSE)  # a short poll answers at once: do not spin
+
+    async def _admit(self, n: int) -> int:
+        """Of the `n` slots reserved, how many to ask SQS for: what the pause and the rate
+        limit allow (see throttle.py), waiting until that is at least one. The rest of the
+        slots go back. 0 only when stopping."""
+        waited = 0.0
+        try:
+            while not self.stopping:
+                now = clock.now()
+                allowed = self.breaker.allowed(n, now)
+                granted = allowed if self.bucket is None or allowed == 0 else self.bucket.take(allowed, now)
+                if granted:
+                    self.slots.unreserve(n - granted)
+                    return granted
+                if allowed == 0:  # paused, or the probe is still out
+                    wait = self.breaker.wait(now) or 0.05
+                else:
+                    assert self.bucket is not None
+                    wait = self.bucket.wait(now)
+                    waited += wait
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stopped.wait(), timeout=wait)
+            return n
+        finally:
+            if waited:
+                metrics.THROTTLED.labels(self.name).inc(waited)
+
+    def _downstream(self, run: Run, ending: Ending) -> Ending:
+        """What a job's ending says about the downstream: trouble pauses the queue (and the
+        message waits out the whole pause), an answer after the pause began ends it
+        (throttle.Breaker)."""
+        error = ending.error
+        if isinstance(error, DownstreamUnavailable):
+            now = clock.now()
+            if self.breaker.trouble(now, error.seconds, run.delivery.received_at):
+                metrics.PAUSES.labels(self.name).inc()
+                self._paused.set(1)
+                self.health.paused.add(self.name)
+                log.warning(
+                    "downstream unavailable: receiving paused for %g s (%s)",
+                    self.breaker.until - now,
+                    error,
+                    extra={"queue": self.name},
+                )
+            # Invisible for the whole pause and then as long again as asked: the probe that
+            # ends the pause is then another message, not this one once more (each receive
+            # counts toward its maxReceiveCount).
+            return dataclasses.replace(ending, requested_delay=self.breaker.until - now + error.seconds)
+        handled = ending.outcome not in ("released", "lease_lost")
+        if self.breaker.answered(run.delivery.received_at, handled):
+            self._paused.set(0)
+            self.health.paused.discard(self.name)
+            log.info("downstream answers again: receiving resumed", extra={"queue": self.name})
+        return ending
+
+    def _unadmit(self, asked: int, unused: int) -> None:
+        """`unused` of the `asked` messages never came (or never will): their slots, rate
+        tokens and, for a probe, the breaker's turn go back."""
+        if unused <= 0:
+            return
+        self.slots.unreserve(unused)
+        if self.bucket is not None:
+            self.bucket.give_back(unused)
+        if self.breaker.probing and unused == asked:
+            self.breaker.probe_unused()
 
     async def _receive_failed(self, exc: Exception, backoff: Backoff) -> None:
         code = error_code(exc)
@@ -396,7 +469,7 @@ class QueuePool:
                 return Release()
             while True:
                 run.deciding = True
-                ending = await self._attempt(run)
+                ending = self._downstream(run, await self._attempt(run))
                 waiting = any(m.delivery.state is State.RECEIVED for m in mates)
                 facts = Facts(
                     attempt=run.attempt,
@@ -515,7 +588,10 @@ class QueuePool:
             self.name, run.delivery.message, self.worker_id, run.attempt, self.options.trace_parent
         )
         run.delivery.observer = run.span.note
-        bind_job(**run.span.ids)
+        # None for a span not sampled: the log formatter drops None, so no earlier job's
+        # trace lingers on this one's lines (one task runs a FIFO group's jobs in turn).
+        ids: dict[str, str | None] = {"trace_id": None, "span_id": None}
+        bind_job(**(ids | run.span.ids))
 
     def _trace_ids(self, run: Run) -> dict[str, str] | None:
         return run.span.ids if run.span is not None else None

@@ -19,7 +19,16 @@ from .health import Health
 from .outcomes import Outcome
 
 log = logging.getLogger("sqs_worker_engine.pool")
-OUTCOMES: tuple[Outcome, ...] = ("success", "retry", "dead_letter", "timeout", "lease_lost", "released", "dropped")
+OUTCOMES: tuple[Outcome, ...] = (
+    "success",
+    "retry",
+    "dead_letter",
+    "timeout",
+    "lease_lost",
+    "released",
+    "dropped",
+    "deferred",
+)
 
 
 @dataclass(frozen=True)

@@ -41,7 +41,9 @@ def make_app(health: Health, checks: list[ReadyCheck]) -> web.Application:
                 results[name] = False
         ok = all(results.values())
         return web.Response(
-            text=json.dumps({"status": "ready" if ok else "not ready", "checks": results}),
+            text=json.dumps(
+                {"status": "ready" if ok else "not ready", "checks": results, "paused": sorted(health.paused)}
+            ),
             status=200 if ok else 503,
             content_type="application/json",
         )

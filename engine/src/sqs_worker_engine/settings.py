@@ -8,7 +8,7 @@ non-zero exit without a traceback.
 Per-queue overrides use `WORKER_QUEUE_<KEY>_<SETTING>`, where KEY is the queue name in
 upper case with every character other than A-Z and 0-9 replaced by `_`
 (`orders.fifo` -> `ORDERS_FIFO`). Settings: URL, CONCURRENCY, JOB_TIMEOUT_MS,
-VISIBILITY_TIMEOUT_SECONDS, POLLERS.
+VISIBILITY_TIMEOUT_SECONDS, POLLERS, RATE_LIMIT.
 """
 
 from __future__ import annotations
@@ -27,11 +27,12 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from .lease import heartbeat_problem
 from .limits import MAX_QUEUE_NAME, MAX_RECEIVE_BATCH, MAX_VISIBILITY_SECONDS, MAX_WAIT_SECONDS
+from .throttle import parse_rate
 
 # SQS's own rule for queue names (CreateQueue API reference).
 QUEUE_NAME_RE = re.compile(rf"^(?=.{{1,{MAX_QUEUE_NAME}}}$)[A-Za-z0-9_-]+(\.fifo)?$")
 QUEUE_OVERRIDE_PREFIX = "WORKER_QUEUE_"
-QUEUE_OVERRIDES = ("URL", "CONCURRENCY", "JOB_TIMEOUT_MS", "VISIBILITY_TIMEOUT_SECONDS", "POLLERS")
+QUEUE_OVERRIDES = ("URL", "CONCURRENCY", "JOB_TIMEOUT_MS", "VISIBILITY_TIMEOUT_SECONDS", "POLLERS", "RATE_LIMIT")
 
 
 @dataclass(frozen=True)
@@ -136,6 +137,9 @@ class Settings(BaseSettings):
     )
     large_payload_delete: bool = Field(default=False, validation_alias="WORKER_LARGE_PAYLOAD_DELETE")
 
+    # Jobs started per second and process, per queue ("50/s", "3000/min"; see throttle.py);
+    # empty: no limit but the concurrency.
+    rate_limit: str | None = Field(default=None, validation_alias="WORKER_RATE_LIMIT")
     # Tracing (tracing.py): the producer's span as the parent of each job's, or a link only.
     trace_parent: bool = Field(default=True, validation_alias="WORKER_TRACE_PARENT")
 
@@ -169,6 +173,14 @@ class Settings(BaseSettings):
                 raise ValueError(f"{name!r} is not a valid SQS queue name (1-80 of A-Z a-z 0-9 - _, optional .fifo)")
         if len(set(value)) != len(value):
             raise ValueError("a queue is listed twice")
+        return value
+
+    @field_validator("rate_limit")
+    @classmethod
+    def _check_rate(cls, value: str | None) -> str | None:
+        if value in (None, ""):
+            return None
+        parse_rate(value)  # ValueError names the form
         return value
 
     @field_validator("large_payload_bucket", mode="before")
@@ -223,6 +235,7 @@ class QueueSettings:
     job_timeout_ms: int
     visibility_timeout_seconds: int
     pollers: int
+    rate_limit: float | None = None  # jobs started per second (WORKER_[QUEUE_<KEY>_]RATE_LIMIT)
 
     @property
     def fifo(self) -> bool:
@@ -269,6 +282,7 @@ class WorkerConfig:
                 "job_timeout_ms": q.job_timeout_ms,
                 "visibility_timeout_seconds": q.visibility_timeout_seconds,
                 "pollers": q.pollers,
+                "rate_limit_per_second": q.rate_limit,
                 "fifo": q.fifo,
             }
             for q in self.queues
@@ -371,7 +385,14 @@ def load_settings(environ: Mapping[str, str] | None = None, service: ServiceDefa
         url = own.get("URL") or None
         if url is not None and http_url_problem(url):
             problems.append((prefix + "URL", f"{redact_url(url)!r} is not a queue URL"))
-        queues.append(QueueSettings(name, url, concurrency, job_timeout_ms, visibility, pollers))
+        rate_text = own.get("RATE_LIMIT", settings.rate_limit or "")
+        rate: float | None = None
+        if rate_text:
+            try:
+                rate = parse_rate(rate_text)
+            except ValueError as exc:
+                problems.append((prefix + "RATE_LIMIT", str(exc)))
+        queues.append(QueueSettings(name, url, concurrency, job_timeout_ms, visibility, pollers, rate))
 
     for q in queues:
         heartbeat = heartbeat_problem(q.visibility_timeout_seconds, settings.heartbeat_fraction)

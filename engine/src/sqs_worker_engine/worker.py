@@ -267,6 +267,7 @@ class Worker:
                 poll_timeout=CONNECT_TIMEOUT + poll_timeout,
                 delete_large_payloads=s.large_payload_delete,
                 trace_parent=s.trace_parent,
+                rate_limit=q.rate_limit,
             )
             pool = QueuePool(
                 client,

@@ -272,6 +272,8 @@ BAD: dict[str, dict[str, str]] = {
     "LOG_PAYLOADS": {"empty": "", "malformed": "perhaps", "absurd": "-1"},
     "WORKER_LARGE_PAYLOAD_DELETE": {"empty": "", "malformed": "later", "absurd": "2"},
     "WORKER_TRACE_PARENT": {"empty": "", "malformed": "sometimes", "absurd": "2"},
+    # Empty means no limit.
+    "WORKER_RATE_LIMIT": {"malformed": "fast", "no_unit": "50", "zero": "0/s", "negative": "-5/s", "per_day": "9/day"},
     # S3's bucket-name rule; empty means none.
     "WORKER_LARGE_PAYLOAD_BUCKET": {"malformed": "My_Bucket", "absurd": "b" * 64, "path": "bucket/prefix"},
     "LOG_LEVEL": {"empty": "", "malformed": "LOUD"},

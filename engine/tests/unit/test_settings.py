@@ -189,3 +189,15 @@ def test_heartbeats_that_could_never_extend_a_lease_in_time_refuse_to_boot(env: 
 def test_heartbeat_settings_that_work_are_accepted(visibility: int, fraction: float) -> None:
     env = {"WORKER_VISIBILITY_TIMEOUT_SECONDS": str(visibility), "WORKER_HEARTBEAT_FRACTION": str(fraction)}
     assert load_settings(env, SERVICE).queues[0].visibility_timeout_seconds == visibility
+
+
+def test_a_rate_limit_applies_to_every_queue_and_a_queue_may_have_its_own() -> None:
+    config = load_settings(
+        {"WORKER_QUEUES": "orders,emails", "WORKER_RATE_LIMIT": "3000/min", "WORKER_QUEUE_EMAILS_RATE_LIMIT": "2/s"}
+    )
+    assert {q.name: q.rate_limit for q in config.queues} == {"orders": 50.0, "emails": 2.0}
+    assert load_settings({"WORKER_QUEUES": "orders"}).queues[0].rate_limit is None
+    with pytest.raises(ConfigError) as info:
+        load_settings({"WORKER_QUEUES": "orders", "WORKER_QUEUE_ORDERS_RATE_LIMIT": "lots"})
+    [(variable, message)] = info.value.problems
+    assert variable == "WORKER_QUEUE_ORDERS_RATE_LIMIT" and "N/s" in message
