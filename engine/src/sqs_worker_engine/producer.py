@@ -150,7 +150,9 @@ class Producer(Generic[P]):
             return await self._send(Message(payload, group_id, dedup_id, delay, attributes))
 
     async def _send(self, message: Message[Any]) -> str:
-        entry = await self._entry("0", message)
+        entry, offload = await self._entry("0", message)
+        if offload:
+            await self._offload(entry)
         entry.pop("Id")
         try:
             resp = await self.client.send_message(QueueUrl=self.queue_url, **entry)
@@ -183,8 +185,13 @@ class Producer(Generic[P]):
     async def _send_all(self, messages: list[Message[Any]]) -> BatchResult:
         result = BatchResult()
         pending: dict[int, dict[str, Any]] = {}
+        large: list[dict[str, Any]] = []
         for index, message in enumerate(messages):
-            pending[index] = await self._entry(str(index), message)
+            pending[index], offload = await self._entry(str(index), message)
+            if offload:
+                large.append(pending[index])
+        for entry in large:  # only now: a message refused above leaves nothing behind in S3
+            await self._offload(entry)
         attempt = 0
         while pending:
             attempt += 1
@@ -216,8 +223,17 @@ class Producer(Generic[P]):
             else:
                 retry[index] = batch[index]
 
-    async def _entry(self, entry_id: str, message: Message[Any]) -> dict[str, Any]:
-        """The SendMessageBatch entry for `message`: checked, serialised, offloaded if large."""
+    async def _entry(self, entry_id: str, message: Message[Any]) -> tuple[dict[str, Any], bool]:
+        """The SendMessageBatch entry for `message`, checked and serialised, and whether its
+        body is to go to S3 (done once every message of the call has passed its checks)."""
+        # Everything SQS would refuse is refused first, before anything is put in S3.
+        if self.fifo:
+            if not message.group_id:
+                raise ValueError("a FIFO queue needs a group_id (MessageGroupId) for every message")
+            if message.delay:
+                raise ValueError("FIFO queues take no per-message delay; set the queue's DelaySeconds instead")
+        if not 0 <= message.delay <= MAX_DELAY_SECONDS:
+            raise ValueError(f"delay must be within 0..{MAX_DELAY_SECONDS} seconds, got {message.delay}")
         body = self._serialise(message.payload)
         if not body:
             raise ValueError("the message body is empty; SQS refuses empty messages")
@@ -232,16 +248,10 @@ class Producer(Generic[P]):
         if len(attributes) > MAX_ATTRIBUTES:
             raise ValueError(f"{len(attributes)} message attributes; SQS allows {MAX_ATTRIBUTES}")
         size = len(body.encode()) + attributes_size(attributes)
-        if size > self.threshold and self.bucket is not None:
-            if len(attributes) >= MAX_ATTRIBUTES:
-                raise ValueError(
-                    f"an offloaded message may carry {MAX_ATTRIBUTES - 1} attributes, not {len(attributes)}"
-                )
-            assert self.payloads is not None
-            pointer = await self.payloads.put(self.bucket, body)
-            body = pointer_body(pointer)
-            attributes[SIZE_ATTRIBUTE] = {"DataType": "Number", "StringValue": str(pointer.size)}
-        elif size > MAX_MESSAGE_BYTES:
+        offload = size > self.threshold and self.bucket is not None
+        if offload and len(attributes) >= MAX_ATTRIBUTES:
+            raise ValueError(f"an offloaded message may carry {MAX_ATTRIBUTES - 1} attributes, not {len(attributes)}")
+        if not offload and size > MAX_MESSAGE_BYTES:
             raise ValueError(
                 f"the message is {size} bytes, over SQS's limit of {MAX_MESSAGE_BYTES}; "
                 "set a bucket for large payloads (WORKER_LARGE_PAYLOAD_BUCKET) to send it through S3"
@@ -251,20 +261,22 @@ class Producer(Generic[P]):
             entry["MessageAttributes"] = attributes
         if system:
             entry["MessageSystemAttributes"] = system
-        if self.fifo:
-            if not message.group_id:
-                raise ValueError("a FIFO queue needs a group_id (MessageGroupId) for every message")
-            if message.delay:
-                raise ValueError("FIFO queues take no per-message delay; set the queue's DelaySeconds instead")
         if message.group_id:
             entry["MessageGroupId"] = message.group_id
         if message.dedup_id:
             entry["MessageDeduplicationId"] = message.dedup_id
-        if not 0 <= message.delay <= MAX_DELAY_SECONDS:
-            raise ValueError(f"delay must be within 0..{MAX_DELAY_SECONDS} seconds, got {message.delay}")
         if message.delay:
             entry["DelaySeconds"] = message.delay
-        return entry
+        return entry, offload
+
+    async def _offload(self, entry: dict[str, Any]) -> None:
+        """Put the entry's body in S3 and send the pointer in its place."""
+        assert self.payloads is not None
+        assert self.bucket is not None
+        pointer = await self.payloads.put(self.bucket, entry["MessageBody"])
+        entry["MessageBody"] = pointer_body(pointer)
+        attributes = entry.setdefault("MessageAttributes", {})
+        attributes[SIZE_ATTRIBUTE] = {"DataType": "Number", "StringValue": str(pointer.size)}
 
     def _serialise(self, payload: Any) -> str:
         model = self.model

@@ -248,17 +248,30 @@ def test_s3_notifications_through_sns_reach_the_handler(
     assert (job.envelope.s3.bucket, job.envelope.s3.key) == (bucket, "in/one.json")
 
 
-def extended_client(endpoint: str, bucket: str, delete: bool = False) -> Any:
+@pytest.fixture
+def extended() -> Iterator[Any]:
+    """A maker of SQS extended clients. Importing the library replaces boto3's Session
+    for the whole process (every later boto3 SQS client would resolve pointers on receive,
+    hiding what the worker got): boto3 is put back afterwards."""
+    import boto3.session
+
+    saved = boto3.session.Session, boto3.Session, boto3.DEFAULT_SESSION
     from sqs_extended_client.client import SQSExtendedClientSession
 
-    client: Any = SQSExtendedClientSession(region_name=REGION).client("sqs", endpoint_url=endpoint)
-    client.large_payload_support = bucket
-    client.delete_payload_from_s3 = delete
-    return client
+    def make(endpoint: str, bucket: str, delete: bool = False) -> Any:
+        client: Any = SQSExtendedClientSession(region_name=REGION).client("sqs", endpoint_url=endpoint)
+        client.large_payload_support = bucket
+        client.delete_payload_from_s3 = delete
+        return client
+
+    try:
+        yield make
+    finally:
+        boto3.session.Session, boto3.Session, boto3.DEFAULT_SESSION = saved  # type: ignore[misc]
 
 
 def test_large_payloads_from_the_extended_client_are_read_from_s3(
-    sqs: Sqs, aws: Aws, localstack_endpoint: str, health_file: str, monkeypatch: pytest.MonkeyPatch
+    sqs: Sqs, aws: Aws, localstack_endpoint: str, health_file: str, monkeypatch: pytest.MonkeyPatch, extended: Any
 ) -> None:
     """The Python extended client offloads a 300 KB payload; the worker reads it from S3
     inside the job, keeps it across a retry, deletes it only once SQS confirmed the delete (with
@@ -267,7 +280,7 @@ def test_large_payloads_from_the_extended_client_are_read_from_s3(
     monkeypatch.setenv("AWS_ENDPOINT_URL", localstack_endpoint)  # the client's own S3 client
     queue = sqs.create()
     bucket = aws.bucket()
-    producer = extended_client(localstack_endpoint, bucket)
+    producer = extended(localstack_endpoint, bucket)
     big = "x" * 300_000
     lost_body = json.dumps({"order_id": "o-gone", "notes": big})
     producer.send_message(QueueUrl=queue.url, MessageBody=json.dumps({"order_id": "o-big", "notes": big}))
@@ -310,7 +323,7 @@ def test_large_payloads_from_the_extended_client_are_read_from_s3(
 
 
 def test_the_producer_sends_what_the_extended_client_and_the_worker_read(
-    sqs: Sqs, aws: Aws, localstack_endpoint: str, health_file: str, monkeypatch: pytest.MonkeyPatch
+    sqs: Sqs, aws: Aws, localstack_endpoint: str, health_file: str, monkeypatch: pytest.MonkeyPatch, extended: Any
 ) -> None:
     """The engine's producer: a typed batch with attributes, one payload over the threshold
     offloaded to S3; the extended client reads the large one back, and the worker runs them
@@ -344,7 +357,7 @@ def test_the_producer_sends_what_the_extended_client_and_the_worker_read(
     assert small and batch.ok and len(batch.message_ids) == 13
     assert aws.s3.list_objects_v2(Bucket=bucket)["KeyCount"] == 2
     # The extended client reads the engine's offloaded message as one of its own.
-    reader = extended_client(localstack_endpoint, bucket)
+    reader = extended(localstack_endpoint, bucket)
     [read] = reader.receive_message(QueueUrl=other.url, WaitTimeSeconds=5, MessageAttributeNames=["All"])["Messages"]
     assert Note.model_validate_json(read["Body"]) == Note(order_id="for-the-client", text="z" * 300_000)
     seen: dict[str, Job[Any]] = {}

@@ -130,3 +130,30 @@ def test_send_raises_naming_the_code():
     with pytest.raises(SendError, match="connection refused") as caught:
         asyncio.run(Producer(Refusing(), "q").send("x"))
     assert caught.value.code == "RuntimeError"
+
+
+class Store:
+    """Records what would go to S3."""
+
+    def __init__(self) -> None:
+        self.put_bodies: list[str] = []
+
+    async def put(self, bucket: str, body: str) -> Any:
+        from sqs_worker_engine.offload import S3Pointer
+
+        self.put_bodies.append(body)
+        return S3Pointer(bucket, f"k{len(self.put_bodies)}", len(body.encode()))
+
+
+def test_large_bodies_go_to_s3_only_once_every_message_passed_its_checks():
+    store = Store()
+    calls = Calls()
+    producer: Producer[Any] = Producer(calls, "q", payloads=store, bucket="b", threshold=100)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="SQS allows 10"):
+        send(producer, [Message("x" * 500), Message("y", attributes={f"a{i}": "v" for i in range(11)})])
+    assert store.put_bodies == [] and calls.batches == []  # nothing left behind in S3
+    result = send(producer, [Message("x" * 500), Message("small")])
+    assert result.ok and store.put_bodies == ["x" * 500]
+    large, small = calls.batches[0]
+    assert large["MessageAttributes"]["ExtendedPayloadSize"] == {"DataType": "Number", "StringValue": "500"}
+    assert '"s3BucketName": "b"' in large["MessageBody"] and small["MessageBody"] == "small"
