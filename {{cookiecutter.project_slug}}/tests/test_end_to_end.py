@@ -16,6 +16,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -87,6 +88,16 @@ class Service:
         with log.open("ab") as out:
             return subprocess.Popen([sys.executable, "-m", PACKAGE, "run"], env=self.env, stdout=out, stderr=out)
 
+    @contextmanager
+    def running(self, log: Path) -> Iterator[subprocess.Popen[bytes]]:
+        """`run`, killed at the end if a failed test left it running."""
+        worker = self.run(log)
+        try:
+            yield worker
+        finally:
+            if worker.poll() is None:
+                worker.kill()
+
     def counts(self, name: str) -> tuple[int, int]:
         url = self.sqs.get_queue_url(QueueName=name)["QueueUrl"]
         attrs = self.sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
@@ -105,6 +116,12 @@ class Service:
 def done_tasks(log: Path) -> list[str]:
     lines = [json.loads(line) for line in log.read_text().splitlines() if line.startswith("{")]
     return [line["task_id"] for line in lines if line.get("message") == "task done"]
+
+
+def drain(worker: subprocess.Popen[bytes], log: Path) -> None:
+    """SIGTERM, as the platform sends it: the worker drains and exits 0."""
+    worker.send_signal(signal.SIGTERM)
+    assert worker.wait(120) == 0, log.read_text()[-3000:]
 
 
 def wait_until(predicate: Callable[[], bool], what: str, timeout: float = 120) -> None:
@@ -134,8 +151,7 @@ def test_bootstrap_send_process_dead_letter_and_drain(service: Service, tmp_path
     for i in range(5):
         service.send({"task_id": f"ok-{i}", "work_ms": 50}, group=f"g{i}")
     log = tmp_path / "worker.log"
-    worker = service.run(log)
-    try:
+    with service.running(log) as worker:
         wait_until(lambda: len(done_tasks(log)) == 5, "five tasks done")
         wait_until(lambda: service.counts(service.queue) == (0, 0), "the queue to empty")
         assert sorted(done_tasks(log)) == [f"ok-{i}" for i in range(5)], "each ran once"
@@ -155,11 +171,7 @@ def test_bootstrap_send_process_dead_letter_and_drain(service: Service, tmp_path
         # SIGTERM while jobs run: they finish, are deleted, and the worker exits 0.
         service.send_now([{"task_id": f"slow-{i}", "work_ms": 4000} for i in range(3)])
         wait_until(lambda: service.counts(service.queue) == (0, 3), "three slow jobs in flight")
-        worker.send_signal(signal.SIGTERM)
-        assert worker.wait(120) == 0, log.read_text()[-3000:]
-    finally:
-        if worker.poll() is None:
-            worker.kill()
+        drain(worker, log)
     assert {f"slow-{i}" for i in range(3)} <= set(done_tasks(log)), "every running job finished during the drain"
     assert service.counts(service.queue) == (0, 0), "nothing left in flight or lost"
 {%- if cookiecutter.large_payloads == "yes" %}
@@ -176,13 +188,8 @@ def test_a_payload_over_the_size_limit_goes_through_s3(service: Service, tmp_pat
     body.write_text(json.dumps({"task_id": "large", "work_ms": 10, "notes": "n" * 300_000}))
     service.command("send", "--queue", service.queue, "--count", "1", "--body-file", str(body), **large)
     log = tmp_path / "worker.log"
-    worker = service.run(log)
-    try:
+    with service.running(log) as worker:
         wait_until(lambda: done_tasks(log) == ["large"], "the large task done")
         wait_until(lambda: service.counts(service.queue) == (0, 0), "the queue to empty")
-        worker.send_signal(signal.SIGTERM)
-        assert worker.wait(120) == 0, log.read_text()[-3000:]
-    finally:
-        if worker.poll() is None:
-            worker.kill()
+        drain(worker, log)
 {%- endif %}

@@ -114,11 +114,9 @@ def plan(outcome: Outcome, facts: Facts, policy: RetryPolicy, why: str = "", ran
         return Release()
     if outcome == "dead_letter" and facts.has_dlq:
         return DeadLetter(why)
-    if outcome == "deferred":  # the downstream's trouble, not the message's: never dead-lettered
-        delay = retry_delay(facts.attempt, policy, facts.requested_delay, rand)
-        return RetryInPlace(delay) if facts.mates_waiting else RetryAfter(delay)
-    # retry, timeout, or a dead-letter without a DLQ to send to
-    if exhausted(facts) and facts.has_dlq:
+    # retry, timeout, deferred, or a dead-letter without a DLQ to send to. Deferred is the
+    # downstream's trouble, not the message's: never dead-lettered, however many attempts.
+    if outcome != "deferred" and exhausted(facts) and facts.has_dlq:
         return DeadLetter(f"gave up after {facts.attempt} attempts: {why}")
     delay = retry_delay(facts.attempt, policy, facts.requested_delay, rand)
     return RetryInPlace(delay) if facts.mates_waiting else RetryAfter(delay)

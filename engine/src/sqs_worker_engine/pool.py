@@ -166,6 +166,7 @@ class QueuePool:
         self.breaker = Breaker(cap=options.retry_max)
         self._paused = metrics.PAUSED.labels(info.name)
         self._paused.set(0)
+        self._throttled = metrics.THROTTLED.labels(info.name)
         self.book = LeaseBook(info.name, options.visibility, options.heartbeat_fraction)
         self.keeper = LeaseKeeper(self.book, self.control, info.url, health.sqs_result)
         self.acker = Acker(self.control, self.book, info.url, options.ack_flush)
@@ -364,7 +365,7 @@ class QueuePool:
             return n
         finally:
             if waited:
-                metrics.THROTTLED.labels(self.name).inc(waited)
+                self._throttled.inc(waited)
 
     def _downstream(self, run: Run, ending: Ending) -> Ending:
         """What a job's ending says about the downstream: trouble pauses the queue (and the

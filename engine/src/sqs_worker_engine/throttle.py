@@ -82,7 +82,6 @@ class Breaker:
     since: float = 0.0  # loop time the pause (or its latest round) began
     streak: int = 0  # pauses in a row without an answer in between
     probing: bool = False
-    pauses: int = 0
 
     @property
     def paused(self) -> bool:
@@ -114,8 +113,6 @@ class Breaker:
             self.until = max(self.until, now + seconds)
             return False
         started = not self.until
-        if started:
-            self.pauses += 1
         self.streak = 1 if started else self.streak + 1
         self.since = now
         self.until = now + min(self.cap, seconds * 2 ** (self.streak - 1))

@@ -167,6 +167,13 @@ class JobSpan:
             attributes=attributes,
         )
         self._token: object | None = None
+        context = self.span.get_span_context()
+        # Fixed for the span's life, and asked for on every log binding, exemplar and DLQ copy.
+        self.ids: dict[str, str] = (
+            {"trace_id": f"{context.trace_id:032x}", "span_id": f"{context.span_id:016x}"}
+            if context.is_valid and self.span.is_recording()
+            else {}
+        )
 
     def __enter__(self) -> JobSpan:
         """Make the span current (for the handler's task, created meanwhile)."""
@@ -177,14 +184,6 @@ class JobSpan:
         if self._token is not None:
             otel_context.detach(self._token)  # type: ignore[arg-type]
             self._token = None
-
-    @property
-    def ids(self) -> dict[str, str]:
-        """trace_id and span_id for log lines and exemplars (empty when not recorded)."""
-        context = self.span.get_span_context()
-        if not context.is_valid or not self.span.is_recording():
-            return {}
-        return {"trace_id": f"{context.trace_id:032x}", "span_id": f"{context.span_id:016x}"}
 
     def event(self, name: str, **attributes: Any) -> None:
         self.note(name, attributes)

@@ -8,7 +8,7 @@ import asyncio
 import contextlib
 import json
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import boto3
@@ -70,6 +70,13 @@ def queue_arn(sqs: Sqs, queue: Queue) -> str:
     return sqs.attributes(queue.url)["QueueArn"]
 
 
+def settled_with_a_dead_letter(sqs: Sqs, queue: Queue, seen: list[Any]) -> Callable[[], bool]:
+    """Until the handler has run, the queue is empty, and the DLQ holds something."""
+    assert queue.dlq_url is not None
+    dlq = queue.dlq_url
+    return lambda: bool(seen) and sqs.counts(queue.url) == (0, 0) and sqs.counts(dlq) != (0, 0)
+
+
 def serve(endpoint: str, health_file: str, queue: Queue, router: Router, until: Any, what: str, **env: Any) -> None:
     async def scenario() -> None:
         async with running_worker(env_for(endpoint, queue.name, health_file, **env), router):
@@ -109,7 +116,7 @@ def test_sns_notifications_reach_the_handler_as_their_message(
         health_file,
         queue,
         router,
-        lambda: seen and sqs.counts(queue.url) == (0, 0) and sqs.counts(queue.dlq_url) != (0, 0),
+        settled_with_a_dead_letter(sqs, queue, seen),
         "the notification handled, the rest settled",
     )
     [job] = seen
@@ -307,7 +314,7 @@ def test_large_payloads_from_the_extended_client_are_read_from_s3(
         health_file,
         queue,
         router,
-        lambda: seen and sqs.counts(queue.url) == (0, 0) and sqs.counts(queue.dlq_url) != (0, 0),
+        settled_with_a_dead_letter(sqs, queue, seen),
         "the large payload handled, the missing one dead-lettered",
         WORKER_LARGE_PAYLOAD_DELETE="true",
     )

@@ -382,3 +382,48 @@ def test_a_job_given_back_at_shutdown_says_so_on_its_span(
     assert ("released", {"reason": "shutdown"}) in events(process)
     assert (process.attributes or {})["sqs_worker.outcome"] == "released"
     assert sqs.counts(queue.url) == (1, 0)  # visible again at once
+
+
+def test_a_job_not_sampled_carries_no_earlier_jobs_trace_on_its_log_lines(
+    sqs: Sqs, localstack_endpoint: str, health_file: str
+) -> None:
+    """A FIFO group's jobs run one after another in one task: when the first is sampled and
+    the second is not, the second's log lines must not name the first's trace."""
+    from opentelemetry.sdk.trace.sampling import Decision, Sampler, SamplingResult
+
+    queue = sqs.create(fifo=True)
+    first, _ = sqs.send(queue, [{"n": 1}, {"n": 2}], group="g")
+
+    class FirstOnly(Sampler):
+        def should_sample(self, parent_context: Any, trace_id: int, name: str, *args: Any, **kwargs: Any) -> Any:
+            attributes = kwargs.get("attributes") or (args[1] if len(args) > 1 else {}) or {}
+            keep = attributes.get("messaging.message.id") == first
+            return SamplingResult(Decision.RECORD_AND_SAMPLE if keep else Decision.DROP)
+
+        def get_description(self) -> str:
+            return "the first message only"
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(sampler=FirstOnly())
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    _reset_provider()
+    trace.set_tracer_provider(provider)
+    keys: dict[int, dict[str, Any]] = {}
+    router = Router()
+
+    @router.handler(queue.name)
+    async def handle(job: Job[Any]) -> None:
+        keys[job.payload["n"]] = dict(get_logger().thread_safe_get_current_keys())
+
+    async def scenario() -> None:
+        async with running_worker(env_for(localstack_endpoint, queue.name, health_file), router):
+            await wait_for(lambda: len(keys) == 2, what="both jobs")
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        provider.shutdown()
+        _reset_provider()
+    [process] = named(exporter, f"process {queue.name}")
+    assert keys[1]["trace_id"] == f"{process.context.trace_id:032x}"
+    assert keys[2].get("trace_id") is None and keys[2].get("span_id") is None
