@@ -4,7 +4,9 @@ A batch goes out when it holds ten entries or `flush_interval` after its first e
 whichever comes first, and at shutdown. Before every attempt the lease book says whether
 each handle may still be used; an entry that may not is given up (the message simply
 comes back: at-least-once), never sent late. Failed entries are retried by the acker
-itself, a few times, with short timeouts (the SDK does not retry these calls). A
+itself, with short timeouts (the SDK does not retry these calls), for as long as
+`keep_trying` says: the keeper holds a message's lease until its delete is confirmed,
+so a burst of SQS errors costs a few seconds, not a second run of the job. A
 visibility change waits for the keeper's extension call of the same lease, if one is out,
 so that the extension cannot land after it and undo a retry delay or a release.
 """
@@ -24,7 +26,16 @@ from .limits import MAX_RECEIVE_BATCH
 from .sqs import SqsApi, entry_gone, error_code
 
 log = logging.getLogger(__name__)
+# A failed entry gets at least ATTEMPTS calls, and more until RETRY_SECONDS after it was
+# queued: SQS throttling and 5xx bursts last seconds. Past both, the failure is no burst,
+# and holding the message longer (and a drain with it) would not help.
 ATTEMPTS = 4
+RETRY_SECONDS = 10.0
+
+
+def keep_trying(attempts: int, queued_at: float, now: float) -> bool:
+    """Whether an entry whose calls failed `attempts` times gets another call."""
+    return attempts < ATTEMPTS or now - queued_at < RETRY_SECONDS
 
 
 @dataclass(eq=False)
@@ -33,6 +44,7 @@ class _Entry:
     action: SettleAction
     seconds: int
     done: asyncio.Future[bool]
+    queued_at: float
     attempt: int = 0
 
 
@@ -65,7 +77,7 @@ class Acker:
 
     def _add(self, delivery: Delivery, action: SettleAction, seconds: int) -> asyncio.Future[bool]:
         loop = asyncio.get_running_loop()
-        entry = _Entry(delivery, action, seconds, loop.create_future())
+        entry = _Entry(delivery, action, seconds, loop.create_future(), clock.now())
         if not self.book.settling(delivery, action, clock.now()):
             self._give_up(entry, "lease expired or lost before it could be settled")
             return entry.done
@@ -153,12 +165,13 @@ class Acker:
 
     def _retry_or_give_up(self, entries: list[_Entry], reason: str) -> list[_Entry]:
         retry = []
+        now = clock.now()
         for entry in entries:
             entry.attempt += 1
-            if entry.attempt >= ATTEMPTS:
-                self._give_up(entry, reason)
-            else:
+            if keep_trying(entry.attempt, entry.queued_at, now):
                 retry.append(entry)
+            else:
+                self._give_up(entry, reason)
         return retry
 
     def _give_up(self, entry: _Entry, reason: str) -> None:

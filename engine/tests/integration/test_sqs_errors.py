@@ -81,7 +81,7 @@ def test_throttling_and_server_errors_are_ridden_out(sqs: Sqs, proxy: FaultProxy
         done.append(job.payload["n"])
 
     sqs.send(queue, [{"n": i} for i in range(30)])
-    # Each failed call is retried by botocore (3 attempts) before the worker sees it.
+    # The SDK does not retry (see below): the poller and the acker ride these out themselves.
     proxy.fail("ReceiveMessage", status=400, code="ThrottlingException", times=6)
     proxy.fail("DeleteMessageBatch", status=500, code="InternalFailure", times=4)
 
@@ -93,6 +93,33 @@ def test_throttling_and_server_errors_are_ridden_out(sqs: Sqs, proxy: FaultProxy
     asyncio.run(scenario())
     assert proxy.injected["400:ThrottlingException"] == 6 and proxy.injected["500:InternalFailure"] == 4
     assert sorted(set(done)) == list(range(30))
+    assert metric("worker_settle_failures_total", queue=queue.name, action="delete") == 0
+
+
+def test_a_burst_of_failed_deletes_is_ridden_out_while_the_lease_holds(
+    sqs: Sqs, proxy: FaultProxy, health_file: str
+) -> None:
+    """Six failed delete calls in a row for one message take a few seconds of backoff; the
+    lease keeper holds the message all along, so giving up (and running the job again) would
+    turn a short SQS hiccup into a duplicate."""
+    queue = sqs.create()
+    done: list[int] = []
+    router = Router()
+
+    @router.handler(queue.name)
+    async def handle(job: Job[Any]) -> None:
+        done.append(job.payload["n"])
+
+    proxy.fail("DeleteMessageBatch", status=500, code="InternalFailure", times=6)
+    sqs.send(queue, [{"n": 1}])
+
+    async def scenario() -> None:
+        async with running_worker(env_for(proxy.url, queue.name, health_file), router):
+            await wait_for(lambda: sqs.counts(queue.url) == (0, 0), 60, "the message deleted")
+
+    asyncio.run(scenario())
+    assert proxy.injected["500:InternalFailure"] == 6
+    assert done == [1], "the job ran once"
     assert metric("worker_settle_failures_total", queue=queue.name, action="delete") == 0
 
 

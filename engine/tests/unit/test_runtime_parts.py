@@ -15,6 +15,7 @@ from pydantic import BaseModel
 
 from sqs_worker_engine import Job, Router
 from sqs_worker_engine import slots as slot_module
+from sqs_worker_engine.acker import ATTEMPTS, RETRY_SECONDS, keep_trying
 from sqs_worker_engine.backoff import Backoff, backoff_delay
 from sqs_worker_engine.delivery import extension_seconds
 from sqs_worker_engine.dlq import dead_letter_request
@@ -36,6 +37,12 @@ def test_backoff_grows_with_jitter_and_is_capped() -> None:
     assert delays[-1] >= 10 and all(d <= 20 for d in delays)
     b.reset()
     assert b.next_delay() <= 0.5
+
+
+def test_a_failed_settle_is_retried_for_its_attempts_and_its_seconds() -> None:
+    assert all(keep_trying(n, 100.0, 100.0 + RETRY_SECONDS + 60) for n in range(1, ATTEMPTS))
+    assert keep_trying(ATTEMPTS + 5, 100.0, 100.0 + RETRY_SECONDS / 2), "a burst of fast failures"
+    assert not keep_trying(ATTEMPTS, 100.0, 100.0 + RETRY_SECONDS), "both budgets spent"
 
 
 def test_extension_never_passes_the_twelve_hour_cap() -> None:
