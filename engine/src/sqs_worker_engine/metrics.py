@@ -62,6 +62,20 @@ PAUSES = Counter("worker_queue_pauses", "Pauses started on downstream trouble, b
 THROTTLED = Counter(
     "worker_rate_limited_seconds", "Seconds pollers waited for the queue's rate limit, by queue.", ["queue"]
 )
+# Fair tenants (tenants.py), on a queue with a group cap. Per-tenant labels would make one
+# series per tenant ever seen; these count groups instead, and logs name the tenant.
+TENANTS_RUNNING = Gauge("worker_tenants_running", "Message groups (tenants) with a job running, by queue.", ["queue"])
+TENANTS_AT_CAP = Gauge(
+    "worker_tenants_at_cap", "Message groups running as many jobs as the group cap allows, by queue.", ["queue"]
+)
+TENANT_JOBS_PARKED = Gauge(
+    "worker_tenant_jobs_parked", "Messages held until their group is below its cap, by queue.", ["queue"]
+)
+TENANT_CAPPED = Counter(
+    "worker_tenant_capped",
+    "Messages whose group was at its cap when received: parked or given back, by queue and action.",
+    ["queue", "action"],
+)
 LAST_PROGRESS = Gauge("worker_last_progress_timestamp_seconds", "Unix time the handler loop last made progress.")
 WORKER_INFO = Info("worker", "Worker identity and version.")
 

@@ -16,6 +16,10 @@ FIFO queues: one group's messages run one after another, in order; groups in par
 A failing message with group-mates waiting is retried in place (see decisions.py); a
 message that is released or lost holds back the rest of its group, released behind it.
 
+Standard queues with a group cap (fair tenants, see tenants.py): before step 2 a message
+whose group already runs its cap of jobs is parked (lease kept, handler slot lent out) or
+given back for a few seconds: a receive cannot choose its tenants.
+
 Shutdown (driven by worker.py): no new receive; jobs get `job.stopping`; what is given back
 is released at once unless a poll of ours is still out (it could take the message again),
 in which case it is released the moment the last poll has answered.
@@ -69,6 +73,7 @@ from .reporting import Ending, JobReport, describe
 from .router import HandlerSpec, call_sync
 from .slots import Slots
 from .sqs import NOT_FOUND_CODES, QueueInfo, SqsApi, error_code
+from .tenants import Tenants, when_capped
 from .throttle import Breaker, TokenBucket
 
 log = logging.getLogger(__name__)
@@ -97,6 +102,7 @@ class PoolOptions:
     delete_large_payloads: bool = False  # WORKER_LARGE_PAYLOAD_DELETE (see offload.py)
     trace_parent: bool = True  # WORKER_TRACE_PARENT: the producer's span parents the job's (see tracing.py)
     rate_limit: float | None = None  # jobs started per second (see throttle.py)
+    group_concurrency: int | None = None  # standard queues: jobs of one group at once (see tenants.py)
 
     @property
     def held_limit(self) -> int:
@@ -104,8 +110,10 @@ class PoolOptions:
         for settling. Deletes wait up to WORKER_ACK_FLUSH_MS for a batch of ten and then a
         round trip, so at a few hundred messages a second dozens are settling at any
         moment; less room than that throttled receiving in the benchmark. A slow DLQ or
-        delete call still stops receiving once the room is used up."""
-        return self.concurrency + max(self.concurrency, SETTLING_ROOM)
+        delete call still stops receiving once the room is used up. With a group cap,
+        room for as many parked messages as there are slots."""
+        parked = self.concurrency if self.group_concurrency is not None else 0
+        return self.concurrency + max(self.concurrency, SETTLING_ROOM) + parked
 
 
 def _pass_on(to: asyncio.Future[bool], result: asyncio.Future[bool]) -> None:
@@ -164,6 +172,8 @@ class QueuePool:
         self.slots = Slots(options.concurrency, options.held_limit)
         self.bucket = None if options.rate_limit is None else TokenBucket(options.rate_limit, clock.now())
         self.breaker = Breaker(cap=options.retry_max)
+        cap = None if info.fifo else options.group_concurrency
+        self.tenants = None if cap is None else Tenants(info.name, cap)
         self._paused = metrics.PAUSED.labels(info.name)
         self._paused.set(0)
         self._throttled = metrics.THROTTLED.labels(info.name)
@@ -437,7 +447,7 @@ class QueuePool:
                 self._spawn(self._run_group(members), members)
         else:
             for run in runs:
-                self._spawn(self._life(run, []), [run])
+                self._spawn(self._life(run, []) if self.tenants is None else self._tenant_life(run), [run])
 
     def _spawn(self, coro: Any, runs: list[Run]) -> None:
         task = asyncio.create_task(coro)
@@ -460,6 +470,63 @@ class QueuePool:
             if not group_goes_on(settlement):
                 await self._let_go(rest, "shutdown" if self.stopping else "group held back")
                 return
+
+    async def _tenant_life(self, run: Run) -> None:
+        """Standard queue with a group cap (tenants.py): run now, or park, or give back."""
+        assert self.tenants is not None
+        group = run.delivery.group
+        if group is not None and not self.tenants.try_start(group):
+            action = when_capped(
+                self.tenants.parked, self.options.concurrency, run.delivery.receive_count, self.info.max_receive_count
+            )
+            metrics.TENANT_CAPPED.labels(self.name, action).inc()
+            if action == "give_back":
+                if self.bucket is not None:
+                    self.bucket.give_back(1)  # it did not start: its token is another's
+                now = clock.now()
+                longest = max((now - r.started for r in self.runs if r.running), default=0.0)
+                delay = self.tenants.give_back(group, now, longest)
+                log.info(
+                    "group at its cap of %d: message given back for %d s",
+                    self.tenants.cap,
+                    delay,
+                    extra={"queue": self.name, "message_id": run.delivery.message_id, "group": group},
+                )
+                await self._let_go([run], f"group {group} at its cap", delay)
+                return
+            if not await self._park(run, group):
+                await self._let_go([run], "shutdown" if self.stopping else "lease lost while parked")
+                return
+        began = clock.now()
+        try:
+            await self._life(run, [])
+        finally:
+            self.tenants.ran(clock.now() - began)
+            if group is not None:
+                self.tenants.done(group)
+
+    async def _park(self, run: Run, group: str) -> bool:
+        """Hold the message, its handler slot lent out, until its group's turn and a free
+        slot. False if it may not run after all (shutdown, or its lease was lost)."""
+        assert self.tenants is not None
+        self._handler_slot_done(run)
+        turn = self.tenants.park(group)
+        stopping = asyncio.ensure_future(self._stopped.wait())
+        try:
+            waits: set[asyncio.Future[Any]] = {turn, stopping, run.delivery.lost()}
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            if not turn.done() or self.stopping or run.delivery.state is not State.RECEIVED:
+                self.tenants.leave(group, turn)
+                return False
+            self.tenants.started()
+            await self.slots.take_handler()
+            run.handler_slot = True
+        finally:
+            stopping.cancel()
+        if self.stopping or run.delivery.state is not State.RECEIVED:
+            self.tenants.done(group)
+            return False
+        return True
 
     async def _life(self, run: Run, mates: list[Run]) -> Settlement:
         """Run, decide, settle; FIFO retries in place while `mates` wait behind it."""
@@ -744,11 +811,12 @@ class QueuePool:
             return await done
         return await self.acker.change_visibility(delivery, max(seconds, self._release_delay()))
 
-    async def _let_go(self, runs: list[Run], reason: str) -> None:
-        """Give back messages that will not run now (shutdown, or held behind their group)."""
+    async def _let_go(self, runs: list[Run], reason: str, seconds: int = 0) -> None:
+        """Give back messages that will not run now (shutdown, held behind their group, or
+        their tenant at its cap), visible again after `seconds`."""
         waiting = [r.delivery for r in runs if r.delivery.state is State.RECEIVED]
         self.released += len(waiting)
-        await asyncio.gather(*(self._give_back(delivery) for delivery in waiting))
+        await asyncio.gather(*(self._give_back(delivery, seconds) for delivery in waiting))
         for run in runs:
             self._forget(run)
             self.report.released(run.delivery.message_id, reason)

@@ -8,7 +8,7 @@ non-zero exit without a traceback.
 Per-queue overrides use `WORKER_QUEUE_<KEY>_<SETTING>`, where KEY is the queue name in
 upper case with every character other than A-Z and 0-9 replaced by `_`
 (`orders.fifo` -> `ORDERS_FIFO`). Settings: URL, CONCURRENCY, JOB_TIMEOUT_MS,
-VISIBILITY_TIMEOUT_SECONDS, POLLERS, RATE_LIMIT.
+VISIBILITY_TIMEOUT_SECONDS, POLLERS, RATE_LIMIT, GROUP_CONCURRENCY.
 """
 
 from __future__ import annotations
@@ -32,7 +32,15 @@ from .throttle import parse_rate
 # SQS's own rule for queue names (CreateQueue API reference).
 QUEUE_NAME_RE = re.compile(rf"^(?=.{{1,{MAX_QUEUE_NAME}}}$)[A-Za-z0-9_-]+(\.fifo)?$")
 QUEUE_OVERRIDE_PREFIX = "WORKER_QUEUE_"
-QUEUE_OVERRIDES = ("URL", "CONCURRENCY", "JOB_TIMEOUT_MS", "VISIBILITY_TIMEOUT_SECONDS", "POLLERS", "RATE_LIMIT")
+QUEUE_OVERRIDES = (
+    "URL",
+    "CONCURRENCY",
+    "JOB_TIMEOUT_MS",
+    "VISIBILITY_TIMEOUT_SECONDS",
+    "POLLERS",
+    "RATE_LIMIT",
+    "GROUP_CONCURRENCY",
+)
 
 
 @dataclass(frozen=True)
@@ -140,6 +148,9 @@ class Settings(BaseSettings):
     # Jobs started per second and process, per queue ("50/s", "3000/min"; see throttle.py);
     # empty: no limit but the concurrency.
     rate_limit: str | None = Field(default=None, validation_alias="WORKER_RATE_LIMIT")
+    # Fair tenants on standard queues (tenants.py): jobs of one MessageGroupId running at once
+    # per queue and process; unset: no cap but the concurrency. FIFO runs one per group anyway.
+    group_concurrency: int | None = Field(default=None, ge=1, le=1000, validation_alias="WORKER_GROUP_CONCURRENCY")
     # Tracing (tracing.py): the producer's span as the parent of each job's, or a link only.
     trace_parent: bool = Field(default=True, validation_alias="WORKER_TRACE_PARENT")
 
@@ -236,6 +247,7 @@ class QueueSettings:
     visibility_timeout_seconds: int
     pollers: int
     rate_limit: float | None = None  # jobs started per second (WORKER_[QUEUE_<KEY>_]RATE_LIMIT)
+    group_concurrency: int | None = None  # jobs of one group at once (WORKER_[QUEUE_<KEY>_]GROUP_CONCURRENCY)
 
     @property
     def fifo(self) -> bool:
@@ -283,6 +295,7 @@ class WorkerConfig:
                 "visibility_timeout_seconds": q.visibility_timeout_seconds,
                 "pollers": q.pollers,
                 "rate_limit_per_second": q.rate_limit,
+                "group_concurrency": q.group_concurrency,
                 "fifo": q.fifo,
             }
             for q in self.queues
@@ -350,11 +363,16 @@ def load_settings(environ: Mapping[str, str] | None = None, service: ServiceDefa
         if not var.startswith(QUEUE_OVERRIDE_PREFIX):
             continue
         rest = var[len(QUEUE_OVERRIDE_PREFIX) :]
-        setting = next((s for s in QUEUE_OVERRIDES if rest.endswith("_" + s)), None)
-        if setting is None:
+        # GROUP_CONCURRENCY ends in CONCURRENCY: of the readings, the one naming a queue wins.
+        readings = [(rest[: -len(s) - 1], s) for s in QUEUE_OVERRIDES if rest.endswith("_" + s)]
+        if not readings:
             problems.append((var, f"unknown per-queue setting; use one of {', '.join(QUEUE_OVERRIDES)}"))
             continue
-        key = rest[: -len(setting) - 1]
+        known = [(k, s) for k, s in readings if k in by_key]
+        if len(known) > 1:
+            problems.append((var, f"ambiguous: names {' and '.join(f'{s} of {by_key[k]}' for k, s in known)}"))
+            continue
+        key, setting = known[0] if known else readings[0]
         if key not in by_key:
             problems.append((var, f"no queue with key {key!r} in WORKER_QUEUES ({', '.join(settings.queues)})"))
             continue
@@ -392,7 +410,11 @@ def load_settings(environ: Mapping[str, str] | None = None, service: ServiceDefa
                 rate = parse_rate(rate_text)
             except ValueError as exc:
                 problems.append((prefix + "RATE_LIMIT", str(exc)))
-        queues.append(QueueSettings(name, url, concurrency, job_timeout_ms, visibility, pollers, rate))
+        # FIFO runs one job per group anyway; at or above the concurrency the cap never bites.
+        group_cap = _int(own, "GROUP_CONCURRENCY", prefix, settings.group_concurrency or 0, 1, 1000, problems) or None
+        if name.endswith(".fifo") or (group_cap is not None and group_cap >= concurrency):
+            group_cap = None
+        queues.append(QueueSettings(name, url, concurrency, job_timeout_ms, visibility, pollers, rate, group_cap))
 
     for q in queues:
         heartbeat = heartbeat_problem(q.visibility_timeout_seconds, settings.heartbeat_fraction)

@@ -46,6 +46,14 @@ class Slots:
                 self.held += n
                 return n
 
+    async def take_handler(self) -> None:
+        """A held message that lent its handler slot out (parked, see tenants.py) takes one
+        back before it runs, waiting for one if none is free."""
+        loop = asyncio.get_running_loop()
+        while self.capacity - self.in_use <= 0:
+            await self._wait(loop, None)
+        self.in_use += 1
+
     async def _wait(self, loop: asyncio.AbstractEventLoop, at_most: float | None) -> None:
         """Until a slot is released, or at most `at_most` seconds."""
         waiter = loop.create_future()

@@ -268,6 +268,7 @@ class Worker:
                 delete_large_payloads=s.large_payload_delete,
                 trace_parent=s.trace_parent,
                 rate_limit=q.rate_limit,
+                group_concurrency=q.group_concurrency,
             )
             pool = QueuePool(
                 client,

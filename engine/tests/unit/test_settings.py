@@ -201,3 +201,37 @@ def test_a_rate_limit_applies_to_every_queue_and_a_queue_may_have_its_own() -> N
         load_settings({"WORKER_QUEUES": "orders", "WORKER_QUEUE_ORDERS_RATE_LIMIT": "lots"})
     [(variable, message)] = info.value.problems
     assert variable == "WORKER_QUEUE_ORDERS_RATE_LIMIT" and "N/s" in message
+
+
+def test_a_group_cap_applies_to_standard_queues_below_their_concurrency() -> None:
+    config = load_settings(
+        {
+            "WORKER_QUEUES": "orders,emails,jobs.fifo,small",
+            "WORKER_CONCURRENCY": "10",
+            "WORKER_GROUP_CONCURRENCY": "2",
+            "WORKER_QUEUE_EMAILS_GROUP_CONCURRENCY": "5",
+            "WORKER_QUEUE_SMALL_CONCURRENCY": "2",
+        }
+    )
+    caps = {q.name: q.group_concurrency for q in config.queues}
+    # FIFO runs one job per group anyway; a cap at the concurrency never bites.
+    assert caps == {"orders": 2, "emails": 5, "jobs.fifo": None, "small": None}
+    assert load_settings({"WORKER_QUEUES": "orders"}).queues[0].group_concurrency is None
+    for env in ({"WORKER_GROUP_CONCURRENCY": "0"}, {"WORKER_QUEUE_ORDERS_GROUP_CONCURRENCY": "two"}):
+        with pytest.raises(ConfigError) as info:
+            load_settings({"WORKER_QUEUES": "orders", **env})
+        [(variable, _)] = info.value.problems
+        assert variable == next(iter(env))
+
+
+def test_a_queue_whose_key_ends_in_group_is_told_apart_from_a_group_cap() -> None:
+    config = load_settings({"WORKER_QUEUES": "x_group,y", "WORKER_QUEUE_X_GROUP_CONCURRENCY": "3"})
+    default = config.settings.concurrency
+    assert [(q.name, q.concurrency, q.group_concurrency) for q in config.queues] == [
+        ("x_group", 3, None),
+        ("y", default, None),
+    ]
+    with pytest.raises(ConfigError) as info:
+        load_settings({"WORKER_QUEUES": "x_group,x", "WORKER_QUEUE_X_GROUP_CONCURRENCY": "3"})
+    [(variable, message)] = info.value.problems
+    assert variable == "WORKER_QUEUE_X_GROUP_CONCURRENCY" and "ambiguous" in message, message

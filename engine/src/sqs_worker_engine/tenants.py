@@ -1,0 +1,149 @@
+"""Fair tenants on a standard queue: at most `cap` jobs of one message group run at once in
+a pool (WORKER_[QUEUE_<KEY>_]GROUP_CONCURRENCY), so a noisy tenant cannot take every slot.
+
+On a standard queue the MessageGroupId is the tenant (SQS fair queues). SQS hands out
+messages in its own order, and a receive cannot ask for "any tenant but this one", so a
+message whose group is at its cap cannot simply be left unreceived. It is either
+
+- parked: its lease kept, its handler slot lent to other tenants' jobs, until a job of its
+  group ends and hands over the turn (in the order they were parked); or
+- given back, once `room` messages are parked: receiving then goes on and reaches the
+  other tenants' messages instead of stopping at the held-messages bound. Its delay is
+  its place in its group's line at the rate the group drains (cap jobs at a time, each
+  as long as jobs here take on average), so a backlog comes back about when it can run,
+  not all at once to be given back again. Before any job has ended here, the longest
+  running one tells how long jobs take at least.
+
+A give-back is a receive, and every receive counts toward the message's maxReceiveCount.
+So fairness spends at most half of that budget (`when_capped`); past it a message is
+parked whatever the room, and it never reaches the DLQ for being a busy tenant's. SQS fair
+queues already favour quiet tenants when they deliver; the cap keeps one worker's slots
+shared even when a receive is mostly one tenant's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections import Counter, deque
+from typing import Literal
+
+from . import metrics
+
+Capped = Literal["park", "give_back"]
+# Without a redrive policy nothing counts the receives; fairness still stops giving a
+# message back after this many, as if maxReceiveCount were twice it.
+RECEIVES_WITHOUT_DLQ = 5
+# The longest a message is given back for: a longer backlog is met again in a quarter of
+# an hour rather than hidden for hours (parked then, if its receives are spent).
+MAX_GIVE_BACK_SECONDS = 900
+SHORTEST_JOB_SECONDS = 0.05  # the duration assumed while nothing has ended or run for longer
+SMOOTHING = 0.2  # weight of the latest job in the running average of durations
+
+
+def when_capped(parked: int, room: int, receive_count: int, max_receive: int | None) -> Capped:
+    """What to do with a message whose group is at its cap."""
+    budget = RECEIVES_WITHOUT_DLQ if max_receive is None else max_receive // 2
+    if parked < room or receive_count > budget:
+        return "park"
+    return "give_back"
+
+
+def give_back_delay(line_ends: float, now: float, job_seconds: float, cap: int) -> tuple[int, float]:
+    """(seconds to give the message back for, when its group's line now ends): one more
+    place in a line that drains `cap` jobs of `job_seconds` at a time."""
+    ends = max(now, line_ends) + job_seconds / cap
+    return min(MAX_GIVE_BACK_SECONDS, max(1, math.ceil(ends - now))), ends
+
+
+class Tenants:
+    """Jobs running per group in one pool, and the messages parked behind them."""
+
+    def __init__(self, queue: str, cap: int) -> None:
+        self.cap = cap
+        self.parked = 0
+        self._running: Counter[str] = Counter()
+        self._waiting: dict[str, deque[asyncio.Future[None]]] = {}
+        self._line_ends: dict[str, float] = {}  # when each group's given-back messages are due to run
+        self._job_seconds: float | None = None  # running average, once a job has ended
+        self._gauges = (
+            metrics.TENANTS_RUNNING.labels(queue),
+            metrics.TENANTS_AT_CAP.labels(queue),
+            metrics.TENANT_JOBS_PARKED.labels(queue),
+        )
+        self._show()
+
+    def running(self, group: str) -> int:
+        return self._running[group]
+
+    def try_start(self, group: str) -> bool:
+        """Take a turn for one job of `group` if the group is below its cap."""
+        if self._running[group] >= self.cap:
+            return False
+        self._running[group] += 1
+        self._show()
+        return True
+
+    def park(self, group: str) -> asyncio.Future[None]:
+        """Wait for a turn of `group`; the future is done once a job of it ended and passed
+        its turn on. Every parked future ends with `done` (it ran) or `leave`."""
+        turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiting.setdefault(group, deque()).append(turn)
+        self.parked += 1
+        self._show()
+        return turn
+
+    def leave(self, group: str, turn: asyncio.Future[None]) -> None:
+        """A parked message goes without running (shutdown, lease lost): its place in the
+        line goes, and a turn it was already handed passes on."""
+        self.parked -= 1
+        if turn.done():
+            self.done(group)
+        else:
+            turn.cancel()
+            self._waiting[group].remove(turn)
+            if not self._waiting[group]:
+                del self._waiting[group]
+        self._show()
+
+    def started(self) -> None:
+        """A parked message was handed its turn and runs now."""
+        self.parked -= 1
+        self._show()
+
+    def give_back(self, group: str, now: float, longest_running: float) -> int:
+        """Seconds to give a message of `group` back for (see give_back_delay);
+        `longest_running`: how long the longest job running now has run."""
+        if len(self._line_ends) > 1000:  # forget lines that have run out
+            self._line_ends = {g: t for g, t in self._line_ends.items() if t > now}
+        seconds = self._job_seconds
+        if seconds is None:
+            seconds = max(SHORTEST_JOB_SECONDS, longest_running)
+        delay, self._line_ends[group] = give_back_delay(self._line_ends.get(group, now), now, seconds, self.cap)
+        return delay
+
+    def ran(self, seconds: float) -> None:
+        """A job took `seconds` from its start to its settlement."""
+        if self._job_seconds is None:
+            self._job_seconds = seconds
+        else:
+            self._job_seconds += SMOOTHING * (seconds - self._job_seconds)
+
+    def done(self, group: str) -> None:
+        """A job of `group` ended: its turn goes to the first parked message, if any."""
+        line = self._waiting.get(group)
+        if line:
+            line.popleft().set_result(None)  # the running count stays: the turn changes hands
+            if not line:
+                del self._waiting[group]
+            return
+        self._running[group] -= 1
+        if self._running[group] <= 0:
+            del self._running[group]
+        self._show()
+
+    def _show(self) -> None:
+        running, at_cap, parked = self._gauges
+        running.set(len(self._running))
+        at_cap.set(sum(1 for n in self._running.values() if n >= self.cap))
+        parked.set(self.parked)
