@@ -76,6 +76,12 @@ TENANT_CAPPED = Counter(
     "Messages whose group was at its cap when received: parked or given back, by queue and action.",
     ["queue", "action"],
 )
+BATCH_SIZE = Histogram(
+    "worker_batch_size",
+    "Jobs per call of a batch handler, by queue (see batches.py).",
+    ["queue"],
+    buckets=(1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 10000),
+)
 LAST_PROGRESS = Gauge("worker_last_progress_timestamp_seconds", "Unix time the handler loop last made progress.")
 WORKER_INFO = Info("worker", "Worker identity and version.")
 

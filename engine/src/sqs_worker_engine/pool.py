@@ -43,6 +43,7 @@ from typing import Any
 from . import clock, metrics, tracing
 from .acker import Acker
 from .backoff import Backoff
+from .batches import Collector
 from .decisions import (
     DeadLetter,
     Delete,
@@ -186,6 +187,11 @@ class QueuePool:
             if spec.mode == "thread"
             else None
         )
+        self.collector = (
+            None
+            if spec.batch is None
+            else Collector(self._call_batch, min(spec.batch.size, options.concurrency), spec.batch.wait)
+        )
         self.runs: set[Run] = set()
         self.stopping = False
         self._stopped = asyncio.Event()
@@ -226,6 +232,8 @@ class QueuePool:
         self.stopping = True
         self._release_cap = release_cap
         self._stopped.set()
+        if self.collector is not None:
+            self.collector.close()  # no more jobs are coming to fill a batch
         for run in list(self.runs):
             if run.job is not None:
                 run.job._request_stop()
@@ -710,6 +718,10 @@ class QueuePool:
         self.handlers_running += 1
         run.running = True
         self.report.running(+1)
+        if self.collector is not None:
+            result, call_ended = self.collector.submit(job)
+            call_ended.add_done_callback(finished)
+            return result, ended
         if self.spec.mode == "async":
             task = asyncio.ensure_future(self.spec.fn(job))
             task.add_done_callback(finished)
@@ -722,6 +734,29 @@ class QueuePool:
             cf = self.process_pool.submit(call_sync, self.spec.fn, job)
         cf.add_done_callback(lambda _f: loop.call_soon_threadsafe(finished))
         return asyncio.wrap_future(cf, loop=loop), ended
+
+    def _call_batch(self, jobs: list[Job[Any]]) -> tuple[asyncio.Future[Any], asyncio.Future[None]]:
+        """Start a batch handler (batches.Collector calls this): its response, and a future
+        done once its work has ended (a thread's call returned, even if given up). In a
+        context of its own: its log lines must not carry the first job's id or span."""
+        loop = asyncio.get_running_loop()
+        ended: asyncio.Future[None] = loop.create_future()
+        metrics.BATCH_SIZE.labels(self.name).observe(len(jobs))
+
+        def done(_: object = None) -> None:
+            if not ended.done():
+                ended.set_result(None)
+
+        response: asyncio.Future[Any]
+        if self.spec.mode == "async":
+            response = loop.create_task(self.spec.fn(jobs), context=contextvars.Context())
+            response.add_done_callback(done)
+        else:
+            assert self.thread_pool is not None
+            cf = self.thread_pool.submit(contextvars.Context().run, call_sync, self.spec.fn, jobs)
+            cf.add_done_callback(lambda _f: loop.call_soon_threadsafe(done))
+            response = asyncio.wrap_future(cf, loop=loop)
+        return response, ended
 
     def _handler_slot_done(self, run: Run) -> None:
         """Give the handler slot back once, when its work has ended (or never ran)."""

@@ -44,12 +44,21 @@ def call_sync(fn: Callable[..., Any], job: Any) -> Any:
 
 
 @dataclass(frozen=True)
+class BatchSpec:
+    """A batch handler's call: up to `size` jobs, gathered for at most `wait` seconds."""
+
+    size: int
+    wait: float
+
+
+@dataclass(frozen=True)
 class HandlerSpec:
     queue: str
     fn: Callable[..., Any]
     payload: type[Any] | None
     mode: Literal["async", "thread", "process"]
     envelope: EnvelopeKind = "raw"
+    batch: BatchSpec | None = None  # a batch handler (batches.py): called with a list of jobs
 
 
 class Router:
@@ -64,7 +73,8 @@ class Router:
     thread pool (one per queue, sized to its concurrency); "process" runs a module-level
     function in a process pool, for CPU-bound work (costs: the job is pickled to the
     process, `job.cancelled` and `job.progress` do not reach it, and a timed-out call
-    cannot be interrupted, only abandoned).
+    cannot be interrupted, only abandoned). `batch_handler` registers a handler that takes
+    a list of jobs (see batches.py).
     """
 
     def __init__(self) -> None:
@@ -78,6 +88,37 @@ class Router:
         payload: type[Any] | None = None,
         executor: Executor = "auto",
         envelope: EnvelopeKind = "raw",
+    ) -> Callable[[F], F]:
+        return self._register(queue, payload, executor, envelope, None)
+
+    def batch_handler(
+        self,
+        queue: str,
+        *,
+        payload: type[Any] | None = None,
+        size: int = 10,
+        wait_ms: int = 100,
+        executor: Literal["auto", "async", "thread"] = "auto",
+        envelope: EnvelopeKind = "raw",
+    ) -> Callable[[F], F]:
+        """A handler called with a list of up to `size` jobs, gathered for at most `wait_ms`
+        after the first; it returns None or Lambda's {"batchItemFailures": [...]}. Each
+        message keeps its own lease, retries and DLQ (see batches.py)."""
+        if not 1 <= size <= 10_000:
+            raise ValueError(f"batch size must be 1..10000, got {size}")
+        if not 0 <= wait_ms <= 60_000:
+            raise ValueError(f"batch wait_ms must be 0..60000, got {wait_ms}")
+        if executor not in ("auto", "async", "thread"):
+            raise ValueError(f"a batch handler runs on the event loop or in a thread, not executor={executor!r}")
+        return self._register(queue, payload, executor, envelope, BatchSpec(size, wait_ms / 1000))
+
+    def _register(
+        self,
+        queue: str,
+        payload: type[Any] | None,
+        executor: Executor,
+        envelope: EnvelopeKind,
+        batch: BatchSpec | None,
     ) -> Callable[[F], F]:
         if envelope not in ENVELOPES:
             raise ValueError(f"envelope must be one of {', '.join(ENVELOPES)}, got {envelope!r}")
@@ -100,7 +141,7 @@ class Router:
                 raise TypeError(f"{fn.__qualname__} is a coroutine function; only plain functions run in a {executor}")
             else:
                 mode = executor
-            self._handlers[queue] = HandlerSpec(queue, fn, payload, mode, envelope)
+            self._handlers[queue] = HandlerSpec(queue, fn, payload, mode, envelope, batch)
             return fn
 
         return register

@@ -15,6 +15,10 @@ from the same decision the worker makes (`outcomes.classify`): "success" (delete
 "retry" (visible again after a backoff, or `retry_after` seconds when the handler raised
 `RetryLater`), "dead_letter" (to the DLQ with `reason`),
 "released" (given back at shutdown) or "timeout".
+
+A batch handler (`Router.batch_handler`) runs with `run_batch(router, QUEUE, [m1, m2])`,
+which returns one HandlerResult per message, in order: the jobs the response names are
+"retry", as in the worker.
 """
 
 from __future__ import annotations
@@ -24,19 +28,20 @@ import json
 import logging
 import threading
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel
 
+from .batches import BatchItemFailedError, BatchResponseError, item_failures
 from .envelopes import ControlMessage, Envelope, read_payload
 from .errors import PayloadError, RetryLater
 from .job import Job
 from .outcomes import Outcome, classify
 from .router import Router, call_sync
 
-__all__ = ["HandlerResult", "make_job", "run_handler", "run_handler_async"]
+__all__ = ["HandlerResult", "make_job", "run_batch", "run_batch_async", "run_handler", "run_handler_async"]
 
 
 def _body(value: str | bytes | BaseModel | Any) -> str:
@@ -120,6 +125,8 @@ async def run_handler_async(
     spec = router.get(queue)
     if spec is None:
         raise LookupError(f"no handler for queue {queue!r}; the router serves {router.queues}")
+    if spec.batch is not None:
+        raise TypeError(f"{queue!r} has a batch handler: run it with run_batch(router, queue, [messages])")
     body = _body(message)
     try:
         payload, envelope = read_payload(spec.payload, spec.envelope, body)
@@ -152,3 +159,59 @@ def run_handler(
 ) -> HandlerResult:
     """`run_handler_async` from synchronous test code (starts its own event loop)."""
     return asyncio.run(run_handler_async(router, queue, message, **options))
+
+
+async def run_batch_async(
+    router: Router,
+    queue: str,
+    messages: Sequence[str | bytes | BaseModel | Any],
+    *,
+    timeout: float | None = None,  # noqa: ASYNC109 - stands for the job timeout, as the worker applies it
+    **job_fields: Any,
+) -> list[HandlerResult]:
+    """Run `queue`'s batch handler once on `messages`; one result per message, in order.
+    A body that fails the envelope or the model is dead-lettered and left out of the call."""
+    spec = router.get(queue)
+    if spec is None:
+        raise LookupError(f"no handler for queue {queue!r}; the router serves {router.queues}")
+    if spec.batch is None:
+        raise TypeError(f"{queue!r} has a handler of one message: run it with run_handler")
+    results: list[HandlerResult | None] = [None] * len(messages)
+    jobs: list[tuple[int, Job[Any]]] = []
+    for i, message in enumerate(messages):
+        body = _body(message)
+        try:
+            payload, envelope = read_payload(spec.payload, spec.envelope, body)
+        except ControlMessage as exc:
+            results[i] = HandlerResult("dropped", None, exc)
+            continue
+        except PayloadError as exc:
+            results[i] = HandlerResult("dead_letter", None, exc)
+            continue
+        jobs.append((i, make_job(payload, queue=queue, body=body, envelope=envelope, **job_fields)))
+    batch = [job for _, job in jobs]
+    if batch:
+        work: Any = spec.fn(batch) if spec.mode == "async" else asyncio.to_thread(call_sync, spec.fn, batch)
+        try:
+            failed = item_failures([job.id for job in batch], await asyncio.wait_for(work, timeout))
+        except TimeoutError:
+            error = TimeoutError(f"job exceeded its timeout of {timeout:g} s")
+            for i, job in jobs:
+                job._cancel("timeout")
+                results[i] = HandlerResult("timeout", job, error)
+        except BatchResponseError as exc:
+            for i, job in jobs:
+                results[i] = HandlerResult("retry", job, exc)
+        except Exception as exc:
+            for i, job in jobs:
+                results[i] = HandlerResult(classify(exc), job, exc)
+        else:
+            for i, job in jobs:
+                reported = BatchItemFailedError("reported failed by the batch handler") if job.id in failed else None
+                results[i] = HandlerResult(classify(reported), job, reported)
+    return [r for r in results if r is not None]
+
+
+def run_batch(router: Router, queue: str, messages: Sequence[Any], **options: Any) -> list[HandlerResult]:
+    """`run_batch_async` from synchronous test code (starts its own event loop)."""
+    return asyncio.run(run_batch_async(router, queue, messages, **options))

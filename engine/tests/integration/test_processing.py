@@ -346,3 +346,66 @@ def test_short_polling_an_empty_queue_does_not_spin(sqs: Sqs, localstack_endpoin
     assert calls_in_window[0] <= window / EMPTY_SHORT_POLL_PAUSE + 2, (
         f"{calls_in_window[0]} receives in {window:g} s: spinning"
     )
+
+
+def test_a_batch_handler_s_partial_failure_retries_exactly_the_failed_messages(
+    sqs: Sqs, localstack_endpoint: str, health_file: str
+) -> None:
+    """One call takes more than one receive's 10; the ids the response names come back with
+    their own receive counts, and go to the DLQ after maxReceiveCount; the rest run once."""
+    from sqs_worker_engine.batches import failures
+
+    queue = sqs.create(max_receive=3)
+    bodies = [f"ok-{i}" for i in range(20)] + ["bad-1", "bad-2", "bad-3", "flaky-1", "flaky-2"]
+    calls: list[list[tuple[str, int]]] = []
+    router = Router()
+
+    @router.batch_handler(queue.name, payload=str, size=25, wait_ms=2000)
+    async def handle(jobs: list[Job[str]]) -> dict[str, Any]:
+        calls.append([(j.payload, j.receive_count) for j in jobs])
+        return failures(
+            j for j in jobs if j.payload.startswith("bad") or (j.payload.startswith("flaky") and j.receive_count == 1)
+        )
+
+    sqs.send(queue, bodies)
+
+    dlq_url = queue.dlq_url
+    assert dlq_url is not None
+
+    async def scenario() -> None:
+        env = env_for(localstack_endpoint, queue.name, health_file, WORKER_CONCURRENCY=25)
+        async with running_worker(env, router):
+            await wait_for(lambda: sqs.counts(dlq_url) == (3, 0), 120, "3 in the DLQ")
+            await wait_for(lambda: sqs.counts(queue.url) == (0, 0), 60, "the queue empty")
+
+    asyncio.run(scenario())
+    seen: dict[str, list[int]] = {}
+    for batch in calls:
+        for body, count in batch:
+            seen.setdefault(body, []).append(count)
+    assert {b: seen[b] for b in bodies if b.startswith("ok")} == {b: [1] for b in bodies if b.startswith("ok")}
+    assert {b: sorted(seen[b]) for b in ("flaky-1", "flaky-2")} == {"flaky-1": [1, 2], "flaky-2": [1, 2]}
+    assert {b: sorted(seen[b]) for b in ("bad-1", "bad-2", "bad-3")} == {f"bad-{i}": [1, 2, 3] for i in (1, 2, 3)}
+    assert max(len(b) for b in calls) > 10, [len(b) for b in calls]
+    dead = sorted(m["Body"] for m in sqs.receive_all(dlq_url))
+    assert dead == ["bad-1", "bad-2", "bad-3"]
+
+
+def test_a_plain_batch_handler_runs_in_a_thread(sqs: Sqs, localstack_endpoint: str, health_file: str) -> None:
+    queue = sqs.create()
+    calls: list[tuple[str, int]] = []
+    router = Router()
+
+    @router.batch_handler(queue.name, size=12, wait_ms=2000)
+    def load(jobs: list[Job[Any]]) -> None:
+        calls.append((threading.current_thread().name, len(jobs)))
+
+    sqs.send(queue, [{"n": i} for i in range(12)])
+
+    async def scenario() -> None:
+        async with running_worker(env_for(localstack_endpoint, queue.name, health_file, WORKER_CONCURRENCY=12), router):
+            await wait_for(lambda: sqs.counts(queue.url) == (0, 0), 60, "the queue empty")
+
+    asyncio.run(scenario())
+    assert sum(n for _, n in calls) == 12
+    assert all(name.startswith(f"job-{queue.name}") for name, _ in calls), calls
