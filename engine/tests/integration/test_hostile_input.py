@@ -254,6 +254,7 @@ BAD: dict[str, dict[str, str]] = {
             "WORKER_METRICS_PORT",
             "WORKER_SCALE_IN_PROTECTION_MINUTES",
             "WORKER_LARGE_PAYLOAD_THRESHOLD_BYTES",
+            "WORKER_GROUP_CONCURRENCY",
             "DB_POOL_SIZE",
         )
     },
