@@ -8,7 +8,7 @@ JOBS ?= 2
 
 SCANNERS := .venv-scanners
 
-.PHONY: install tools scanners scanners-lock test demo format bench bench-tracing clean
+.PHONY: install tools scanners scanners-lock test demo format bench bench-tracing bench-latency clean
 
 $(UV):
 	$(PYTHON) -m venv $(VENV)
@@ -54,6 +54,9 @@ bench: install
 # seconds). Writes docs/benchmarks-tracing.{md,json}.
 bench-tracing: install
 	$(VENV)/bin/python bench/tracing.py
+
+bench-latency: install
+	$(VENV)/bin/python bench/latency.py
 
 format: install
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/python scripts/format_template.py

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from conftest import ROOT, run
 
@@ -74,3 +75,18 @@ def test_tracing_bench_reports_both_sides(tmp_path: Path) -> None:
     assert result["cpu_us_per_message_off"] > 0 and result["cpu_us_per_message_on"] > 0
     assert result["spans_per_message"] == 1.0 and result["otlp_bytes_per_message"] > 0
     assert "ratio on / off" in tracing.markdown(result)
+
+
+def test_latency_bench_measures_both_sides_at_both_latencies(localstack_endpoint: str, monkeypatch: Any) -> None:
+    """`make bench-latency` with one tiny scenario: no prefetch and prefetch, at the emulator's
+    latency and with the added round trip, in one run (the figures are never asserted)."""
+    import latency
+
+    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.setenv(key, "test")
+    rows = latency.measure(localstack_endpoint, 20.0, 1.0, scenarios=((0.01, 2),))
+    assert [r["added_ms"] for r in rows] == [0.0, 20.0]
+    for row in rows:
+        for side in ("none", "prefetch"):
+            assert row[f"{side}_per_s"] > 0 and row[f"{side}_requests_per_message"] > 0, row
+    assert "| 10 ms | 2 | +20 ms |" in latency.markdown(rows, 20.0, 1.0)

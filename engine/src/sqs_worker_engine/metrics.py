@@ -76,6 +76,11 @@ TENANT_CAPPED = Counter(
     "Messages whose group was at its cap when received: parked or given back, by queue and action.",
     ["queue", "action"],
 )
+PREFETCHED = Gauge(
+    "worker_prefetched_messages",
+    "Messages received ahead of a free handler slot and waiting for one (WORKER_PREFETCH), by queue.",
+    ["queue"],
+)
 BATCH_SIZE = Histogram(
     "worker_batch_size",
     "Jobs per call of a batch handler, by queue (see batches.py).",

@@ -70,6 +70,7 @@ from .limits import MAX_RECEIVE_BATCH
 from .logs import bind_job, get_logger
 from .offload import PayloadStore, S3Pointer, pointer_of
 from .outcomes import classify
+from .prefetch import Pace, prefetch_target
 from .reporting import Ending, JobReport, describe
 from .router import HandlerSpec, call_sync
 from .slots import Slots
@@ -104,6 +105,7 @@ class PoolOptions:
     trace_parent: bool = True  # WORKER_TRACE_PARENT: the producer's span parents the job's (see tracing.py)
     rate_limit: float | None = None  # jobs started per second (see throttle.py)
     group_concurrency: int | None = None  # standard queues: jobs of one group at once (see tenants.py)
+    prefetch: int = 0  # WORKER_PREFETCH: most messages held beyond the concurrency (see prefetch.py)
 
     @property
     def held_limit(self) -> int:
@@ -114,7 +116,7 @@ class PoolOptions:
         delete call still stops receiving once the room is used up. With a group cap,
         room for as many parked messages as there are slots."""
         parked = self.concurrency if self.group_concurrency is not None else 0
-        return self.concurrency + max(self.concurrency, SETTLING_ROOM) + parked
+        return self.concurrency + max(self.concurrency, SETTLING_ROOM) + parked + self.prefetch
 
 
 def _pass_on(to: asyncio.Future[bool], result: asyncio.Future[bool]) -> None:
@@ -136,7 +138,8 @@ class Run:
     span: tracing.JobSpan | None = None  # this attempt's `process` span, when tracing
     started: float = 0.0
     running: bool = False  # a handler call of it has not returned yet
-    handler_slot: bool = True  # it still holds its handler slot
+    handler_slot: bool = True  # it still holds its place (slots.py)
+    permit: bool = False  # it holds a handler slot: its handler may run
     deciding: bool = False  # between attempts: the slot stays until the decision is made
     task: asyncio.Task[Any] | None = field(default=None, repr=False)
 
@@ -171,6 +174,9 @@ class QueuePool:
         self.health = health
         self.process_pool = process_pool
         self.slots = Slots(options.concurrency, options.held_limit)
+        self.pace = Pace()  # receive round trips and job durations, for the prefetch
+        self._prefetched = metrics.PREFETCHED.labels(info.name)
+        self._prefetched.set(0)
         self.bucket = None if options.rate_limit is None else TokenBucket(options.rate_limit, clock.now())
         self.breaker = Breaker(cap=options.retry_max)
         cap = None if info.fifo else options.group_concurrency
@@ -351,6 +357,9 @@ class QueuePool:
             messages: list[dict[str, Any]] = [dict(m) for m in resp.get("Messages", [])]
             if len(messages) < n:
                 self._unadmit(n, n - len(messages))
+            elif self.options.prefetch:  # a full answer did not wait in a long poll: a round trip
+                self.pace.received(clock.now() - sent)
+                self._size_prefetch()
             if messages:
                 # SQS starts a message's visibility clock when it hands the message out: during
                 # a long poll, that is just before the response, not when the request was sent.
@@ -493,7 +502,7 @@ class QueuePool:
                     self.bucket.give_back(1)  # it did not start: its token is another's
                 now = clock.now()
                 longest = max((now - r.started for r in self.runs if r.running), default=0.0)
-                delay = self.tenants.give_back(group, now, longest)
+                delay = self.tenants.give_back(group, now, self.pace.job_seconds, longest)
                 log.info(
                     "group at its cap of %d: message given back for %d s",
                     self.tenants.cap,
@@ -505,11 +514,9 @@ class QueuePool:
             if not await self._park(run, group):
                 await self._let_go([run], "shutdown" if self.stopping else "lease lost while parked")
                 return
-        began = clock.now()
         try:
             await self._life(run, [])
         finally:
-            self.tenants.ran(clock.now() - began)
             if group is not None:
                 self.tenants.done(group)
 
@@ -543,9 +550,15 @@ class QueuePool:
             if self.stopping:
                 await self._let_go([run], "shutdown")  # received, never started
                 return Release()
+            if not await self._take_slot(run):
+                await self._let_go([run], "shutdown" if self.stopping else "lease lost before it started")
+                return Release()
             while True:
                 run.deciding = True
                 ending = self._downstream(run, await self._attempt(run))
+                if ending.duration:
+                    self.pace.ran(ending.duration)
+                    self._size_prefetch()
                 waiting = any(m.delivery.state is State.RECEIVED for m in mates)
                 facts = Facts(
                     attempt=run.attempt,
@@ -759,10 +772,37 @@ class QueuePool:
         return response, ended
 
     def _handler_slot_done(self, run: Run) -> None:
-        """Give the handler slot back once, when its work has ended (or never ran)."""
+        """Give the place (and handler slot) back once, when its work has ended (or never ran)."""
         if run.handler_slot and not run.running:
             run.handler_slot = False
-            self.slots.handler_done()
+            self.slots.handler_done(started=run.permit)
+            run.permit = False
+
+    async def _take_slot(self, run: Run) -> bool:
+        """A handler slot for the job, in receive order: at once unless prefetched messages
+        wait for one. False if it may not run after all (shutdown, or its lease was lost)."""
+        if run.permit or self.slots.try_start():
+            run.permit = True
+            return True
+        turn = self.slots.queue_start()
+        stopping = asyncio.ensure_future(self._stopped.wait())
+        self._prefetched.inc()
+        try:
+            waits: set[asyncio.Future[Any]] = {turn, stopping, run.delivery.lost()}
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopping.cancel()
+            self._prefetched.dec()
+        if turn.done() and not turn.cancelled() and not self.stopping and run.delivery.state is State.RECEIVED:
+            run.permit = True
+            return True
+        self.slots.leave_start(turn)
+        return False
+
+    def _size_prefetch(self) -> None:
+        self.slots.prefetch = prefetch_target(
+            self.options.concurrency, self.options.prefetch, self.pace.receive_seconds, self.pace.job_seconds
+        )
 
     async def _wait_in_place(self, run: Run, seconds: int) -> bool:
         """FIFO: wait out a retry delay holding the group's leases. False if the wait was

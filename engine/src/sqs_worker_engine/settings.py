@@ -151,6 +151,10 @@ class Settings(BaseSettings):
     # Fair tenants on standard queues (tenants.py): jobs of one MessageGroupId running at once
     # per queue and process; unset: no cap but the concurrency. FIFO runs one per group anyway.
     group_concurrency: int | None = Field(default=None, ge=1, le=1000, validation_alias="WORKER_GROUP_CONCURRENCY")
+    # Messages a pool may hold beyond its concurrency, received ahead of free slots so that
+    # a slot never waits a receive's round trip (prefetch.py sizes it within this); each
+    # is one more message a SIGKILL strands for a visibility timeout. 0: off.
+    prefetch: int = Field(default=0, ge=0, le=10_000, validation_alias="WORKER_PREFETCH")
     # Tracing (tracing.py): the producer's span as the parent of each job's, or a link only.
     trace_parent: bool = Field(default=True, validation_alias="WORKER_TRACE_PARENT")
 
@@ -395,10 +399,11 @@ def load_settings(environ: Mapping[str, str] | None = None, service: ServiceDefa
             MAX_VISIBILITY_SECONDS,
             problems,
         )
-        # One long poll returns at most 10 messages, so a pool needs ceil(concurrency / 10)
-        # pollers to keep every slot busy.
+        # One long poll returns at most 10 messages, so a pool needs ceil(places / 10)
+        # pollers to keep every place filled (the concurrency, plus the prefetch).
+        places = concurrency + settings.prefetch
         pollers = _int(
-            own, "POLLERS", prefix, settings.pollers or math.ceil(concurrency / MAX_RECEIVE_BATCH), 1, 100, problems
+            own, "POLLERS", prefix, settings.pollers or math.ceil(places / MAX_RECEIVE_BATCH), 1, 100, problems
         )
         url = own.get("URL") or None
         if url is not None and http_url_problem(url):

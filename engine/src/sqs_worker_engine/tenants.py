@@ -38,7 +38,6 @@ RECEIVES_WITHOUT_DLQ = 5
 # an hour rather than hidden for hours (parked then, if its receives are spent).
 MAX_GIVE_BACK_SECONDS = 900
 SHORTEST_JOB_SECONDS = 0.05  # the duration assumed while nothing has ended or run for longer
-SMOOTHING = 0.2  # weight of the latest job in the running average of durations
 
 
 def when_capped(parked: int, room: int, receive_count: int, max_receive: int | None) -> Capped:
@@ -65,7 +64,6 @@ class Tenants:
         self._running: Counter[str] = Counter()
         self._waiting: dict[str, deque[asyncio.Future[None]]] = {}
         self._line_ends: dict[str, float] = {}  # when each group's given-back messages are due to run
-        self._job_seconds: float | None = None  # running average, once a job has ended
         self._gauges = (
             metrics.TENANTS_RUNNING.labels(queue),
             metrics.TENANTS_AT_CAP.labels(queue),
@@ -111,23 +109,17 @@ class Tenants:
         self.parked -= 1
         self._show()
 
-    def give_back(self, group: str, now: float, longest_running: float) -> int:
+    def give_back(self, group: str, now: float, job_seconds: float | None, longest_running: float) -> int:
         """Seconds to give a message of `group` back for (see give_back_delay);
+        `job_seconds`: the pool's running average of job durations (None before any ended),
         `longest_running`: how long the longest job running now has run."""
         if len(self._line_ends) > 1000:  # forget lines that have run out
             self._line_ends = {g: t for g, t in self._line_ends.items() if t > now}
-        seconds = self._job_seconds
+        seconds = job_seconds
         if seconds is None:
             seconds = max(SHORTEST_JOB_SECONDS, longest_running)
         delay, self._line_ends[group] = give_back_delay(self._line_ends.get(group, now), now, seconds, self.cap)
         return delay
-
-    def ran(self, seconds: float) -> None:
-        """A job took `seconds` from its start to its settlement."""
-        if self._job_seconds is None:
-            self._job_seconds = seconds
-        else:
-            self._job_seconds += SMOOTHING * (seconds - self._job_seconds)
 
     def done(self, group: str) -> None:
         """A job of `group` ended: its turn goes to the first parked message, if any."""

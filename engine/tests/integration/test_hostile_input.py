@@ -255,6 +255,7 @@ BAD: dict[str, dict[str, str]] = {
             "WORKER_SCALE_IN_PROTECTION_MINUTES",
             "WORKER_LARGE_PAYLOAD_THRESHOLD_BYTES",
             "WORKER_GROUP_CONCURRENCY",
+            "WORKER_PREFETCH",
             "DB_POOL_SIZE",
         )
     },

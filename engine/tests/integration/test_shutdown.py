@@ -161,6 +161,28 @@ def test_received_but_not_started_messages_are_released_at_once(
     assert [json.loads(m["Body"])["id"] for m in rest] == ids[1:], "released, in order, immediately"
 
 
+def test_prefetched_messages_are_released_at_once_on_sigterm(
+    sqs: Sqs, localstack_endpoint: str, tmp_path: Path
+) -> None:
+    """With WORKER_PREFETCH, messages wait for a slot beyond the concurrency; a SIGTERM
+    gives them back at once, visible to the next worker, while the running jobs finish."""
+    queue = sqs.create(visibility=300)
+    ids = [f"m{i}" for i in range(30)]
+    sqs.send(queue, [{"id": i, "seconds": 2} for i in ids])
+    proc, records, _ = start(
+        sqs, localstack_endpoint, tmp_path, queue.name, WORKER_CONCURRENCY=2, WORKER_PREFETCH=10, **SHORT_POLLS
+    )
+    # The prefetch is sized once a receive came back full and a job ended (prefetch.py);
+    # then more are in flight than the two slots.
+    wait_records(records, lambda r: len(events(r, "done")) >= 2 and sqs.counts(queue.url)[1] > 2)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(60) == 0
+    final = read_records(records)
+    started, done = events(final, "start"), events(final, "done")
+    assert sorted(started) == sorted(done) and len(set(started)) == len(started), "each ran once, to the end"
+    assert sqs.counts(queue.url) == (len(ids) - len(done), 0), "the rest are visible again, none in flight"
+
+
 def test_a_thread_started_with_to_thread_does_not_hold_the_exit(
     sqs: Sqs, localstack_endpoint: str, tmp_path: Path
 ) -> None:

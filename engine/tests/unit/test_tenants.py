@@ -81,10 +81,8 @@ def test_the_average_job_duration_sets_the_delay() -> None:
     async def play() -> None:
         tenants = Tenants("q", 2)
         # Before any job ended: the longest running one's time so far.
-        assert [tenants.give_back("a", 100.0, longest_running=4.0) for _ in range(2)] == [2, 4]
-        tenants.ran(10.0)  # the first to end replaces the guess
-        assert tenants.give_back("b", 100.0, longest_running=4.0) == 5, "each group has its own line"
-        tenants.ran(15.0)  # then a running average: 10 + 0.2 * (15 - 10)
-        assert tenants.give_back("c", 100.0, longest_running=60.0) == 6
+        assert [tenants.give_back("a", 100.0, None, longest_running=4.0) for _ in range(2)] == [2, 4]
+        assert tenants.give_back("b", 100.0, 10.0, longest_running=4.0) == 5, "each group has its own line"
+        assert tenants.give_back("c", 100.0, None, longest_running=0.0) == 1, "never under a second"
 
     asyncio.run(play())

@@ -1,0 +1,119 @@
+"""Prefetch (prefetch.py): the real worker against the in-memory SQS model on virtual time,
+with every receive taking a round trip of its own. Prefetched messages are deliveries
+like any other: bounded, started in receive order, released at once on SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+
+from sqs_worker_engine import clock
+from sqs_worker_engine.job import Job
+from sqs_worker_engine.memory import MemorySQS
+from sqs_worker_engine.router import Router
+
+from . import vtime
+from .harness import QUEUE, start, until
+
+ROUND_TRIP = 0.1  # seconds each receive takes, as SQS's latency would make it
+
+
+def busy_worker(prefetch: str, job_seconds: float, messages: int = 400, **env: str) -> tuple[int, int, Counter[str]]:
+    """Jobs done in 10 virtual seconds, the most messages held at once, and runs per body."""
+    result: dict[str, int] = {}
+    runs: Counter[str] = Counter()
+
+    async def scenario() -> None:
+        sqs = MemorySQS()
+        sqs.create_queue(QUEUE)
+        for i in range(messages):
+            sqs.put(QUEUE, f"m-{i}")
+        sqs.slow("ReceiveMessage", before=ROUND_TRIP)
+        router = Router()
+
+        @router.handler(QUEUE, payload=str)
+        async def handle(job: Job[str]) -> None:
+            runs[job.payload] += 1
+            await asyncio.sleep(job_seconds)
+
+        worker = await start(sqs, router, WORKER_CONCURRENCY="4", WORKER_PREFETCH=prefetch, **env)
+        pool = worker.worker.pools[0]
+        most = 0
+        began = clock.now()
+        while clock.now() - began < 10:
+            most = max(most, pool.slots.in_use)
+            await asyncio.sleep(0.01)
+        result["done"] = sum(runs.values())
+        result["most"] = most
+        await worker.stop()
+
+    vtime.run(scenario())
+    return result["done"], result["most"], runs
+
+
+def test_prefetch_hides_the_receive_round_trip() -> None:
+    """0.1 s jobs, 0.1 s receives, 4 slots: without prefetch each freed slot waits a round
+    trip (about half the time idle); with it the next job is already here."""
+    without, held_without, _ = busy_worker("0", 0.1)
+    with_prefetch, held_with, runs = busy_worker("10", 0.1)
+    assert with_prefetch >= 1.5 * without, (without, with_prefetch)
+    assert with_prefetch <= 4 * 10 / 0.1, "never more than the slots allow"
+    assert held_without <= 4 and held_with <= 4 + 10, (held_without, held_with)
+    assert max(runs.values()) == 1
+
+
+def test_with_a_cap_of_zero_nothing_is_received_ahead() -> None:
+    _, most, _ = busy_worker("0", 1.0)
+    assert most <= 4
+
+
+def test_prefetched_messages_are_released_at_once_on_sigterm_and_none_runs_twice() -> None:
+    async def scenario() -> None:
+        sqs = MemorySQS()
+        sqs.create_queue(QUEUE)
+        for i in range(100):
+            sqs.put(QUEUE, f"m-{i}")
+        sqs.slow("ReceiveMessage", before=ROUND_TRIP)
+        runs: Counter[str] = Counter()
+        router = Router()
+
+        @router.handler(QUEUE, payload=str)
+        async def handle(job: Job[str]) -> None:
+            runs[job.payload] += 1
+            await asyncio.sleep(0.5)
+
+        worker = await start(sqs, router, WORKER_CONCURRENCY="4", WORKER_PREFETCH="10")
+        pool = worker.worker.pools[0]
+        assert await until(lambda: pool.slots.waiting > 0, 30), "some were received ahead"
+        took = await worker.stop()
+        assert took < 2, "the running jobs finished; the prefetched did not wait for slots"
+        assert len(sqs.visible(QUEUE)) == len(sqs.bodies(QUEUE)), "every message left is visible again"
+        assert max(runs.values()) == 1
+        assert pool.slots.in_use == 0 and pool.slots.running == 0 and pool.slots.held == 0
+
+    vtime.run(scenario())
+
+
+def test_a_fifo_queue_keeps_each_group_s_order_with_prefetch() -> None:
+    async def scenario() -> None:
+        sqs = MemorySQS()
+        sqs.create_queue("jobs.fifo")
+        for i in range(10):
+            for group in ("g1", "g2", "g3", "g4", "g5", "g6"):
+                sqs.put("jobs.fifo", f"{group}-{i}", group=group)
+        sqs.slow("ReceiveMessage", before=ROUND_TRIP)
+        done: list[str] = []
+        router = Router()
+
+        @router.handler("jobs.fifo", payload=str)
+        async def handle(job: Job[str]) -> None:
+            await asyncio.sleep(0.05)
+            done.append(job.payload)
+
+        worker = await start(sqs, router, "jobs.fifo", WORKER_CONCURRENCY="3", WORKER_PREFETCH="10")
+        assert await until(lambda: len(done) == 60, 300), len(done)
+        await worker.stop()
+        for group in ("g1", "g2", "g3", "g4", "g5", "g6"):
+            assert [b for b in done if b.startswith(group)] == [f"{group}-{i}" for i in range(10)]
+
+    vtime.run(scenario())
