@@ -534,7 +534,7 @@ class QueuePool:
                 self.tenants.leave(group, turn)
                 return False
             self.tenants.started()
-            await self.slots.take_handler()
+            self.slots.reclaim()
             run.handler_slot = True
         finally:
             stopping.cancel()

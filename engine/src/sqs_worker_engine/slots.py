@@ -89,12 +89,11 @@ class Slots:
                 self.held += n
                 return n
 
-    async def take_handler(self) -> None:
+    def reclaim(self) -> None:
         """A held message that gave its place up (parked, see tenants.py) takes one back
-        before it runs, waiting for one if none is free."""
-        loop = asyncio.get_running_loop()
-        while self.capacity + self.prefetch - self.in_use <= 0:
-            await self._wait(loop, None)
+        when its turn comes, at once: waiting for one could wait forever behind a poller
+        that holds every free place in a long poll of an empty queue. Places may run over
+        for a moment; the concurrency still holds, since a job needs a handler slot to run."""
         self.in_use += 1
 
     async def _wait(self, loop: asyncio.AbstractEventLoop, at_most: float | None) -> None:
