@@ -526,22 +526,24 @@ class QueuePool:
         assert self.tenants is not None
         self._handler_slot_done(run)
         turn = self.tenants.park(group)
+        if not await self._turn_came(run, turn):
+            self.tenants.leave(group, turn)
+            return False
+        self.tenants.started()
+        self.slots.reclaim()
+        run.handler_slot = True
+        return True
+
+    async def _turn_came(self, run: Run, turn: asyncio.Future[None]) -> bool:
+        """Wait for `turn` (a group's, or a handler slot's); False if the run may not use it
+        after all: shutdown, or its lease was lost meanwhile."""
         stopping = asyncio.ensure_future(self._stopped.wait())
         try:
             waits: set[asyncio.Future[Any]] = {turn, stopping, run.delivery.lost()}
             await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-            if not turn.done() or self.stopping or run.delivery.state is not State.RECEIVED:
-                self.tenants.leave(group, turn)
-                return False
-            self.tenants.started()
-            self.slots.reclaim()
-            run.handler_slot = True
         finally:
-            stopping.cancel()
-        if self.stopping or run.delivery.state is not State.RECEIVED:
-            self.tenants.done(group)
-            return False
-        return True
+            stopping.cancel()  # never the lease's own future: other waits share it
+        return turn.done() and not turn.cancelled() and not self.stopping and run.delivery.state is State.RECEIVED
 
     async def _life(self, run: Run, mates: list[Run]) -> Settlement:
         """Run, decide, settle; FIFO retries in place while `mates` wait behind it."""
@@ -557,8 +559,9 @@ class QueuePool:
                 run.deciding = True
                 ending = self._downstream(run, await self._attempt(run))
                 if ending.duration:
-                    self.pace.ran(ending.duration)
-                    self._size_prefetch()
+                    self.pace.ran(ending.duration)  # also the fair tenants' line length
+                    if self.options.prefetch:
+                        self._size_prefetch()
                 waiting = any(m.delivery.state is State.RECEIVED for m in mates)
                 facts = Facts(
                     attempt=run.attempt,
@@ -785,15 +788,12 @@ class QueuePool:
             run.permit = True
             return True
         turn = self.slots.queue_start()
-        stopping = asyncio.ensure_future(self._stopped.wait())
         self._prefetched.inc()
         try:
-            waits: set[asyncio.Future[Any]] = {turn, stopping, run.delivery.lost()}
-            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            came = await self._turn_came(run, turn)
         finally:
-            stopping.cancel()
             self._prefetched.dec()
-        if turn.done() and not turn.cancelled() and not self.stopping and run.delivery.state is State.RECEIVED:
+        if came:
             run.permit = True
             return True
         self.slots.leave_start(turn)
