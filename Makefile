@@ -8,7 +8,7 @@ JOBS ?= 2
 
 SCANNERS := .venv-scanners
 
-.PHONY: install tools scanners scanners-lock test demo format bench bench-tracing bench-latency clean
+.PHONY: install tools scanners scanners-lock test demo format bench bench-tracing clean
 
 $(UV):
 	$(PYTHON) -m venv $(VENV)
@@ -45,8 +45,9 @@ demo: install
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/python scripts/demo.py
 
 # The benchmark (bench/README.md): the generated worker against a hand-written loop, a boto3
-# thread pool and Celery on one LocalStack; regenerates docs/benchmarks.{md,json,png}. About
-# half an hour on 2 cores; BENCH_ARGS=--quick for a small run.
+# thread pool and Celery on one LocalStack, at the emulator's latency and with 20 ms added to
+# every SQS request; regenerates docs/benchmarks.{md,json,png}. About an hour on 2 cores;
+# BENCH_ARGS=--quick for a small run, BENCH_ARGS=--added-latency=10-40 for a spread.
 bench: install
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/python bench/run.py $(BENCH_ARGS)
 
@@ -54,9 +55,6 @@ bench: install
 # seconds). Writes docs/benchmarks-tracing.{md,json}.
 bench-tracing: install
 	$(VENV)/bin/python bench/tracing.py
-
-bench-latency: install
-	$(VENV)/bin/python bench/latency.py
 
 format: install
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/python scripts/format_template.py

@@ -10,7 +10,12 @@ baked service depends on by path), finds or starts LocalStack as the suites do
 (sqs_worker_engine.localstack), and runs every contender as its own process against fresh
 queues, behind one counting proxy (the engine's tests/faultproxy.py) that every SQS request
 goes through. Contenders take turns within each scenario, so drift on a shared
-machine hits them all alike. bench/README.md describes the method; the report repeats it.
+machine hits them all alike. Every throughput scenario runs twice: at the emulator's own
+latency, and with a round trip added to every SQS request at the proxy (--added-latency,
+20 ms by default, about SQS in-region; "10-40" for a uniform spread). The generated worker
+runs twice too, with its default prefetch and with WORKER_PREFETCH=0, so what prefetch
+changes is measured side by side. bench/README.md describes the method; the report
+repeats it.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import logging
 import math
 import os
 import platform
+import random
 import re
 import shutil
 import signal
@@ -57,11 +63,14 @@ sys.path.insert(0, str(HERE))
 import report
 from common import RECORD_BYTES, parse_handler
 from sqs_worker_engine import localstack
+from sqs_worker_engine.prefetch import default_prefetch
 
 REGION = "us-east-1"
-CONTENDERS = ("generated", "handloop", "threadpool", "celery")
+CONTENDERS = ("generated", "generated-p0", "handloop", "threadpool", "celery")
+GENERATED = ("generated", "generated-p0")  # the worker, with its default prefetch and with none
 LABELS = {
     "generated": "generated worker",
+    "generated-p0": "generated worker, prefetch off",
     "handloop": "hand-written loop",
     "threadpool": "boto3 thread pool",
     "celery": "Celery (SQS broker)",
@@ -90,6 +99,7 @@ class Plan:
     drain_visibility: int
     wait_seconds: int | None  # long-poll wait forced on every contender (smoke only)
     profile: bool
+    default_concurrency: int | None = None  # the template's default, run for the worker alone (no-op)
 
 
 PLANS = {
@@ -112,6 +122,7 @@ PLANS = {
         drain_visibility=10,
         wait_seconds=None,
         profile=True,
+        default_concurrency=8,
     ),
     "quick": Plan(
         "quick",
@@ -132,6 +143,7 @@ PLANS = {
         drain_visibility=10,
         wait_seconds=None,
         profile=True,
+        default_concurrency=8,
     ),
     # Checks that every contender runs and every figure is produced; the figures mean
     # nothing (long polls are cut to 1 s so that stops are quick).
@@ -173,6 +185,8 @@ def load_module(name: str, path: Path) -> ModuleType:
 def counting_proxy(faultproxy: ModuleType) -> type:
     """The tests' FaultProxy, resending once when LocalStack has dropped a kept-alive
     connection under it (the request is counted once: the contender made one)."""
+    import asyncio
+
     import aiohttp
 
     class CountingProxy(faultproxy.FaultProxy):  # type: ignore[name-defined,misc]
@@ -188,6 +202,9 @@ def counting_proxy(faultproxy: ModuleType) -> type:
             target = request.headers.get("X-Amz-Target", "")
             operation = target.rsplit(".", 1)[-1] if target else request.path
             started = time.perf_counter()
+            low, high = self.added  # seconds added to every request's round trip, as AWS's latency
+            if high > 0:
+                await asyncio.sleep(random.uniform(low, high))
             try:
                 response = await super()._handle(request)
             except aiohttp.ServerDisconnectedError:
@@ -308,6 +325,30 @@ class Snapshot:
     requests: Counter[str]
     seconds: Counter[str]  # time spent per operation, at the proxy
     cpu: float
+    machine_busy: float  # CPU seconds all processes on the machine used (not idle, not waiting)
+
+
+def machine_busy() -> float:
+    times = psutil.cpu_times()
+    return sum(times) - times.idle - getattr(times, "iowait", 0.0)
+
+
+def latency_label(added: tuple[float, float]) -> str:
+    """ "0", "20" or "10-40": milliseconds added to every SQS request."""
+    low, high = (round(x * 1000) for x in added)
+    return str(low) if low == high else f"{low}-{high}"
+
+
+def parse_latency(text: str) -> tuple[float, float]:
+    """ "20" or "10-40" (milliseconds) to seconds (low, high)."""
+    try:
+        low, _, high = text.partition("-")
+        pair = (float(low) / 1000, float(high or low) / 1000)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: give milliseconds, as 20 or 10-40") from None
+    if pair[0] < 0 or pair[1] < pair[0]:
+        raise argparse.ArgumentTypeError(f"{text!r}: give milliseconds, as 20 or 10-40 (low first)")
+    return pair
 
 
 def aligned_rate(times: list[float], start: float, end: float, waves: tuple[int, ...]) -> float | None:
@@ -359,6 +400,7 @@ class Bench:
         self.cpu_seconds = 0.0  # one cpu-like handler call, measured in this run
         self.raw_processes = 1
         self.runs = 0
+        self.added = (0.0, 0.0)  # the round trip the proxy adds now (seconds, uniform low-high)
 
     # -- queues --------------------------------------------------------------------
 
@@ -417,6 +459,7 @@ class Bench:
     @contextlib.contextmanager
     def proxy(self) -> Iterator[Any]:
         proxy = self.proxy_class(self.endpoint)
+        proxy.added = self.added
         proxy.resent = 0
         proxy.seconds = Counter()
         proxy.start()
@@ -456,7 +499,7 @@ class Bench:
         if self.plan.wait_seconds is not None:
             env["BENCH_WAIT_SECONDS"] = str(self.plan.wait_seconds)
         py = self.python
-        if contender == "generated":
+        if contender in GENERATED:
             env.update(
                 BENCH_PACKAGE=self.package,
                 WORKER_QUEUES=name,
@@ -467,6 +510,8 @@ class Bench:
                 WORKER_HEALTH_FILE=str(self.work / f"run-{self.runs:03d}.progress"),
                 WORKER_ID=f"bench-{self.runs}",
             )
+            if contender == "generated-p0":
+                env["WORKER_PREFETCH"] = "0"
             if self.plan.wait_seconds is not None:
                 env["WORKER_WAIT_TIME_SECONDS"] = str(self.plan.wait_seconds)
             cmd = [py, "-m", self.package, "run"]
@@ -484,7 +529,13 @@ class Bench:
 
     def snapshot(self, proc: Proc, log: Path, proxy: Any) -> Snapshot:
         return Snapshot(
-            time.monotonic(), time.time(), completions(log), Counter(proxy.counts), Counter(proxy.seconds), proc.cpu()
+            time.monotonic(),
+            time.time(),
+            completions(log),
+            Counter(proxy.counts),
+            Counter(proxy.seconds),
+            proc.cpu(),
+            machine_busy(),
         )
 
     def wait_for(self, proc: Proc, what: str, check: Callable[[], bool], timeout: float = 90.0) -> None:
@@ -515,7 +566,13 @@ class Bench:
         reserve = 2 * concurrency + 20
         most = plan.max_seed * (2 if contender == "raw" else 1)
         seed = min(most, math.ceil(expected * (plan.warmup + plan.window) * 1.3) + reserve + concurrency)
-        row: dict[str, Any] = {"contender": contender, "handler": handler, "concurrency": concurrency, "seeded": seed}
+        row: dict[str, Any] = {
+            "contender": contender,
+            "handler": handler,
+            "concurrency": concurrency,
+            "added_ms": latency_label(self.added),
+            "seeded": seed,
+        }
         queue = self.new_queue(f"{contender}-{handler}-c{concurrency}")
         proc: Proc | None = None
         try:
@@ -561,6 +618,9 @@ class Bench:
                 cpu_seconds=b.cpu - a.cpu,
                 cpu_ms_per_message=1000 * (b.cpu - a.cpu) / done,
                 cpu_cores=(b.cpu - a.cpu) / elapsed,
+                # Every process's, LocalStack's and the proxy's included: near the core count,
+                # the machine, not the contender, set the pace.
+                machine_busy_cores=(b.machine_busy - a.machine_busy) / elapsed,
                 # Mean round trip per operation through the proxy to LocalStack and back.
                 request_ms={
                     op: round(1000 * (b.seconds[op] - a.seconds[op]) / n, 2) for op, n in requests.items() if n > 0
@@ -685,8 +745,9 @@ class Bench:
             self.delete_queue(queue[1])
         return row
 
-    def drain(self, contender: str) -> dict[str, Any]:
-        """SIGTERM with jobs in flight: how long to exit, and what SQS delivers again."""
+    def drain(self, contender: str, kill: bool = False) -> dict[str, Any]:
+        """SIGTERM with jobs in flight: how long to exit, and what SQS delivers again. With
+        `kill`, SIGKILL instead: what is left in flight then is what a crash strands."""
         plan = self.plan
         concurrency = 1 if contender == "handloop" else plan.drain_concurrency
         _, seconds = parse_handler(plan.drain_handler)
@@ -698,8 +759,11 @@ class Bench:
             "handler": plan.drain_handler,
             "seeded": count,
             "visibility_seconds": visibility,
+            "signal": "SIGKILL" if kill else "SIGTERM",
+            # What the contender may hold beyond its running jobs (the worker's prefetch cap).
+            "prefetch_bound": prefetch_bound(contender, concurrency),
         }
-        queue = self.new_queue(f"{contender}-drain", visibility)
+        queue = self.new_queue(f"{contender}-{'kill' if kill else 'drain'}", visibility)
         proc: Proc | None = None
         try:
             self.seed(queue, count, contender)
@@ -709,7 +773,11 @@ class Bench:
                 self.wait_for(proc, "a first wave of jobs", lambda: completions(log) >= first_wave)
                 time.sleep(seconds / 2)  # the next wave is half-way through its jobs
                 signalled = time.time()
-                took = proc.stop(120)
+                if kill:
+                    proc.kill()
+                    took = None
+                else:
+                    took = proc.stop(120)
                 exited = time.time()
             done = read_completions(log)
             completed = {i for i, _ in done}
@@ -717,7 +785,7 @@ class Bench:
             visible, hidden = self.queue_counts(queue[1])
             row.update(
                 drain_seconds=took,
-                killed=took is None,
+                killed=kill or took is None,
                 exit_code=proc.popen.returncode,
                 jobs_finished_after_signal=sum(1 for _, t in done if t >= signalled),
                 after_last_job_seconds=max(0.0, exited - max(signalled, last)),
@@ -787,9 +855,23 @@ class Bench:
         return info
 
 
+def prefetch_bound(contender: str, concurrency: int) -> int:
+    """Messages a contender may hold beyond its running jobs: the worker's default prefetch
+    cap (none with WORKER_PREFETCH=0); the rest of a receive of 10 for the loops that take
+    10 when one thread is free; Celery's prefetch multiplier of 4, less the running ones."""
+    return {
+        "generated": default_prefetch(concurrency),
+        "generated-p0": 0,
+        "celery": 3 * concurrency,
+    }.get(contender, 9)
+
+
 def pollers(contender: str, concurrency: int) -> int:
-    """Concurrent receives a contender keeps open (the generated worker: one per 10 slots)."""
-    return math.ceil(concurrency / 10) if contender == "generated" else 1
+    """Concurrent receives a contender keeps open (the generated worker: one per 10 places,
+    its concurrency plus its prefetch cap)."""
+    if contender in GENERATED:
+        return math.ceil((concurrency + prefetch_bound(contender, concurrency)) / 10)
+    return 1
 
 
 def message_id(body: str, contender: str) -> str:
@@ -1012,6 +1094,7 @@ def run(
     project: Path | None,
     log: Callable[[str], None],
     contenders: tuple[str, ...] = CONTENDERS,
+    latencies: tuple[tuple[float, float], ...] = ((0.0, 0.0), (0.02, 0.02)),
 ) -> dict[str, Any]:
     started = time.monotonic()
     with contextlib.ExitStack() as stack:
@@ -1042,15 +1125,25 @@ def run(
             raise SystemExit(f"the raw loop could not run: {ceiling_runs}")
         runs: list[dict[str, Any]] = []
         turn = 0
-        for handler in plan.handlers:
-            for i, concurrency in enumerate(plan.concurrencies):
-                # The hand-written loop has one speed: run it with the first concurrency.
-                names = contenders if i == 0 else tuple(c for c in contenders if c != "handloop")
+        results["added_latencies"] = [latency_label(a) for a in latencies]
+        for added in latencies:
+            bench.added = added
+            log(f"round trip added to every SQS request: {latency_label(added)} ms")
+            scenarios = [(h, c, i == 0) for h in plan.handlers for i, c in enumerate(plan.concurrencies)]
+            if plan.default_concurrency is not None:
+                scenarios.append(("noop", plan.default_concurrency, False))
+            for handler, concurrency, first in scenarios:
+                # The hand-written loop has one speed: run it with the first concurrency. The
+                # template's default concurrency is a row for the worker alone.
+                names = tuple(c for c in contenders if c != "handloop" or first)
+                if concurrency not in plan.concurrencies:
+                    names = tuple(c for c in names if c in GENERATED)
                 for contender in rotation(names, turn):
                     row = bench.throughput(contender, handler, 1 if contender == "handloop" else concurrency)
                     runs.append(row)
-                    log(describe(row))
+                    log(f"+{row['added_ms']:>2} ms " + describe(row))
                 turn += 1
+        bench.added = (0.0, 0.0)  # the other measurements are at the emulator's own latency
         if plan.name == "full":
             log("emulator ceiling again (the best of both counts)")
             ceiling_runs += bench.measure_ceiling()
@@ -1063,6 +1156,7 @@ def run(
         results["idle"] = []
         results["memory"] = []
         results["drain"] = []
+        results["kill"] = []
         for contender in rotation(contenders, turn):
             results["idle"].append(bench.idle(contender))
             log(f"idle {contender}: {results['idle'][-1]}")
@@ -1072,6 +1166,9 @@ def run(
         for contender in rotation(contenders, turn + 2):
             results["drain"].append(bench.drain(contender))
             log(f"drain {contender}: {results['drain'][-1]}")
+        for contender in rotation(contenders, turn + 3):
+            results["kill"].append(bench.drain(contender, kill=True))
+            log(f"kill {contender}: {results['kill'][-1]}")
         results["targets"] = report.targets(results)
         results["profiles"] = []
         if plan.profile:
@@ -1088,14 +1185,18 @@ def run(
 
 
 def profile_cases(results: dict[str, Any], plan: Plan) -> list[tuple[str, int]]:
-    """Saturation (where CPU per message and requests per message are measured), and the
-    I/O case the generated worker fell furthest short in, if it fell short."""
-    cases = [("noop", 10 if 10 in plan.concurrencies else plan.concurrencies[-1])]
+    """Concurrency 1 and saturation (where CPU per message and requests per message are
+    measured), and the I/O case the generated worker fell furthest short in at the
+    emulator's latency (profiles run there), if it fell short."""
+    cases = [("noop", 1), ("noop", 10 if 10 in plan.concurrencies else plan.concurrencies[-1])]
     worst = min(
         (
             r
             for r in results["runs"]
-            if r["contender"] == "generated" and r["handler"] in IO_HANDLERS and r.get("efficiency")
+            if r["contender"] == "generated"
+            and r["handler"] in IO_HANDLERS
+            and r.get("efficiency")
+            and r["added_ms"] == "0"
         ),
         key=lambda r: r["efficiency"],
         default=None,
@@ -1141,6 +1242,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--contenders", default=",".join(CONTENDERS), help="comma-separated subset (the report expects all)"
     )
+    parser.add_argument(
+        "--added-latency",
+        type=parse_latency,
+        default=(0.02, 0.02),
+        metavar="MS",
+        help="round trip added to every SQS request in the second pass: 20 (default) or a spread, 10-40; 0: one pass",
+    )
     args = parser.parse_args(argv)
     chosen = tuple(c for c in args.contenders.split(",") if c)
     unknown = set(chosen) - set(CONTENDERS)
@@ -1156,7 +1264,8 @@ def main(argv: list[str] | None = None) -> int:
     def log(text: str) -> None:
         print(f"[bench {time.strftime('%H:%M:%S')}] {text}", flush=True)
 
-    results = run(plan, args.out, args.project.resolve() if args.project else None, log, chosen)
+    latencies = ((0.0, 0.0), args.added_latency) if args.added_latency[1] > 0 else ((0.0, 0.0),)
+    results = run(plan, args.out, args.project.resolve() if args.project else None, log, chosen, latencies)
     log(f"done in {results['duration_seconds']:.0f} s: {args.out / 'benchmarks.md'}")
     for target in results["targets"]:
         verdict = {True: "met    ", False: "NOT MET", None: "n/a    "}[target["met"]]

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any
 
 from conftest import ROOT, run
 
@@ -31,21 +30,27 @@ def test_bench_smoke_reports_every_contender_and_figure(tmp_path: Path, localsta
 
     failed = [
         f"{r['contender']} {r.get('handler', '')}: {r['error'][:800]}"
-        for r in data["runs"] + data["idle"] + data["memory"] + data["drain"]
+        for r in data["runs"] + data["idle"] + data["memory"] + data["drain"] + data["kill"]
         if "error" in r
     ]
     assert not failed, "\n".join(failed)
     assert data["ceiling"]["messages_per_second"] > 0
 
-    # Every contender ran every throughput scenario, and every other measurement.
+    # Every contender ran every throughput scenario at both latencies, and every other measurement.
+    assert data["added_latencies"] == ["0", "20"]
     for contender in report.CONTENDERS:
         for handler in data["plan"]["handlers"]:
             for concurrency in data["plan"]["concurrencies"]:
-                row = report.find(data, contender, handler, concurrency)
-                assert row is not None, f"no {handler} run at concurrency {concurrency} for {contender}"
-                for figure in ("throughput", "efficiency", "requests_per_message", "cpu_ms_per_message"):
-                    assert isinstance(row[figure], float), (contender, handler, figure)
-        for kind in ("idle", "memory", "drain"):
+                for added in data["added_latencies"]:
+                    row = report.find(data, contender, handler, concurrency, added)
+                    assert row is not None, f"no {handler} run at c={concurrency} +{added} ms for {contender}"
+                    for figure in ("throughput", "efficiency", "requests_per_message", "cpu_ms_per_message"):
+                        assert isinstance(row[figure], float), (contender, handler, added, figure)
+                    assert row["machine_busy_cores"] > 0, row
+        # The proxy held every request for the added round trip.
+        slow = report.find(data, contender, "noop", data["plan"]["concurrencies"][0], "20")
+        assert slow is not None and slow["request_ms"]["ReceiveMessage"] >= 20, slow
+        for kind in ("idle", "memory", "drain", "kill"):
             assert [r["contender"] for r in data[kind]].count(contender) == 1, (kind, contender)
 
     # The summary table has a column per figure and a complete row per contender.
@@ -61,7 +66,7 @@ def test_bench_smoke_reports_every_contender_and_figure(tmp_path: Path, localsta
         assert "error" not in cells and "–" not in cells, row
 
     # Each target is reported with its verdict.
-    assert len(data["targets"]) == 8
+    assert len(data["targets"]) == 9
     for target in data["targets"]:
         assert target["name"] in markdown
 
@@ -75,18 +80,3 @@ def test_tracing_bench_reports_both_sides(tmp_path: Path) -> None:
     assert result["cpu_us_per_message_off"] > 0 and result["cpu_us_per_message_on"] > 0
     assert result["spans_per_message"] == 1.0 and result["otlp_bytes_per_message"] > 0
     assert "ratio on / off" in tracing.markdown(result)
-
-
-def test_latency_bench_measures_both_sides_at_both_latencies(localstack_endpoint: str, monkeypatch: Any) -> None:
-    """`make bench-latency` with one tiny scenario: no prefetch and prefetch, at the emulator's
-    latency and with the added round trip, in one run (the figures are never asserted)."""
-    import latency
-
-    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
-        monkeypatch.setenv(key, "test")
-    rows = latency.measure(localstack_endpoint, 20.0, 1.0, scenarios=((0.01, 2),))
-    assert [r["added_ms"] for r in rows] == [0.0, 20.0]
-    for row in rows:
-        for side in ("none", "prefetch"):
-            assert row[f"{side}_per_s"] > 0 and row[f"{side}_requests_per_message"] > 0, row
-    assert "| 10 ms | 2 | +20 ms |" in latency.markdown(rows, 20.0, 1.0)

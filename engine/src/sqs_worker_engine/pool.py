@@ -214,6 +214,11 @@ class QueuePool:
         self._release_cap = 0.0
         self._releaser: asyncio.Task[None] | None = None
         self._pollers: list[asyncio.Task[None]] = []
+        # Set while the queue has work: the pollers beyond the first wait for it while the
+        # queue is empty, so an idle queue costs one long poll at a time, not one per poller.
+        self._has_work = asyncio.Event()
+        self._has_work.set()
+        self._stopping_future: asyncio.Future[None] | None = None  # see _stop_signal
         self._keeper_task: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         metrics.CONCURRENCY.labels(self.name).set(options.concurrency)
@@ -224,7 +229,7 @@ class QueuePool:
     def start(self) -> None:
         self._keeper_task = asyncio.create_task(self.keeper.run(), name=f"keeper-{self.name}")
         self._pollers = [
-            asyncio.create_task(self._poll_forever(), name=f"poller-{self.name}-{i}")
+            asyncio.create_task(self._poll_forever(lead=i == 0), name=f"poller-{self.name}-{i}")
             for i in range(self.options.pollers)
         ]
 
@@ -238,6 +243,9 @@ class QueuePool:
         self.stopping = True
         self._release_cap = release_cap
         self._stopped.set()
+        self._has_work.set()  # the idle pollers wake, to see that they are done
+        if not self._stop_signal().done():
+            self._stop_signal().set_result(None)
         if self.collector is not None:
             self.collector.close()  # no more jobs are coming to fill a batch
         for run in list(self.runs):
@@ -319,7 +327,9 @@ class QueuePool:
 
     # -- 1. receive ------------------------------------------------------------
 
-    async def _poll_forever(self) -> None:
+    async def _poll_forever(self, lead: bool) -> None:
+        """Receive for free places until the stop. The lead poller always polls; the others,
+        once a receive of theirs comes back empty, wait until one brings messages."""
         backoff = Backoff(base=0.5, cap=20.0)
         me = asyncio.current_task()
         assert me is not None
@@ -365,6 +375,10 @@ class QueuePool:
                 # a long poll, that is just before the response, not when the request was sent.
                 # Allow a second for the response in transit, never later than the send.
                 self._dispatch(messages, max(sent, clock.now() - RESPONSE_ALLOWANCE))
+                self._has_work.set()
+            elif not lead:
+                self._has_work.clear()
+                await self._has_work.wait()
             elif self.options.wait_time == 0:
                 await asyncio.sleep(EMPTY_SHORT_POLL_PAUSE)  # a short poll answers at once: do not spin
 
@@ -534,15 +548,19 @@ class QueuePool:
         run.handler_slot = True
         return True
 
+    def _stop_signal(self) -> asyncio.Future[None]:
+        """Done once the pool stops polling (shared by every wait that a stop cuts short)."""
+        if self._stopping_future is None:
+            self._stopping_future = asyncio.get_running_loop().create_future()
+        return self._stopping_future
+
     async def _turn_came(self, run: Run, turn: asyncio.Future[None]) -> bool:
         """Wait for `turn` (a group's, or a handler slot's); False if the run may not use it
         after all: shutdown, or its lease was lost meanwhile."""
-        stopping = asyncio.ensure_future(self._stopped.wait())
-        try:
-            waits: set[asyncio.Future[Any]] = {turn, stopping, run.delivery.lost()}
+        if not turn.done():
+            # Futures only, no task: with prefetch, most jobs of a busy queue wait here.
+            waits: set[asyncio.Future[Any]] = {turn, self._stop_signal(), run.delivery.lost()}
             await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            stopping.cancel()  # never the lease's own future: other waits share it
         return turn.done() and not turn.cancelled() and not self.stopping and run.delivery.state is State.RECEIVED
 
     async def _life(self, run: Run, mates: list[Run]) -> Settlement:

@@ -5,17 +5,20 @@ that ended waits a whole receive round trip for its next job: at SQS's in-region
 (about 20 ms) a 10 ms handler would run at a third of its concurrency. With prefetch, a
 pool keeps in hand as many messages as start during one round trip at full speed:
 
-    concurrency x receive round trip / job time, plus one receive's 10
+    concurrency x receive round trip / job time, plus one receive's 10 if they start soon
 
-(the 10: a receive then asks for a whole batch while that many still wait), measured as it runs (running averages of the receives that came back with all they asked
-for, which did not wait in a long poll, and of job durations), and never more than the
-cap, WORKER_PREFETCH (0, the default, turns it off).
+(the 10: a receive then asks for a whole batch while that many still wait, which halves
+the requests per message at low concurrency; "soon": as many jobs start within a second,
+so slow jobs are not hoarded from the other replicas for the sake of a request), measured
+as it runs (running averages of the receives that came back with all they asked for,
+which did not wait in a long poll, and of job durations), and never more than the cap:
+WORKER_PREFETCH, by default the concurrency and at least 50, 0 turns it off.
 
 A prefetched message is a delivery like any other: leased and heartbeated, counted in
 flight and against the held bound, started in the order it was received (FIFO: a group's
 order and hold-back are unchanged, a group's next message waits for the one before it),
 and released at once on SIGTERM. On SIGKILL it waits out its visibility timeout like the
-running ones: at most WORKER_PREFETCH more messages than without prefetch.
+running ones: at most the cap more messages than without prefetch.
 """
 
 from __future__ import annotations
@@ -25,16 +28,30 @@ import math
 from .limits import MAX_RECEIVE_BATCH
 
 SMOOTHING = 0.2  # weight of the latest figure in each running average
+SOON_SECONDS = 1.0  # a receive's extra batch is held only if that many jobs start this soon
+# The default cap at low concurrency. Short jobs need the most: at 10 ms jobs, concurrency
+# 10 and a 30 ms round trip, 1,000 jobs a second start, 30 of them during each receive's
+# round trip, plus a receive's 10 (the target, 40); below that the slots wait for receives.
+DEFAULT_FLOOR = 50
+
+
+def default_prefetch(concurrency: int) -> int:
+    """The cap when WORKER_PREFETCH is unset: the concurrency, and at least DEFAULT_FLOOR.
+    What is held is the measured target (prefetch_target), usually far less: the cap is
+    the bound on what a SIGKILL can strand beyond the running jobs."""
+    return max(concurrency, DEFAULT_FLOOR)
 
 
 def prefetch_target(concurrency: int, cap: int, receive_seconds: float | None, job_seconds: float | None) -> int:
     """Messages to hold beyond the concurrency: those that start during one receive round
-    trip when every slot is busy, plus a receive's 10, so that the next receive can ask
-    for a whole batch while that many still wait (slots.Slots.reserve); 0 until both have
-    been measured."""
+    trip when every slot is busy, plus a receive's 10 if that many start within
+    SOON_SECONDS, so that the next receive can ask for a whole batch while they still
+    wait (slots.Slots.reserve); 0 until both have been measured."""
     if cap <= 0 or receive_seconds is None or job_seconds is None:
         return 0
-    return min(cap, math.ceil(concurrency * receive_seconds / max(job_seconds, 1e-4)) + MAX_RECEIVE_BATCH)
+    starts_per_second = concurrency / max(job_seconds, 1e-4)
+    batch = min(MAX_RECEIVE_BATCH, math.floor(starts_per_second * SOON_SECONDS))
+    return min(cap, math.ceil(starts_per_second * receive_seconds) + batch)
 
 
 class Pace:

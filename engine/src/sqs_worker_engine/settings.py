@@ -27,6 +27,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from .lease import heartbeat_problem
 from .limits import MAX_QUEUE_NAME, MAX_RECEIVE_BATCH, MAX_VISIBILITY_SECONDS, MAX_WAIT_SECONDS
+from .prefetch import default_prefetch
 from .throttle import parse_rate
 
 # SQS's own rule for queue names (CreateQueue API reference).
@@ -40,6 +41,7 @@ QUEUE_OVERRIDES = (
     "POLLERS",
     "RATE_LIMIT",
     "GROUP_CONCURRENCY",
+    "PREFETCH",
 )
 
 
@@ -153,8 +155,9 @@ class Settings(BaseSettings):
     group_concurrency: int | None = Field(default=None, ge=1, le=1000, validation_alias="WORKER_GROUP_CONCURRENCY")
     # Messages a pool may hold beyond its concurrency, received ahead of free slots so that
     # a slot never waits a receive's round trip (prefetch.py sizes it within this); each
-    # is one more message a SIGKILL strands for a visibility timeout. 0: off.
-    prefetch: int = Field(default=0, ge=0, le=10_000, validation_alias="WORKER_PREFETCH")
+    # is one more message a SIGKILL strands for a visibility timeout. Unset: the queue's
+    # concurrency, at least 50 (prefetch.default_prefetch); 0: off.
+    prefetch: int | None = Field(default=None, ge=0, le=10_000, validation_alias="WORKER_PREFETCH")
     # Tracing (tracing.py): the producer's span as the parent of each job's, or a link only.
     trace_parent: bool = Field(default=True, validation_alias="WORKER_TRACE_PARENT")
 
@@ -252,6 +255,7 @@ class QueueSettings:
     pollers: int
     rate_limit: float | None = None  # jobs started per second (WORKER_[QUEUE_<KEY>_]RATE_LIMIT)
     group_concurrency: int | None = None  # jobs of one group at once (WORKER_[QUEUE_<KEY>_]GROUP_CONCURRENCY)
+    prefetch: int = 0  # most messages held beyond the concurrency (WORKER_[QUEUE_<KEY>_]PREFETCH)
 
     @property
     def fifo(self) -> bool:
@@ -399,9 +403,18 @@ def load_settings(environ: Mapping[str, str] | None = None, service: ServiceDefa
             MAX_VISIBILITY_SECONDS,
             problems,
         )
+        prefetch = _int(
+            own,
+            "PREFETCH",
+            prefix,
+            default_prefetch(concurrency) if settings.prefetch is None else settings.prefetch,
+            0,
+            10_000,
+            problems,
+        )
         # One long poll returns at most 10 messages, so a pool needs ceil(places / 10)
         # pollers to keep every place filled (the concurrency, plus the prefetch).
-        places = concurrency + settings.prefetch
+        places = concurrency + prefetch
         pollers = _int(
             own, "POLLERS", prefix, settings.pollers or math.ceil(places / MAX_RECEIVE_BATCH), 1, 100, problems
         )
@@ -419,7 +432,9 @@ def load_settings(environ: Mapping[str, str] | None = None, service: ServiceDefa
         group_cap = _int(own, "GROUP_CONCURRENCY", prefix, settings.group_concurrency or 0, 1, 1000, problems) or None
         if name.endswith(".fifo") or (group_cap is not None and group_cap >= concurrency):
             group_cap = None
-        queues.append(QueueSettings(name, url, concurrency, job_timeout_ms, visibility, pollers, rate, group_cap))
+        queues.append(
+            QueueSettings(name, url, concurrency, job_timeout_ms, visibility, pollers, rate, group_cap, prefetch)
+        )
 
     for q in queues:
         heartbeat = heartbeat_problem(q.visibility_timeout_seconds, settings.heartbeat_fraction)

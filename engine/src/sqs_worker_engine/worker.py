@@ -269,7 +269,7 @@ class Worker:
                 trace_parent=s.trace_parent,
                 rate_limit=q.rate_limit,
                 group_concurrency=q.group_concurrency,
-                prefetch=s.prefetch,
+                prefetch=q.prefetch,
             )
             pool = QueuePool(
                 client,

@@ -120,7 +120,7 @@ def test_settlement_counts_against_in_flight() -> None:
         sqs.heal()
         await worker.stop()
         limit = worker.worker.pools[0].options.held_limit
-        assert limit == 2 + 50
+        assert limit == 2 + 50 + 50  # the concurrency, settling room, the default prefetch cap
         assert most <= limit, f"{most} messages held in flight with a concurrency of 2"
 
     vtime.run(scenario())

@@ -117,3 +117,45 @@ def test_a_fifo_queue_keeps_each_group_s_order_with_prefetch() -> None:
             assert [b for b in done if b.startswith(group)] == [f"{group}-{i}" for i in range(10)]
 
     vtime.run(scenario())
+
+
+def test_an_idle_queue_costs_one_long_poll_at_a_time_and_work_wakes_every_poller() -> None:
+    """Five pollers (concurrency 40 with prefetch 10): on an empty queue only the lead keeps
+    long-polling; when messages come, the others join in."""
+    result: dict[str, int] = {}
+
+    async def scenario() -> None:
+        sqs = MemorySQS()
+        sqs.create_queue(QUEUE)
+        sqs.slow("ReceiveMessage", before=ROUND_TRIP)
+        router = Router()
+
+        @router.handler(QUEUE, payload=str)
+        async def handle(job: Job[str]) -> None:
+            await asyncio.sleep(30)
+
+        worker = await start(sqs, router, WORKER_CONCURRENCY="40", WORKER_PREFETCH="10", WORKER_WAIT_TIME_SECONDS="20")
+        pool = worker.worker.pools[0]
+        assert pool.options.pollers == 5
+        # Every poller's first long poll has come back empty (the fifth waited for places:
+        # the prefetch is 0 until it has been measured).
+        await asyncio.sleep(45)
+        before = sqs.calls.get("ReceiveMessage", 0)
+        out_idle = 0
+        for _ in range(2000):  # 200 s: ten long polls' worth of an empty queue
+            out_idle = max(out_idle, len(pool._polls_out))
+            await asyncio.sleep(0.1)
+        result["idle_receives"] = sqs.calls.get("ReceiveMessage", 0) - before
+        result["out_idle"] = out_idle
+        for i in range(200):
+            sqs.put(QUEUE, f"m-{i}")
+        out_busy = 0
+        for _ in range(100):
+            out_busy = max(out_busy, len(pool._polls_out))
+            await asyncio.sleep(0.01)
+        result["out_busy"] = out_busy
+        await worker.stop()
+
+    vtime.run(scenario())
+    assert result["idle_receives"] <= 11 and result["out_idle"] == 1, result
+    assert result["out_busy"] >= 3, result

@@ -19,6 +19,14 @@ def test_little_s_law_plus_a_batch_within_the_cap() -> None:
     assert prefetch_target(10, 50, 0.005, 1.0) == 1 + 10
 
 
+def test_slow_jobs_are_not_hoarded_for_the_sake_of_a_full_receive() -> None:
+    """The extra receive's worth is held only if that many jobs start within a second: at
+    concurrency 8 and 60 s jobs one job starts every 7.5 s, so one message is held, not 11."""
+    assert prefetch_target(8, 50, 0.02, 60.0) == 1
+    assert prefetch_target(8, 50, 0.02, 2.0) == 1 + 4  # 4 start within a second
+    assert prefetch_target(1, 50, 0.02, 0.1) == 1 + 10
+
+
 def test_the_pace_is_a_running_average_from_its_first_figure() -> None:
     pace = Pace()
     pace.received(0.02)

@@ -121,13 +121,26 @@ def test_per_queue_overrides() -> None:
         {
             "WORKER_QUEUES": "orders,receipts.fifo",
             "WORKER_CONCURRENCY": "4",
-            "WORKER_QUEUE_RECEIPTS_FIFO_CONCURRENCY": "25",
+            "WORKER_QUEUE_RECEIPTS_FIFO_CONCURRENCY": "80",
             "WORKER_QUEUE_ORDERS_JOB_TIMEOUT_MS": "1000",
         }
     )
     orders, receipts = config.queues
-    assert (orders.concurrency, orders.job_timeout_ms, orders.pollers) == (4, 1000, 1)
-    assert (receipts.concurrency, receipts.pollers, receipts.fifo) == (25, 3, True)
+    # The prefetch cap defaults to the queue's concurrency, at least 50, and the default
+    # pollers cover both: ceil((4 + 50) / 10) and ceil((80 + 80) / 10).
+    assert (orders.concurrency, orders.job_timeout_ms, orders.prefetch, orders.pollers) == (4, 1000, 50, 6)
+    assert (receipts.concurrency, receipts.prefetch, receipts.pollers, receipts.fifo) == (80, 80, 16, True)
+
+
+def test_prefetch_is_set_for_all_queues_or_one() -> None:
+    config = load_settings(
+        {"WORKER_QUEUES": "orders,receipts", "WORKER_PREFETCH": "0", "WORKER_QUEUE_RECEIPTS_PREFETCH": "50"}
+    )
+    orders, receipts = config.queues
+    assert (orders.prefetch, orders.pollers) == (0, 1)  # off: the pollers of the concurrency alone
+    assert (receipts.prefetch, receipts.pollers) == (50, 6)
+    with pytest.raises(ConfigError, match="WORKER_QUEUE_ORDERS_PREFETCH"):
+        load_settings({"WORKER_QUEUES": "orders", "WORKER_QUEUE_ORDERS_PREFETCH": "-1"})
 
 
 @pytest.mark.parametrize(
