@@ -19,6 +19,7 @@ HANDLER_TEXT = {
     "io1s": "I/O 1 s",
     "cpu": "CPU (sha256, 1 MiB)",
 }
+IO_SECONDS = {"io10ms": 0.01, "io100ms": 0.1, "io1s": 1.0}
 MiB = 1024 * 1024
 
 
@@ -436,6 +437,8 @@ def why_missed(results: dict[str, Any]) -> str:
             continue
         off = find(results, "generated-p0", r["handler"], r["concurrency"], r["added_ms"])
         busy = r.get("machine_busy_cores")
+        seconds = IO_SECONDS.get(r["handler"])
+        beyond = 1000 * (r["concurrency"] / r["throughput"] - seconds) if seconds else None
         rows.append(
             [
                 HANDLER_TEXT.get(r["handler"], r["handler"]),
@@ -446,6 +449,7 @@ def why_missed(results: dict[str, Any]) -> str:
                 f"{best['contender']} {num(best['throughput'] / r['ideal'], 2)}" if best and r.get("ideal") else "–",
                 f"{num(busy, 2)} of {cores}" if busy is not None else "–",
                 num(r["cpu_cores"], 2),
+                num(beyond, 1),
                 num(r.get("request_ms", {}).get("ReceiveMessage"), 1),
             ]
         )
@@ -454,8 +458,10 @@ def why_missed(results: dict[str, Any]) -> str:
         "*Machine busy* is every process's CPU over the window (LocalStack, the proxy and the harness "
         "share the cores with the contender): near the core count, the machine set the pace, and the "
         "emulator's ceiling, measured with nothing else running, overstates what was left for the "
-        "worker. *ReceiveMessage* is its mean round trip through the proxy, the added latency "
-        "included.\n\n"
+        "worker. *Worker CPU* is the worker's own process: its jobs share one event loop, so near 1 core "
+        "a job that ends waits for the loop before the next one starts. *Beyond the handler* is what "
+        "that costs each job: concurrency / throughput, less the handler's own time. *ReceiveMessage* "
+        "is its mean round trip through the proxy, the added latency included.\n\n"
     )
     return (
         text
@@ -469,6 +475,7 @@ def why_missed(results: dict[str, Any]) -> str:
                 "best other",
                 "machine busy (cores)",
                 "worker CPU (cores)",
+                "per job beyond the handler (ms)",
                 "ReceiveMessage (ms)",
             ],
             rows,
@@ -793,6 +800,11 @@ def markdown(results: dict[str, Any], baseline: dict[str, Any] | None = None) ->
                 ("hottest functions (self)", "self", 10),
             ):
                 add(table([title, "share"], [[f"`{x['frame']}`", f"{x['share']:.0%}"] for x in p[key][:rows]]) + "\n")
+    notes = [r for r in results["runs"] if r.get("note")]
+    if notes:
+        add("\n## Notes on single rows\n")
+        for r in notes:
+            add(f"- {labels[r['contender']]}, {where(r)}: {r['note']}.\n")
     kinds = ("runs", "idle", "memory", "drain", "kill")
     errors = [r for kind in kinds for r in results.get(kind, []) if "error" in r]
     if errors:

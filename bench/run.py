@@ -363,7 +363,9 @@ def aligned_rate(times: list[float], start: float, end: float, waves: tuple[int,
     inside = sorted(t for t in times if start <= t <= end)
     for wave in waves:  # the largest wave size that fits the window at least once
         m = (len(inside) - 1) // wave * wave
-        if m >= wave and inside[m] > inside[0]:
+        # Over half the window at least: a few completions of one receive, a millisecond
+        # apart, are one wave of the contender's own, not a rate.
+        if m >= wave and inside[m] - inside[0] >= (end - start) / 2:
             return m / (inside[m] - inside[0])
     return None
 

@@ -80,3 +80,15 @@ def test_tracing_bench_reports_both_sides(tmp_path: Path) -> None:
     assert result["cpu_us_per_message_off"] > 0 and result["cpu_us_per_message_on"] > 0
     assert result["spans_per_message"] == 1.0 and result["otlp_bytes_per_message"] > 0
     assert "ratio on / off" in tracing.markdown(result)
+
+
+def test_a_wave_rate_needs_half_the_window() -> None:
+    """Whole waves are timed (run.aligned_rate), but a handful of completions a millisecond
+    apart is one receive's batch, not a rate: the plain window rate is used then."""
+    import run as bench_run
+
+    steady = [i * 0.1 for i in range(81)]
+    rate = bench_run.aligned_rate(steady, 0.0, 8.0, (200, 200, 1))
+    assert rate is not None and abs(rate - 10.0) < 1e-6
+    burst = [4.0 + i * 0.0002 for i in range(10)]
+    assert bench_run.aligned_rate(burst, 0.0, 8.0, (200, 200, 1)) is None
