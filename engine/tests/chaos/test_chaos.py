@@ -11,6 +11,7 @@ keeps the figures as JSON.
 
 from __future__ import annotations
 
+import math
 import random
 import time
 from dataclasses import dataclass
@@ -18,10 +19,25 @@ from pathlib import Path
 
 import pytest
 
+from sqs_worker_engine.limits import MAX_RECEIVE_BATCH
+from sqs_worker_engine.prefetch import default_prefetch
+
 from ..faultproxy import FaultProxy
 from ..support import Sqs
 from . import report
-from .harness import Fleet, Outage, Sender, account, completed_ids, completions, drain_report, probe, settle, until
+from .harness import (
+    WORKER_ENV,
+    Fleet,
+    Outage,
+    Sender,
+    account,
+    completed_ids,
+    completions,
+    drain_report,
+    probe,
+    settle,
+    until,
+)
 
 FULL = report.scale() == "full"
 WORKERS = 3
@@ -241,8 +257,11 @@ def test_sqs_outage_then_injected_faults_lose_nothing(
     assert set(result.duplicated) <= {"outage"}, dict(result.duplicated)
     assert result.duplicated["outage"] <= sum(len(o.held) for o in outages)
     # Backing off: a poller retrying in a loop would fail hundreds of times a second; with
-    # its backoff (0.5 s, doubling) an outage of these lengths costs each worker a handful.
+    # its backoff (0.5 s, doubling) an outage of these lengths costs each poller a handful
+    # (each worker runs one per 10 places: its concurrency and its default prefetch cap).
+    concurrency = int(str(WORKER_ENV["WORKER_CONCURRENCY"]))
+    pollers = math.ceil((concurrency + default_prefetch(concurrency)) / MAX_RECEIVE_BATCH)
     refused = seen.get('worker_poll_errors_total{code="EndpointConnectionError"}', 0)
-    assert WORKERS <= refused <= 12 * WORKERS * len(outages), seen
+    assert WORKERS <= refused <= 12 * WORKERS * pollers * len(outages), seen
     kinds = {k.split(":")[0] for k in proxy.injected}
     assert {"400", "503", "slow", "dropped_mid_response", "failed_entries"} <= kinds, proxy.injected
