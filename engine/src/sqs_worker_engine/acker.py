@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,7 +50,17 @@ class _Entry:
 
 
 class Acker:
-    def __init__(self, client: SqsApi, book: LeaseBook, queue_url: str, flush_interval: float) -> None:
+    def __init__(
+        self,
+        client: SqsApi,
+        book: LeaseBook,
+        queue_url: str,
+        flush_interval: float,
+        on_sqs: Callable[[bool], None] | None = None,
+    ) -> None:
+        """`on_sqs(ok)`: told whether each call reached SQS (admission stops starting
+        messages while settling cannot)."""
+        self.on_sqs = on_sqs or (lambda ok: None)
         self.client = client
         self.book = book
         self.queue = book.queue
@@ -141,9 +152,11 @@ class Acker:
         except Exception as exc:
             code = "Timeout" if isinstance(exc, TimeoutError) else error_code(exc)
             metrics.SQS_CALLS.labels(operation, code).inc()
+            self.on_sqs(False)
             log.warning("%s failed: %s", operation, code, extra={"queue": self.queue})
             return self._retry_or_give_up(batch, f"{operation} failed: {code}")
         metrics.SQS_CALLS.labels(operation, "ok").inc()
+        self.on_sqs(True)
         for ok in resp.get("Successful", []):
             entry = ids[ok["Id"]]
             self.book.confirmed(entry.delivery, released=action == "visibility" and entry.seconds == 0)

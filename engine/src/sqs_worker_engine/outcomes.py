@@ -3,7 +3,8 @@ by `testing.run_handler`, so a unit test of a handler sees the outcome the worke
 
 from __future__ import annotations
 
-from typing import Literal
+from dataclasses import dataclass
+from typing import Literal, get_args
 
 from .errors import DownstreamUnavailable, JobCancelled, NonRetryableError
 
@@ -14,6 +15,22 @@ from .errors import DownstreamUnavailable, JobCancelled, NonRetryableError
 # deferred: the downstream is unavailable (DownstreamUnavailable): visible again after the
 # delay it asked for, never dead-lettered for it.
 Outcome = Literal["success", "retry", "dead_letter", "timeout", "lease_lost", "released", "dropped", "deferred"]
+# Derived, never restated: every table keyed by outcome is built from this.
+OUTCOMES: tuple[Outcome, ...] = get_args(Outcome)
+
+
+@dataclass(frozen=True)
+class Ending:
+    """How one handler call ended."""
+
+    outcome: Outcome
+    error: BaseException | None
+    duration: float
+    requested_delay: float | None = None
+
+
+def describe(error: BaseException | None) -> str:
+    return "" if error is None else f"{type(error).__name__}: {error}"
 
 
 def classify(error: BaseException | None) -> Outcome:

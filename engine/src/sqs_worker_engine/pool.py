@@ -1,28 +1,27 @@
 """One queue's pool: a message's life from receive to settlement, in the order it lives.
 
-1. Receive. A poller reserves free slots *before* it receives and asks SQS for at most
-   that many messages (and at most 10), so nothing is held that cannot start at once.
-   Two bounds apply: handler slots (the concurrency) and messages held in all (running
-   plus settling: a slow DLQ or delete call must not let receiving run ahead).
-2. Run. Each message's handler runs in its own task, with the job timeout; the lease book
-   keeps its lease. A handler that outlives its timeout, or its lease, is cancelled; one
-   that cannot be interrupted (a thread, a coroutine that ignores cancellation) keeps its
-   lease and its slot until its work really returns, so nobody runs it twice meanwhile.
-3. Decide. `decisions.plan` turns the outcome into one settlement.
-4. Settle. Delete, retry after a delay, dead-letter with the reason, or release: through
-   the acker, which asks the book before using the handle.
+1. Receive. A poller asks admission (admission.py) how many it may ask for: free places
+   within concurrency + prefetch, what the rate limit, a pause and SQS's health allow. It
+   asks SQS for at most that many (and at most 10); each message received gets a ticket.
+2. Start. The message waits for admission's word (a handler slot, its tenant's turn, the
+   rate window, the end of a pause) in receive order, its lease kept meanwhile.
+3. Run. The handler runs with the job timeout; the lease book keeps its lease. A handler
+   that outlives its timeout, or its lease, is cancelled; one that cannot be interrupted
+   (a thread, a coroutine that ignores cancellation) keeps its lease and its slot until
+   its work really returns, so nobody runs it twice meanwhile.
+4. Decide. `decisions.plan` turns the outcome into one settlement.
+5. Settle (settling.py): delete, retry after a delay, dead-letter, or release. Then the
+   ticket is closed: whatever the message held from admission goes back, in one place.
 
 FIFO queues: one group's messages run one after another, in order; groups in parallel.
 A failing message with group-mates waiting is retried in place (see decisions.py); a
 message that is released or lost holds back the rest of its group, released behind it.
 
-Standard queues with a group cap (fair tenants, see tenants.py): before step 2 a message
-whose group already runs its cap of jobs is parked (lease kept, handler slot lent out) or
-given back for a few seconds: a receive cannot choose its tenants.
+Standard queues with a group cap (tenants.py): a message whose group already runs its cap
+waits in line, passed by the others (parked), or is given back for a few seconds.
 
-Shutdown (driven by worker.py): no new receive; jobs get `job.stopping`; what is given back
-is released at once unless a poll of ours is still out (it could take the message again),
-in which case it is released the moment the last poll has answered.
+Shutdown (driven by worker.py): no new receive; what waits to start is given back; jobs
+get `job.stopping`; settling.py holds releases back while a poll of ours is still out.
 """
 
 from __future__ import annotations
@@ -32,21 +31,19 @@ import concurrent.futures
 import contextlib
 import contextvars
 import dataclasses
-import functools
 import logging
-import math
 import threading
 import time
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import clock, metrics, tracing
-from .acker import Acker
+from . import clock, tracing
+from .admission import Admission, Ticket
 from .backoff import Backoff
 from .batches import Collector
 from .decisions import (
     DeadLetter,
-    Delete,
     Facts,
     Release,
     RetryAfter,
@@ -56,10 +53,8 @@ from .decisions import (
     Untouched,
     group_goes_on,
     plan,
-    retry_delay,
 )
 from .delivery import Delivery, LeaseBook, State
-from .dlq import dead_letter_request, fit_to_size
 from .envelopes import ControlMessage, read_payload
 from .errors import DownstreamUnavailable, PayloadError, RetryLater
 from .events import Events
@@ -69,19 +64,17 @@ from .lease import LeaseKeeper
 from .limits import MAX_RECEIVE_BATCH
 from .logs import bind_job, get_logger
 from .offload import PayloadStore, S3Pointer, pointer_of
-from .outcomes import classify
+from .outcomes import Ending, classify, describe
 from .prefetch import Pace, prefetch_target
-from .reporting import Ending, JobReport, describe
+from .reporting import QueueReport
 from .router import HandlerSpec, call_sync
-from .slots import Slots
-from .sqs import NOT_FOUND_CODES, QueueInfo, SqsApi, error_code
+from .settling import Polls, Settler
+from .sqs import QueueInfo, SqsApi
 from .tenants import Tenants, when_capped
-from .throttle import Breaker, TokenBucket
+from .throttle import Breaker, StartWindow
 
 log = logging.getLogger(__name__)
 RESPONSE_ALLOWANCE = 1.0  # seconds a ReceiveMessage response may spend in transit
-SETTLING_ROOM = 5 * MAX_RECEIVE_BATCH  # at least this many messages may be settling at once
-POLL_END_ALLOWANCE = 2.0  # seconds past WaitTimeSeconds by which SQS has surely ended a poll
 # With WORKER_WAIT_TIME_SECONDS=0 an empty queue answers at once; a poller waits this long
 # before asking again (a long poll would wait up to 20 s on SQS's side instead).
 EMPTY_SHORT_POLL_PAUSE = 1.0
@@ -107,21 +100,9 @@ class PoolOptions:
     group_concurrency: int | None = None  # standard queues: jobs of one group at once (see tenants.py)
     prefetch: int = 0  # WORKER_PREFETCH: most messages held beyond the concurrency (see prefetch.py)
 
-    @property
-    def held_limit(self) -> int:
-        """Messages held at once (running, waiting, settling): the concurrency plus room
-        for settling. Deletes wait up to WORKER_ACK_FLUSH_MS for a batch of ten and then a
-        round trip, so at a few hundred messages a second dozens are settling at any
-        moment; less room than that throttled receiving in the benchmark. A slow DLQ or
-        delete call still stops receiving once the room is used up. With a group cap,
-        room for as many parked messages as there are slots."""
-        parked = self.concurrency if self.group_concurrency is not None else 0
-        return self.concurrency + max(self.concurrency, SETTLING_ROOM) + parked + self.prefetch
 
-
-def _pass_on(to: asyncio.Future[bool], result: asyncio.Future[bool]) -> None:
-    if not to.done():
-        to.set_result(result.result())
+class LeaseLostError(Exception):
+    """The lease went while the payload was read: the handler must not start."""
 
 
 @dataclass(eq=False)
@@ -130,18 +111,13 @@ class Run:
 
     delivery: Delivery
     attempt: int  # the receive count, plus retries run in place
+    ticket: Ticket  # what it holds from admission
     # Done at the shutdown deadline: stop waiting for the work. A future (see Delivery.lost).
     cut: asyncio.Future[None] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
     job: Job[Any] | None = None
     pointer: S3Pointer | None = None  # an offloaded payload's place in S3
     body: str | None = None  # the payload read from there (kept for retries in place)
     span: tracing.JobSpan | None = None  # this attempt's `process` span, when tracing
-    started: float = 0.0
-    running: bool = False  # a handler call of it has not returned yet
-    handler_slot: bool = True  # it still holds its place (slots.py)
-    permit: bool = False  # it holds a handler slot: its handler may run
-    deciding: bool = False  # between attempts: the slot stays until the decision is made
-    task: asyncio.Task[Any] | None = field(default=None, repr=False)
 
 
 class QueuePool:
@@ -164,30 +140,42 @@ class QueuePool:
         self.client = client
         self.payloads = payloads
         self.tracing = tracing.enabled()  # decided once: a provider is installed before the worker starts
-        self.control = control or client
         self.info = info
         self.name = info.name
         self.spec = spec
         self.options = options
         self.worker_id = worker_id
-        self.events = events
         self.health = health
         self.process_pool = process_pool
-        self.slots = Slots(options.concurrency, options.held_limit)
-        self.pace = Pace()  # receive round trips and job durations, for the prefetch
-        self._prefetched = metrics.PREFETCHED.labels(info.name)
-        self._prefetched.set(0)
-        self.bucket = None if options.rate_limit is None else TokenBucket(options.rate_limit, clock.now())
-        self.breaker = Breaker(cap=options.retry_max)
+        self.report = QueueReport(info.name, worker_id, events, health, options.concurrency)
         cap = None if info.fifo else options.group_concurrency
-        self.tenants = None if cap is None else Tenants(info.name, cap)
-        self._paused = metrics.PAUSED.labels(info.name)
-        self._paused.set(0)
-        self._throttled = metrics.THROTTLED.labels(info.name)
+        self.admission = Admission(
+            options.concurrency,
+            options.prefetch,
+            window=None if options.rate_limit is None else StartWindow(options.rate_limit),
+            breaker=Breaker(cap=options.retry_max),
+            tenant_cap=cap,
+            report=self.report,
+        )
+        self.tenants = None if cap is None else Tenants(cap)
+        self.pace = Pace()  # receive round trips and job durations, for the prefetch
         self.book = LeaseBook(info.name, options.visibility, options.heartbeat_fraction)
-        self.keeper = LeaseKeeper(self.book, self.control, info.url, health.sqs_result)
-        self.acker = Acker(self.control, self.book, info.url, options.ack_flush)
+        self.keeper = LeaseKeeper(self.book, control or client, info.url, self._sqs_answered)
+        self.polls = Polls(options.wait_time, options.poll_timeout)
         self.retry = RetryPolicy(options.retry_base, options.retry_max)
+        self.settler = Settler(
+            control or client,
+            self.book,
+            info,
+            self.report,
+            self.polls,
+            retry=self.retry,
+            ack_flush=options.ack_flush,
+            payloads=payloads,
+            delete_large_payloads=options.delete_large_payloads,
+            worker_id=worker_id,
+            on_sqs=self._sqs_answered,
+        )
         self.thread_pool = (
             concurrent.futures.ThreadPoolExecutor(options.concurrency, thread_name_prefix=f"job-{info.name}")
             if spec.mode == "thread"
@@ -203,26 +191,19 @@ class QueuePool:
         self._stopped = asyncio.Event()
         self.received_oldest_age = 0.0  # max age at receive since the last backlog sample
         self.received_since_sample = 0  # lets the backlog sampler skip an idle queue
-        self.released = 0  # messages given back unprocessed (shutdown, group held back)
-        # (delivery, delay, done): made visible once no poll of ours is out
-        self.deferred: list[tuple[Delivery, int, asyncio.Future[bool]]] = []
         self.handlers_running = 0  # handler calls not yet returned, settled or not
-        # poller -> (when SQS ends its long poll, when its client gives up on it)
-        self._polls_out: dict[asyncio.Task[None], tuple[float, float]] = {}
-        self._abandoned: list[tuple[float, float]] = []  # polls cancelled while still out
-        self._polls_over = False
-        self._release_cap = 0.0
-        self._releaser: asyncio.Task[None] | None = None
         self._pollers: list[asyncio.Task[None]] = []
         # Set while the queue has work: the pollers beyond the first wait for it while the
         # queue is empty, so an idle queue costs one long poll at a time, not one per poller.
         self._has_work = asyncio.Event()
         self._has_work.set()
-        self._stopping_future: asyncio.Future[None] | None = None  # see _stop_signal
         self._keeper_task: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
-        metrics.CONCURRENCY.labels(self.name).set(options.concurrency)
-        self.report = JobReport(self.name, worker_id, events, health)
+
+    def _sqs_answered(self, ok: bool) -> None:
+        """A lease extension or a settling call reached SQS, or could not."""
+        self.health.sqs_result(ok)
+        self.admission.sqs_answered(ok)
 
     # -- lifecycle (worker.py calls these in this order) -----------------------
 
@@ -234,41 +215,19 @@ class QueuePool:
         ]
 
     def stop_polling(self, release_cap: float) -> None:
-        """No new receive from now on; running jobs see `job.stopping`.
-
-        A long poll already out cannot be taken back: cancelling it here would not stop it
-        inside SQS, where it still takes the next visible message and hides it for a whole
-        visibility timeout. So while one is out, what is given back waits for it (at most
-        until the loop time `release_cap`), its lease kept alive meanwhile."""
+        """No new receive from now on; what waits to start is given back; running jobs see
+        `job.stopping`. What is given back waits for the polls still out (settling.py), at
+        most until the loop time `release_cap`."""
         self.stopping = True
-        self._release_cap = release_cap
+        self.settler.stop(release_cap)
+        self.admission.stop()
         self._stopped.set()
         self._has_work.set()  # the idle pollers wake, to see that they are done
-        if not self._stop_signal().done():
-            self._stop_signal().set_result(None)
         if self.collector is not None:
             self.collector.close()  # no more jobs are coming to fill a batch
         for run in list(self.runs):
             if run.job is not None:
                 run.job._request_stop()
-
-    async def _release_after_polls(self) -> None:
-        """Wait until every poll of ours has answered (at most until its client gives up,
-        or the release cap), then release whatever was given back meanwhile."""
-        pending = list(self._polls_out)
-        if pending:
-            end = min(self._release_cap, max(hard for _, hard in self._polls_out.values()))
-            await asyncio.wait(pending, timeout=max(0.0, end - clock.now()))
-        self._polls_over = True
-        await self.release_deferred()
-
-    def _release_delay(self) -> int:
-        """0, or while a poll of ours is still out (past the release cap, or abandoned):
-        until that poll ends in SQS (or, if it is already late, until its client gives up
-        on it), so that not even an abandoned poll can take the message."""
-        now = clock.now()
-        ends = [sqs_end if now < sqs_end else hard for sqs_end, hard in [*self._polls_out.values(), *self._abandoned]]
-        return max(0, math.ceil(max(ends, default=now) - now))
 
     async def wait_polls(self, cap: float) -> None:
         """WORKER_DRAIN_POLLS: let the last polls answer instead of cancelling them."""
@@ -276,21 +235,13 @@ class QueuePool:
         if pending:
             await asyncio.wait(pending, timeout=max(0.0, cap - clock.now()))
 
-    async def release_deferred(self) -> None:
-        deferred, self.deferred = self.deferred, []
-        delay = self._release_delay()
-        for delivery, seconds, done in deferred:
-            self.acker.change_visibility(delivery, max(seconds, delay)).add_done_callback(
-                functools.partial(_pass_on, done)
-            )
-
     async def drain(self, deadline: float) -> int:
         """Wait for running jobs until `deadline` (loop time); then cut off whatever still
         runs: it is cancelled and released. Returns how many were cut off."""
         lives = [task for task in self._tasks if not task.done()]
         if lives:
             await asyncio.wait(lives, timeout=max(0.0, deadline - clock.now()))
-        cut = [run for run in self.runs if run.running]
+        cut = [run for run in self.runs if not run.ticket.returned]
         for run in self.runs:
             if not run.cut.done():
                 run.cut.set_result(None)
@@ -300,16 +251,13 @@ class QueuePool:
 
     async def cancel_polls(self) -> None:
         """Cancel whatever poll is still waiting (an idle queue): the drain is over."""
-        self._abandoned = list(self._polls_out.values())
+        self.polls.abandoned = list(self.polls.out.values())
         for task in self._pollers:
             task.cancel()
         await asyncio.gather(*self._pollers, return_exceptions=True)
 
     async def close(self) -> None:
-        if self._releaser is not None:
-            await self._releaser
-        await self.release_deferred()
-        await self.acker.close()
+        await self.settler.close()
         if self._keeper_task is not None:
             self._keeper_task.cancel()
             await asyncio.gather(self._keeper_task, return_exceptions=True)
@@ -318,7 +266,15 @@ class QueuePool:
 
     @property
     def active(self) -> int:
-        return sum(1 for run in self.runs if run.running)
+        return self.handlers_running
+
+    @property
+    def deferred(self) -> list[Any]:
+        return self.settler.deferred
+
+    @property
+    def released(self) -> int:
+        return self.settler.released
 
     def stuck_threads(self) -> int:
         """Handler calls still running after the drain (a thread cannot be interrupted):
@@ -328,53 +284,49 @@ class QueuePool:
     # -- 1. receive ------------------------------------------------------------
 
     async def _poll_forever(self, lead: bool) -> None:
-        """Receive for free places until the stop. The lead poller always polls; the others,
-        once a receive of theirs comes back empty, wait until one brings messages."""
+        """Receive for what admission allows until the stop. The lead poller always polls;
+        the others, once a receive of theirs comes back empty, wait until one brings messages."""
         backoff = Backoff(base=0.5, cap=20.0)
         me = asyncio.current_task()
-        assert me is not None
-        poll_timeout = self.options.poll_timeout
         while not self.stopping:
-            n = await self.slots.reserve(MAX_RECEIVE_BATCH)
-            n = await self._admit(n)
-            if self.stopping:
-                self._unadmit(n, n)
+            grant = await self.admission.reserve(MAX_RECEIVE_BATCH)
+            if self.stopping or not grant.places:
+                self.admission.received(grant, 0)
                 return
             sent = clock.now()
-            self._polls_out[me] = (sent + self.options.wait_time + POLL_END_ALLOWANCE, sent + poll_timeout)
+            self.polls.sent(me, sent)
             try:
                 resp = await self.client.receive_message(
                     QueueUrl=self.info.url,
-                    MaxNumberOfMessages=n,
+                    MaxNumberOfMessages=grant.places,
                     WaitTimeSeconds=self.options.wait_time,
                     VisibilityTimeout=self.options.visibility,
                     MessageSystemAttributeNames=["All"],
                     MessageAttributeNames=["All"],
                 )
             except asyncio.CancelledError:
-                self._unadmit(n, n)
+                self.admission.received(grant, 0)
                 raise
             except Exception as exc:
-                self._unadmit(n, n)
-                await self._receive_failed(exc, backoff)
+                self.admission.received(grant, 0)
+                delay = backoff.next_delay()
+                self.report.receive_failed(exc, delay)
+                await asyncio.sleep(delay)
                 continue
             finally:
-                self._polls_out.pop(me, None)
+                self.polls.answered(me)
             backoff.reset()
-            metrics.SQS_CALLS.labels("ReceiveMessage", "ok").inc()
-            self.health.sqs_result(True)
-            self.health.progress(self.name)
+            self.report.receive_ok()
             messages: list[dict[str, Any]] = [dict(m) for m in resp.get("Messages", [])]
-            if len(messages) < n:
-                self._unadmit(n, n - len(messages))
-            elif self.options.prefetch:  # a full answer did not wait in a long poll: a round trip
-                self.pace.received(clock.now() - sent)
+            tickets = self.admission.received(grant, len(messages))
+            if len(messages) == grant.places and self.options.prefetch:
+                self.pace.received(clock.now() - sent)  # a full answer did not wait in a long poll
                 self._size_prefetch()
             if messages:
                 # SQS starts a message's visibility clock when it hands the message out: during
                 # a long poll, that is just before the response, not when the request was sent.
                 # Allow a second for the response in transit, never later than the send.
-                self._dispatch(messages, max(sent, clock.now() - RESPONSE_ALLOWANCE))
+                self._dispatch(messages, tickets, max(sent, clock.now() - RESPONSE_ALLOWANCE))
                 self._has_work.set()
             elif not lead:
                 self._has_work.clear()
@@ -382,90 +334,15 @@ class QueuePool:
             elif self.options.wait_time == 0:
                 await asyncio.sleep(EMPTY_SHORT_POLL_PAUSE)  # a short poll answers at once: do not spin
 
-    async def _admit(self, n: int) -> int:
-        """Of the `n` slots reserved, how many to ask SQS for: what the pause and the rate
-        limit allow (see throttle.py), waiting until that is at least one. The rest of the
-        slots go back. 0 only when stopping."""
-        waited = 0.0
-        try:
-            while not self.stopping:
-                now = clock.now()
-                allowed = self.breaker.allowed(n, now)
-                granted = allowed if self.bucket is None or allowed == 0 else self.bucket.take(allowed, now)
-                if granted:
-                    self.slots.unreserve(n - granted)
-                    return granted
-                if allowed == 0:  # paused, or the probe is still out
-                    wait = self.breaker.wait(now) or 0.05
-                else:
-                    assert self.bucket is not None
-                    wait = self.bucket.wait(now)
-                    waited += wait
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._stopped.wait(), timeout=wait)
-            return n
-        finally:
-            if waited:
-                self._throttled.inc(waited)
-
-    def _downstream(self, run: Run, ending: Ending) -> Ending:
-        """What a job's ending says about the downstream: trouble pauses the queue (and the
-        message waits out the whole pause), an answer after the pause began ends it
-        (throttle.Breaker)."""
-        error = ending.error
-        if isinstance(error, DownstreamUnavailable):
-            now = clock.now()
-            if self.breaker.trouble(now, error.seconds, run.delivery.received_at):
-                metrics.PAUSES.labels(self.name).inc()
-                self._paused.set(1)
-                self.health.paused.add(self.name)
-                log.warning(
-                    "downstream unavailable: receiving paused for %g s (%s)",
-                    self.breaker.until - now,
-                    error,
-                    extra={"queue": self.name},
-                )
-            # Invisible for the whole pause and then as long again as asked: the probe that
-            # ends the pause is then another message, not this one once more (each receive
-            # counts toward its maxReceiveCount).
-            return dataclasses.replace(ending, requested_delay=self.breaker.until - now + error.seconds)
-        handled = ending.outcome not in ("released", "lease_lost")
-        if self.breaker.answered(run.delivery.received_at, handled):
-            self._paused.set(0)
-            self.health.paused.discard(self.name)
-            log.info("downstream answers again: receiving resumed", extra={"queue": self.name})
-        return ending
-
-    def _unadmit(self, asked: int, unused: int) -> None:
-        """`unused` of the `asked` messages never came (or never will): their slots, rate
-        tokens and, for a probe, the breaker's turn go back."""
-        if unused <= 0:
-            return
-        self.slots.unreserve(unused)
-        if self.bucket is not None:
-            self.bucket.give_back(unused)
-        if self.breaker.probing and unused == asked:
-            self.breaker.probe_unused()
-
-    async def _receive_failed(self, exc: Exception, backoff: Backoff) -> None:
-        code = error_code(exc)
-        metrics.SQS_CALLS.labels("ReceiveMessage", code).inc()
-        metrics.POLL_ERRORS.labels(self.name, code).inc()
-        self.health.sqs_result(False)
-        self.health.progress(self.name)  # backing off is progress: the loop is alive
-        delay = backoff.next_delay()
-        level = logging.ERROR if code in NOT_FOUND_CODES else logging.WARNING
-        log.log(level, "receive failed (%s); retrying in %.1f s", code, delay, extra={"queue": self.name})
-        self.events.emit("error", worker_id=self.worker_id, error=exc, where=f"receive:{self.name}")
-        await asyncio.sleep(delay)
-
-    def _dispatch(self, messages: list[dict[str, Any]], received_at: float) -> None:
+    def _dispatch(self, messages: list[dict[str, Any]], tickets: list[Ticket], received_at: float) -> None:
         now_wall = time.time()
         self.received_since_sample += len(messages)
         runs = []
-        for message in messages:
+        for message, ticket in zip(messages, tickets, strict=True):
             delivery = self.book.receive(message, received_at)
-            run = Run(delivery, attempt=delivery.receive_count)
+            if self.tenants is not None:
+                ticket.group = delivery.group
+            run = Run(delivery, attempt=delivery.receive_count, ticket=ticket)
             self.runs.add(run)
             runs.append(run)
             age = self.report.claimed(delivery, now_wall)
@@ -478,16 +355,26 @@ class QueuePool:
                 self._spawn(self._run_group(members), members)
         else:
             for run in runs:
-                self._spawn(self._life(run, []) if self.tenants is None else self._tenant_life(run), [run])
+                self._spawn(self._life(run, []), [run])
 
-    def _spawn(self, coro: Any, runs: list[Run]) -> None:
-        task = asyncio.create_task(coro)
-        for run in runs:
-            run.task = task
+    def _spawn(self, coro: Coroutine[Any, Any, Any], runs: list[Run]) -> None:
+        task = asyncio.create_task(self._guarded(coro, runs))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    # -- 2-4. one message's life --------------------------------------------------
+    async def _guarded(self, coro: Coroutine[Any, Any, Any], runs: list[Run]) -> None:
+        """A life that crashed (a bug) still gives back what its messages held: their
+        leases are let go (SQS redelivers them) and their tickets closed."""
+        try:
+            await coro
+        except Exception:
+            log.exception("a message's life failed; its messages come back when their leases run out")
+            for run in runs:
+                if run.delivery.state in (State.RECEIVED, State.RUNNING):
+                    self.book.lose(run.delivery, "its task failed")
+                self._forget(run)
+
+    # -- 2-5. one message's life --------------------------------------------------
 
     async def _run_group(self, members: list[Run]) -> None:
         """FIFO: one at a time, in order. The next one runs only once this one is gone for
@@ -502,80 +389,20 @@ class QueuePool:
                 await self._let_go(rest, "shutdown" if self.stopping else "group held back")
                 return
 
-    async def _tenant_life(self, run: Run) -> None:
-        """Standard queue with a group cap (tenants.py): run now, or park, or give back."""
-        assert self.tenants is not None
-        group = run.delivery.group
-        if group is not None and not self.tenants.try_start(group):
-            action = when_capped(
-                self.tenants.parked, self.options.concurrency, run.delivery.receive_count, self.info.max_receive_count
-            )
-            metrics.TENANT_CAPPED.labels(self.name, action).inc()
-            if action == "give_back":
-                if self.bucket is not None:
-                    self.bucket.give_back(1)  # it did not start: its token is another's
-                now = clock.now()
-                longest = max((now - r.started for r in self.runs if r.running), default=0.0)
-                delay = self.tenants.give_back(group, now, self.pace.job_seconds, longest)
-                log.info(
-                    "group at its cap of %d: message given back for %d s",
-                    self.tenants.cap,
-                    delay,
-                    extra={"queue": self.name, "message_id": run.delivery.message_id, "group": group},
-                )
-                await self._let_go([run], f"group {group} at its cap", delay)
-                return
-            if not await self._park(run, group):
-                await self._let_go([run], "shutdown" if self.stopping else "lease lost while parked")
-                return
-        try:
-            await self._life(run, [])
-        finally:
-            if group is not None:
-                self.tenants.done(group)
-
-    async def _park(self, run: Run, group: str) -> bool:
-        """Hold the message, its handler slot lent out, until its group's turn and a free
-        slot. False if it may not run after all (shutdown, or its lease was lost)."""
-        assert self.tenants is not None
-        self._handler_slot_done(run)
-        turn = self.tenants.park(group)
-        if not await self._turn_came(run, turn):
-            self.tenants.leave(group, turn)
-            return False
-        self.tenants.started()
-        self.slots.reclaim()
-        run.handler_slot = True
-        return True
-
-    def _stop_signal(self) -> asyncio.Future[None]:
-        """Done once the pool stops polling (shared by every wait that a stop cuts short)."""
-        if self._stopping_future is None:
-            self._stopping_future = asyncio.get_running_loop().create_future()
-        return self._stopping_future
-
-    async def _turn_came(self, run: Run, turn: asyncio.Future[None]) -> bool:
-        """Wait for `turn` (a group's, or a handler slot's); False if the run may not use it
-        after all: shutdown, or its lease was lost meanwhile."""
-        if not turn.done():
-            # Futures only, no task: with prefetch, most jobs of a busy queue wait here.
-            waits: set[asyncio.Future[Any]] = {turn, self._stop_signal(), run.delivery.lost()}
-            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-        return turn.done() and not turn.cancelled() and not self.stopping and run.delivery.state is State.RECEIVED
-
     async def _life(self, run: Run, mates: list[Run]) -> Settlement:
-        """Run, decide, settle; FIFO retries in place while `mates` wait behind it."""
+        """Wait for admission, run, decide, settle; FIFO retries in place while `mates`
+        wait behind it. Whatever way it leaves, its ticket is closed (`_forget`)."""
         bind_job(job_id=run.delivery.message_id, queue=self.name, receive_count=run.attempt)
         try:
-            if self.stopping:
-                await self._let_go([run], "shutdown")  # received, never started
-                return Release()
-            if not await self._take_slot(run):
-                await self._let_go([run], "shutdown" if self.stopping else "lease lost before it started")
+            if await self._given_back_for_its_tenant(run):
                 return Release()
             while True:
-                run.deciding = True
+                if not await self.admission.start(run.ticket, run.delivery.lost()):
+                    reason = "shutdown" if self.stopping else "lease lost before it started"
+                    await self._let_go([run], reason)
+                    return Release()
                 ending = self._downstream(run, await self._attempt(run))
+                self.admission.decide(run.ticket)
                 if ending.duration:
                     self.pace.ran(ending.duration)  # also the fair tenants' line length
                     if self.options.prefetch:
@@ -589,12 +416,6 @@ class QueuePool:
                     requested_delay=ending.requested_delay,
                 )
                 settlement = plan(ending.outcome, facts, self.retry, describe(ending.error))
-                if not isinstance(settlement, RetryInPlace):
-                    # The slot goes back as soon as the work has ended (now, or when a thread
-                    # cut off at shutdown returns); a FIFO head retried in place keeps it, so
-                    # waiting group-mates can never hold every slot while their heads wait.
-                    run.deciding = False
-                    self._handler_slot_done(run)
                 if isinstance(settlement, RetryInPlace):
                     self.report.ended(run.delivery.message_id, ending, will_retry=True, trace=self._trace_ids(run))
                     self._end_span(run, settlement, ending)
@@ -603,7 +424,14 @@ class QueuePool:
                         continue
                     settlement = Release() if run.delivery.state is not State.LOST else Untouched()
                     ending = Ending("released", None, 0.0)
-                settlement = await self._settle(run, settlement, ending)
+                settlement = await self.settler.settle(
+                    run.delivery,
+                    settlement,
+                    attempt=run.attempt,
+                    error=ending.error,
+                    pointer=run.pointer,
+                    trace=self._trace_ids(run),
+                )
                 self.report.ended(
                     run.delivery.message_id,
                     ending,
@@ -615,20 +443,75 @@ class QueuePool:
         finally:
             self._forget(run)
 
+    async def _given_back_for_its_tenant(self, run: Run) -> bool:
+        """Standard queue with a group cap (tenants.py): its group runs its cap now. Parked
+        (it waits in admission's line, passed by the others) unless the park is full: then
+        given back for about as long as its group's line takes. True if given back."""
+        group = run.ticket.group
+        if self.tenants is None or group is None or not self.admission.at_cap(run.ticket):
+            return False
+        room = max(0, self.options.prefetch - MAX_RECEIVE_BATCH)  # leave places for other tenants
+        action = when_capped(self.admission.parked, room, run.delivery.receive_count, self.info.max_receive_count)
+        if action == "park":
+            self.report.tenant_capped(action, group, self.tenants.cap, run.delivery.message_id, None)
+            return False
+        now = clock.now()
+        longest = max((now - r.ticket.started_at for r in self.runs if not r.ticket.returned), default=0.0)
+        delay = self.tenants.give_back(group, now, self.pace.job_seconds, longest)
+        self.report.tenant_capped(action, group, self.tenants.cap, run.delivery.message_id, delay)
+        await self._let_go([run], f"group {group} at its cap", delay)
+        return True
+
+    def _downstream(self, run: Run, ending: Ending) -> Ending:
+        """What a job's ending says about the downstream (admission's pause): trouble pauses
+        the queue (and the message waits out the whole pause), an answer from a job started
+        after the pause began ends it."""
+        error = ending.error
+        if isinstance(error, DownstreamUnavailable):
+            now = clock.now()
+            if self.admission.trouble(run.ticket, now, error.seconds):
+                self.report.paused(self.admission.breaker.until - now, error)
+            # Invisible for the whole pause and then as long again as asked: the probe that
+            # ends the pause is then another message, not this one once more (each receive
+            # counts toward its maxReceiveCount).
+            return dataclasses.replace(ending, requested_delay=self.admission.breaker.until - now + error.seconds)
+        if self.admission.answered(run.ticket, handled=ending.outcome not in ("released", "lease_lost")):
+            self.report.resumed()
+        return ending
+
     async def _attempt(self, run: Run) -> Ending:
-        """One handler call, up to its end (or the shutdown cut)."""
+        """One handler call, up to its end (or the shutdown cut). Admission's slot is taken;
+        if the handler is never called, the slot's work has ended here."""
+        invoked = False
+        try:
+            ending, job = await self._prepare(run)
+            if job is None:
+                assert ending is not None
+                return ending
+            invoked = True
+            return await self._call(run, job)
+        finally:
+            if not invoked:
+                self.admission.work_ended(run.ticket)
+
+    async def _prepare(self, run: Run) -> tuple[Ending | None, Job[Any] | None]:
+        """The job to run, or the ending of a message that cannot run: a control message,
+        a payload error, S3 unreachable, or its lease lost while the payload was read."""
         message = run.delivery.message
         self._start_span(run)
-        attrs = message.get("Attributes", {})
         try:
             body = await self._body(run)
             payload, envelope = read_payload(self.spec.payload, self.spec.envelope, body)
+        except LeaseLostError:
+            return Ending("lease_lost", None, 0.0), None
         except ControlMessage as exc:
-            return Ending("dropped", exc, 0.0)
+            return Ending("dropped", exc, 0.0), None
         except PayloadError as exc:
-            return Ending("dead_letter", exc, 0.0)
+            return Ending("dead_letter", exc, 0.0), None
         except Exception as exc:  # S3 unreachable or slow: worth another attempt
-            return Ending("retry", exc, 0.0)
+            return Ending("retry", exc, 0.0), None
+        if run.delivery.state not in (State.RECEIVED, State.RUNNING):
+            return Ending("lease_lost", None, 0.0), None  # another delivery may run it now
         max_receive = self.info.max_receive_count
         job: Job[Any] = Job(
             id=run.delivery.message_id,
@@ -637,7 +520,7 @@ class QueuePool:
             payload=payload,
             envelope=envelope,
             large_payload=run.pointer,
-            attributes=dict(attrs),
+            attributes=dict(message.get("Attributes", {})),
             message_attributes=dict(message.get("MessageAttributes") or {}),
             receive_count=run.attempt,
             max_retries=None if max_receive is None else max_receive - 1,
@@ -650,22 +533,26 @@ class QueuePool:
         if self.stopping:
             job._request_stop()
         run.job = job
+        return None, job
+
+    async def _call(self, run: Run, job: Job[Any]) -> Ending:
+        """Run the handler until it ends, its timeout, its lease is lost or the shutdown cut."""
         if self.options.log_payloads:
             log.info("job payload", extra={"body": job.body})
         self.report.started(job.id)
         if run.delivery.state is State.RECEIVED:
             self.book.start(run.delivery)
-        run.started = clock.now()
+        started = clock.now()
         with run.span or contextlib.nullcontext():  # the span is current in the handler's task or thread
             work, ended = self._invoke(job, run)
         lost, cut = run.delivery.lost(), run.cut
         await asyncio.wait({work, lost, cut}, timeout=self.options.job_timeout, return_when=asyncio.FIRST_COMPLETED)
         if work.done() and run.delivery.state is State.LOST:
-            return Ending("lease_lost", None, clock.now() - run.started)  # whatever it did: not ours now
+            return Ending("lease_lost", None, clock.now() - started)  # whatever it did: not ours now
         if work.done():
             error = asyncio.CancelledError() if work.cancelled() else work.exception()
             requested = error.seconds if isinstance(error, RetryLater) else None
-            return Ending(classify(error), error, clock.now() - run.started, requested)
+            return Ending(classify(error), error, clock.now() - started, requested)
         reason = "shutdown" if cut.done() else "lease_lost" if lost.done() else "timeout"
         if run.span is not None:
             run.span.event("cancelled", reason=reason, job_timeout_seconds=self.options.job_timeout)
@@ -681,7 +568,7 @@ class QueuePool:
             await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
             if not ended.done():
                 await asyncio.wait({ended}, timeout=CUT_GRACE)
-        duration = clock.now() - run.started
+        duration = clock.now() - started
         if reason == "timeout" and run.delivery.state is not State.LOST:
             if not ended.done():  # cut off at shutdown while its work still runs
                 return Ending("released", None, duration)
@@ -723,7 +610,8 @@ class QueuePool:
 
     async def _body(self, run: Run) -> str:
         """The message's payload text: its body, or for an offloaded payload the S3 object
-        (read inside the job, its lease held, within the job timeout)."""
+        (read inside the job, its lease held, within the job timeout). A read that outlasts
+        the lease is abandoned: LeaseLostError."""
         message = run.delivery.message
         run.pointer = pointer_of(message)
         if run.pointer is None:
@@ -731,7 +619,14 @@ class QueuePool:
         if run.body is None:
             if self.payloads is None:
                 raise RuntimeError(f"{run.pointer.uri}: this worker has no S3 client for large payloads")
-            run.body = await asyncio.wait_for(self.payloads.fetch(run.pointer), self.options.job_timeout)
+            fetch = asyncio.ensure_future(asyncio.wait_for(self.payloads.fetch(run.pointer), self.options.job_timeout))
+            either: set[asyncio.Future[Any]] = {fetch, run.delivery.lost()}
+            await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+            if not fetch.done():
+                fetch.cancel()
+                await asyncio.gather(fetch, return_exceptions=True)
+                raise LeaseLostError(run.pointer.uri)
+            run.body = fetch.result()
         return run.body
 
     def _invoke(self, job: Job[Any], run: Run) -> tuple[asyncio.Future[Any], asyncio.Future[None]]:
@@ -744,13 +639,10 @@ class QueuePool:
             if not ended.done():
                 ended.set_result(None)
                 self.handlers_running -= 1
-                run.running = False
                 self.report.running(-1)
-                if not run.deciding:
-                    self._handler_slot_done(run)
+                self.admission.work_ended(run.ticket)
 
         self.handlers_running += 1
-        run.running = True
         self.report.running(+1)
         if self.collector is not None:
             result, call_ended = self.collector.submit(job)
@@ -775,7 +667,7 @@ class QueuePool:
         context of its own: its log lines must not carry the first job's id or span."""
         loop = asyncio.get_running_loop()
         ended: asyncio.Future[None] = loop.create_future()
-        metrics.BATCH_SIZE.labels(self.name).observe(len(jobs))
+        self.report.batch(len(jobs))
 
         def done(_: object = None) -> None:
             if not ended.done():
@@ -792,34 +684,11 @@ class QueuePool:
             response = asyncio.wrap_future(cf, loop=loop)
         return response, ended
 
-    def _handler_slot_done(self, run: Run) -> None:
-        """Give the place (and handler slot) back once, when its work has ended (or never ran)."""
-        if run.handler_slot and not run.running:
-            run.handler_slot = False
-            self.slots.handler_done(started=run.permit)
-            run.permit = False
-
-    async def _take_slot(self, run: Run) -> bool:
-        """A handler slot for the job, in receive order: at once unless prefetched messages
-        wait for one. False if it may not run after all (shutdown, or its lease was lost)."""
-        if run.permit or self.slots.try_start():
-            run.permit = True
-            return True
-        turn = self.slots.queue_start()
-        self._prefetched.inc()
-        try:
-            came = await self._turn_came(run, turn)
-        finally:
-            self._prefetched.dec()
-        if came:
-            run.permit = True
-            return True
-        self.slots.leave_start(turn)
-        return False
-
     def _size_prefetch(self) -> None:
-        self.slots.prefetch = prefetch_target(
-            self.options.concurrency, self.options.prefetch, self.pace.receive_seconds, self.pace.job_seconds
+        self.admission.set_prefetch(
+            prefetch_target(
+                self.options.concurrency, self.options.prefetch, self.pace.receive_seconds, self.pace.job_seconds
+            )
         )
 
     async def _wait_in_place(self, run: Run, seconds: int) -> bool:
@@ -835,88 +704,17 @@ class QueuePool:
             stopping.cancel()  # never the lease's own future: other waits share it
         return not done
 
-    async def _settle(self, run: Run, settlement: Settlement, ending: Ending) -> Settlement:
-        """Carry out the settlement; returns what was done (a failed DLQ send retries)."""
-        delivery = run.delivery
-        if isinstance(settlement, Delete):
-            deleted = await self.acker.delete(delivery)
-            if deleted and run.pointer is not None and self.payloads is not None and self.options.delete_large_payloads:
-                await self.payloads.delete(run.pointer)  # only now: nothing points at it any more
-        elif isinstance(settlement, RetryAfter):
-            await self._give_back(delivery, settlement.seconds)
-        elif isinstance(settlement, Release):
-            self.released += 1
-            await self._give_back(delivery)
-        elif isinstance(settlement, DeadLetter):
-            return await self._dead_letter(run, settlement, ending)
-        return settlement
-
-    async def _dead_letter(self, run: Run, settlement: DeadLetter, ending: Ending) -> Settlement:
-        """Copy to the DLQ with the reason, then delete: never delete first. The lease is
-        kept (as if a delete were queued) while the copy is sent."""
-        delivery = run.delivery
-        assert self.info.dlq_url is not None
-        if not self.book.settling(delivery, "delete", clock.now()):
-            return Untouched()
-        error = ending.error if ending.error is not None else RuntimeError(settlement.why)
-        request = dead_letter_request(
-            delivery.message,
-            self.info.dlq_url,
-            self.name,
-            error,
-            self.worker_id,
-            self.info.fifo,
-            settlement.why,
-            trace=self._trace_ids(run),
-        )
-        fitted = fit_to_size(request, self.info.dlq_max_size)
-        try:
-            if fitted is None:
-                raise ValueError(f"the message does not fit the DLQ's MaximumMessageSize of {self.info.dlq_max_size}")
-            await self.control.send_message(**fitted)
-        except Exception as exc:
-            metrics.SQS_CALLS.labels("SendMessage", error_code(exc)).inc()
-            delay = retry_delay(run.attempt, self.retry)
-            log.error(
-                "could not send to the DLQ (%s); retrying the message in %d s instead",
-                exc,
-                delay,
-                extra={"queue": self.name},
-            )
-            await self._give_back(delivery, delay)
-            return RetryAfter(delay)
-        metrics.SQS_CALLS.labels("SendMessage", "ok").inc()
-        metrics.DLQ_SENDS.labels(self.name).inc()
-        await self.acker.delete(delivery)
-        return settlement
-
-    async def _give_back(self, delivery: Delivery, seconds: int = 0) -> bool:
-        """Make the message visible after `seconds`: now, or during shutdown, once no poll
-        of ours is out that could take it (a poll that did would hide it for a whole
-        visibility timeout, or run it here once more)."""
-        if not self.stopping:
-            return await self.acker.change_visibility(delivery, seconds)
-        if self._polls_out and not self._polls_over:
-            done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-            self.deferred.append((delivery, seconds, done))
-            if self._releaser is None:
-                self._releaser = asyncio.create_task(self._release_after_polls())
-            return await done
-        return await self.acker.change_visibility(delivery, max(seconds, self._release_delay()))
-
     async def _let_go(self, runs: list[Run], reason: str, seconds: int = 0) -> None:
         """Give back messages that will not run now (shutdown, held behind their group, or
         their tenant at its cap), visible again after `seconds`."""
         waiting = [r.delivery for r in runs if r.delivery.state is State.RECEIVED]
-        self.released += len(waiting)
-        await asyncio.gather(*(self._give_back(delivery, seconds) for delivery in waiting))
+        self.settler.released += len(waiting)
+        await asyncio.gather(*(self.settler.give_back(delivery, seconds) for delivery in waiting))
         for run in runs:
             self._forget(run)
             self.report.released(run.delivery.message_id, reason)
 
     def _forget(self, run: Run) -> None:
-        run.deciding = False
-        self._handler_slot_done(run)
-        if run in self.runs:
-            self.runs.discard(run)
-            self.slots.forget()
+        """The one place a message's hold on admission ends (its ticket is closed once)."""
+        self.admission.close(run.ticket)
+        self.runs.discard(run)

@@ -1,7 +1,9 @@
-"""What a pool tells the world about each job: events, metrics and log lines.
+"""What a pool tells the world: events, metrics, health and log lines, about each job and
+about the queue (receives, pauses, the rate limit, tenants, the DLQ).
 
-One place for them, so that the pool reads as a message's life and the contract that
-dashboards and listeners rely on (metric names, event names, their fields) lives in one file.
+The one observer: the pool, its admission and its settling call this and write no metric
+themselves, so that the pool reads as a message's life and the contract that dashboards
+and listeners rely on (metric names, event names, their fields) lives in one file.
 """
 
 from __future__ import annotations
@@ -10,43 +12,19 @@ import asyncio
 import logging
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from . import metrics
 from .delivery import Delivery
 from .events import Events
 from .health import Health
-from .outcomes import Outcome
+from .outcomes import OUTCOMES, Ending, describe
+from .sqs import NOT_FOUND_CODES, error_code
 
 log = logging.getLogger("sqs_worker_engine.pool")
-OUTCOMES: tuple[Outcome, ...] = (
-    "success",
-    "retry",
-    "dead_letter",
-    "timeout",
-    "lease_lost",
-    "released",
-    "dropped",
-    "deferred",
-)
 
 
-@dataclass(frozen=True)
-class Ending:
-    """How one handler call ended."""
-
-    outcome: Outcome
-    error: BaseException | None
-    duration: float
-    requested_delay: float | None = None
-
-
-def describe(error: BaseException | None) -> str:
-    return "" if error is None else f"{type(error).__name__}: {error}"
-
-
-class JobReport:
-    def __init__(self, queue: str, worker_id: str, events: Events, health: Health) -> None:
+class QueueReport:
+    def __init__(self, queue: str, worker_id: str, events: Events, health: Health, concurrency: int) -> None:
         self.queue = queue
         self.worker_id = worker_id
         self.events = events
@@ -59,6 +37,86 @@ class JobReport:
         self._age = metrics.MESSAGE_AGE.labels(queue)
         self._processed = {o: metrics.JOBS_PROCESSED.labels(queue, o) for o in OUTCOMES}
         self._inflight.set(0)
+        self._prefetched = metrics.PREFETCHED.labels(queue)
+        self._prefetched.set(0)
+        self._paused = metrics.PAUSED.labels(queue)
+        self._paused.set(0)
+        self._throttled = metrics.THROTTLED.labels(queue)
+        self._receive_ok = metrics.SQS_CALLS.labels("ReceiveMessage", "ok")
+        self._tenant_gauges = (
+            metrics.TENANTS_RUNNING.labels(queue),
+            metrics.TENANTS_AT_CAP.labels(queue),
+            metrics.TENANT_JOBS_PARKED.labels(queue),
+        )
+        metrics.CONCURRENCY.labels(queue).set(concurrency)
+
+    # -- the queue ------------------------------------------------------------------
+
+    def receive_ok(self) -> None:
+        self._receive_ok.inc()
+        self.health.sqs_result(True)
+        self.health.progress(self.queue)
+
+    def receive_failed(self, exc: Exception, retry_in: float) -> None:
+        code = error_code(exc)
+        metrics.SQS_CALLS.labels("ReceiveMessage", code).inc()
+        metrics.POLL_ERRORS.labels(self.queue, code).inc()
+        self.health.sqs_result(False)
+        self.health.progress(self.queue)  # backing off is progress: the loop is alive
+        level = logging.ERROR if code in NOT_FOUND_CODES else logging.WARNING
+        log.log(level, "receive failed (%s); retrying in %.1f s", code, retry_in, extra={"queue": self.queue})
+        self.events.emit("error", worker_id=self.worker_id, error=exc, where=f"receive:{self.queue}")
+
+    def paused(self, seconds: float, error: BaseException) -> None:
+        metrics.PAUSES.labels(self.queue).inc()
+        self._paused.set(1)
+        self.health.paused.add(self.queue)
+        log.warning(
+            "downstream unavailable: receiving paused for %g s (%s)", seconds, error, extra={"queue": self.queue}
+        )
+
+    def resumed(self) -> None:
+        self._paused.set(0)
+        self.health.paused.discard(self.queue)
+        log.info("downstream answers again: receiving resumed", extra={"queue": self.queue})
+
+    def throttled(self, seconds: float) -> None:
+        self._throttled.inc(seconds)
+
+    def waiting(self, prefetched: int) -> None:
+        self._prefetched.set(prefetched)
+
+    def tenants(self, running: int, at_cap: int, parked: int) -> None:
+        for gauge, value in zip(self._tenant_gauges, (running, at_cap, parked), strict=True):
+            gauge.set(value)
+
+    def tenant_capped(self, action: str, group: str, cap: int, job_id: str, delay: int | None) -> None:
+        metrics.TENANT_CAPPED.labels(self.queue, action).inc()
+        if delay is not None:
+            log.info(
+                "group at its cap of %d: message given back for %d s",
+                cap,
+                delay,
+                extra={"queue": self.queue, "message_id": job_id, "group": group},
+            )
+
+    def batch(self, size: int) -> None:
+        metrics.BATCH_SIZE.labels(self.queue).observe(size)
+
+    def dlq_sent(self) -> None:
+        metrics.SQS_CALLS.labels("SendMessage", "ok").inc()
+        metrics.DLQ_SENDS.labels(self.queue).inc()
+
+    def dlq_send_failed(self, exc: Exception, retry_in: int) -> None:
+        metrics.SQS_CALLS.labels("SendMessage", error_code(exc)).inc()
+        log.error(
+            "could not send to the DLQ (%s); retrying the message in %d s instead",
+            exc,
+            retry_in,
+            extra={"queue": self.queue},
+        )
+
+    # -- each job ---------------------------------------------------------------------
 
     def claimed(self, delivery: Delivery, now_wall: float) -> float:
         """A message was received; returns its age in seconds (0 if SQS did not say)."""

@@ -32,6 +32,7 @@ from .throttle import parse_rate
 
 # SQS's own rule for queue names (CreateQueue API reference).
 QUEUE_NAME_RE = re.compile(rf"^(?=.{{1,{MAX_QUEUE_NAME}}}$)[A-Za-z0-9_-]+(\.fifo)?$")
+MAX_POLLERS = 100  # long polls (and connections) one queue may hold open at once
 QUEUE_OVERRIDE_PREFIX = "WORKER_QUEUE_"
 QUEUE_OVERRIDES = (
     "URL",
@@ -102,7 +103,7 @@ class Settings(BaseSettings):
     wait_time_seconds: int = Field(
         default=MAX_WAIT_SECONDS, ge=0, le=MAX_WAIT_SECONDS, validation_alias="WORKER_WAIT_TIME_SECONDS"
     )
-    pollers: int = Field(default=0, ge=0, le=100, validation_alias="WORKER_POLLERS")
+    pollers: int = Field(default=0, ge=0, le=MAX_POLLERS, validation_alias="WORKER_POLLERS")
     # On shutdown, a long poll still waiting on an empty queue is cancelled so the worker
     # exits at once. SQS does not notice: that abandoned poll can take a message arriving
     # in the next WaitTimeSeconds and hide it for its visibility timeout. `true` waits the
@@ -414,10 +415,20 @@ def load_settings(environ: Mapping[str, str] | None = None, service: ServiceDefa
         )
         # One long poll returns at most 10 messages, so a pool needs ceil(places / 10)
         # pollers to keep every place filled (the concurrency, plus the prefetch).
+        # Each poller holds a connection; past MAX_POLLERS the default is refused, not clamped,
+        # naming what made it (a typo such as WORKER_PREFETCH=10000 would otherwise open 1,001).
         places = concurrency + prefetch
-        pollers = _int(
-            own, "POLLERS", prefix, settings.pollers or math.ceil(places / MAX_RECEIVE_BATCH), 1, 100, problems
-        )
+        needed = math.ceil(places / MAX_RECEIVE_BATCH)
+        if not settings.pollers and "POLLERS" not in own and needed > MAX_POLLERS:
+            problems.append(
+                (
+                    prefix + "PREFETCH" if "PREFETCH" in own else "WORKER_PREFETCH",
+                    f"concurrency {concurrency} + prefetch {prefetch} would need {needed} pollers, more than "
+                    f"{MAX_POLLERS}: lower the prefetch (or the concurrency), or set WORKER_POLLERS",
+                )
+            )
+            needed = MAX_POLLERS
+        pollers = _int(own, "POLLERS", prefix, settings.pollers or needed, 1, MAX_POLLERS, problems)
         url = own.get("URL") or None
         if url is not None and http_url_problem(url):
             problems.append((prefix + "URL", f"{redact_url(url)!r} is not a queue URL"))

@@ -1,12 +1,14 @@
 """Fair tenants on a standard queue: at most `cap` jobs of one message group run at once in
 a pool (WORKER_[QUEUE_<KEY>_]GROUP_CONCURRENCY), so a noisy tenant cannot take every slot.
+Admission (admission.py) counts each group's running jobs and passes over a capped
+group's waiting messages; this module decides park or give back, and for how long.
 
 On a standard queue the MessageGroupId is the tenant (SQS fair queues). SQS hands out
 messages in its own order, and a receive cannot ask for "any tenant but this one", so a
 message whose group is at its cap cannot simply be left unreceived. It is either
 
-- parked: its lease kept, its handler slot lent to other tenants' jobs, until a job of its
-  group ends and hands over the turn (in the order they were parked); or
+- parked: its lease kept, waiting in admission's line while other tenants' messages pass
+  it, until a job of its group ends (in receive order); or
 - given back, once `room` messages are parked: receiving then goes on and reaches the
   other tenants' messages instead of stopping at the held-messages bound. Its delay is
   its place in its group's line at the rate the group drains (cap jobs at a time, each
@@ -23,12 +25,8 @@ shared even when a receive is mostly one tenant's.
 
 from __future__ import annotations
 
-import asyncio
 import math
-from collections import Counter, deque
 from typing import Literal
-
-from . import metrics
 
 Capped = Literal["park", "give_back"]
 # Without a redrive policy nothing counts the receives; fairness still stops giving a
@@ -56,58 +54,12 @@ def give_back_delay(line_ends: float, now: float, job_seconds: float, cap: int) 
 
 
 class Tenants:
-    """Jobs running per group in one pool, and the messages parked behind them."""
+    """When each group's given-back messages are due to run (admission.py counts the jobs
+    each group runs; this only spaces out the give-backs)."""
 
-    def __init__(self, queue: str, cap: int) -> None:
+    def __init__(self, cap: int) -> None:
         self.cap = cap
-        self.parked = 0
-        self._running: Counter[str] = Counter()
-        self._waiting: dict[str, deque[asyncio.Future[None]]] = {}
-        self._line_ends: dict[str, float] = {}  # when each group's given-back messages are due to run
-        self._gauges = (
-            metrics.TENANTS_RUNNING.labels(queue),
-            metrics.TENANTS_AT_CAP.labels(queue),
-            metrics.TENANT_JOBS_PARKED.labels(queue),
-        )
-        self._show()
-
-    def running(self, group: str) -> int:
-        return self._running[group]
-
-    def try_start(self, group: str) -> bool:
-        """Take a turn for one job of `group` if the group is below its cap."""
-        if self._running[group] >= self.cap:
-            return False
-        self._running[group] += 1
-        self._show()
-        return True
-
-    def park(self, group: str) -> asyncio.Future[None]:
-        """Wait for a turn of `group`; the future is done once a job of it ended and passed
-        its turn on. Every parked future ends with `done` (it ran) or `leave`."""
-        turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiting.setdefault(group, deque()).append(turn)
-        self.parked += 1
-        self._show()
-        return turn
-
-    def leave(self, group: str, turn: asyncio.Future[None]) -> None:
-        """A parked message goes without running (shutdown, lease lost): its place in the
-        line goes, and a turn it was already handed passes on."""
-        self.parked -= 1
-        if turn.done():
-            self.done(group)
-        else:
-            turn.cancel()
-            self._waiting[group].remove(turn)
-            if not self._waiting[group]:
-                del self._waiting[group]
-        self._show()
-
-    def started(self) -> None:
-        """A parked message was handed its turn and runs now."""
-        self.parked -= 1
-        self._show()
+        self._line_ends: dict[str, float] = {}
 
     def give_back(self, group: str, now: float, job_seconds: float | None, longest_running: float) -> int:
         """Seconds to give a message of `group` back for (see give_back_delay);
@@ -120,22 +72,3 @@ class Tenants:
             seconds = max(SHORTEST_JOB_SECONDS, longest_running)
         delay, self._line_ends[group] = give_back_delay(self._line_ends.get(group, now), now, seconds, self.cap)
         return delay
-
-    def done(self, group: str) -> None:
-        """A job of `group` ended: its turn goes to the first parked message, if any."""
-        line = self._waiting.get(group)
-        if line:
-            line.popleft().set_result(None)  # the running count stays: the turn changes hands
-            if not line:
-                del self._waiting[group]
-            return
-        self._running[group] -= 1
-        if self._running[group] <= 0:
-            del self._running[group]
-        self._show()
-
-    def _show(self) -> None:
-        running, at_cap, parked = self._gauges
-        running.set(len(self._running))
-        at_cap.set(sum(1 for n in self._running.values() if n >= self.cap))
-        parked.set(self.parked)

@@ -1,14 +1,13 @@
 """What may start, and when: a queue's rate limit and its pause on downstream trouble.
 
-Pure decisions on the loop's clock (times are passed in), owned by the queue's pool, asked
-by its pollers before each receive, so that the worker never receives what it may not
-start: a message received and given back unrun still counts toward maxReceiveCount.
+Pure decisions on the loop's clock (times are passed in), asked by the queue's admission
+(admission.py) before each receive and each start, so that the worker never receives what
+it may not start: a message received and given back unrun still counts toward maxReceiveCount.
 
 Rate limit (WORKER_RATE_LIMIT, WORKER_QUEUE_<KEY>_RATE_LIMIT, e.g. "50/s", "3000/min"): a
-token bucket per queue and process. A poller takes a token per message it asks for, and
-gives back the tokens of messages the receive did not bring. The bucket holds at most one
-second of tokens (at least one), so a worker idle for an hour does not start an hour's
-worth at once. A fleet-wide limit is the per-process limit times the number of processes:
+window of starts per queue and process (StartWindow): no window of one second holds more
+starts than the rate (below 1/s: one start per 1/rate seconds). Pollers ask for no more
+than the window has room for, less the messages already waiting to start. A fleet-wide limit is the per-process limit times the number of processes:
 divide the partner's limit by the replica cap (KEDA maxReplicaCount, ECS MaxCapacity).
 
 Pause (a handler raises `DownstreamUnavailable(seconds)`): the queue stops receiving for
@@ -21,6 +20,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections import deque
 from dataclasses import dataclass
 
 _RATE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*/\s*(s|sec|second|m|min|minute|h|hour)\s*$")
@@ -38,38 +38,50 @@ def parse_rate(text: str) -> float:
     return per_second
 
 
-class TokenBucket:
-    def __init__(self, rate: float, now: float, burst: float | None = None) -> None:
-        self.rate = rate
-        self.capacity = max(1.0, rate if burst is None else burst)
-        self.tokens = self.capacity
-        self.updated = now
+class StartWindow:
+    """At most `count` starts in any window of `seconds`: "50/s" is 50 in every second,
+    "10/min" one in every 6 s. A token bucket lets a full bucket's worth through on top of
+    its rate (22 starts in the first second of a 20/s limit, measured), which a partner
+    counting per second answers with 429s; a window never does, from a cold start or
+    after an idle spell alike. Times are the loop's, passed in."""
 
-    def _refill(self, now: float) -> None:
-        self.tokens = min(self.capacity, self.tokens + (now - self.updated) * self.rate)
-        self.updated = max(self.updated, now)
+    def __init__(self, per_second: float) -> None:
+        self.per_second = per_second
+        self.count, self.seconds = window_of(per_second)
+        self._starts: deque[float] = deque()
 
-    def take(self, most: int, now: float) -> int:
-        """Up to `most` whole tokens, as many as there are (0 when empty)."""
-        self._refill(now)
-        granted = min(most, math.floor(self.tokens))
-        self.tokens -= granted
-        return granted
+    def _expire(self, now: float) -> None:
+        while self._starts and self._starts[0] <= now - self.seconds:
+            self._starts.popleft()
 
-    def give_back(self, n: int) -> None:
-        """Tokens of messages a receive did not bring: they were never started."""
-        self.tokens = min(self.capacity, self.tokens + n)
+    def room(self, now: float) -> int:
+        """Starts allowed now."""
+        self._expire(now)
+        return self.count - len(self._starts)
+
+    def record(self, now: float) -> None:
+        self._expire(now)
+        self._starts.append(now)
 
     def wait(self, now: float) -> float:
-        """Seconds until the next whole token."""
-        self._refill(now)
-        return 0.0 if self.tokens >= 1 else (1 - self.tokens) / self.rate
+        """Seconds until the window has room again (0 if it has)."""
+        if self.room(now) > 0:
+            return 0.0
+        return self._starts[0] + self.seconds - now
+
+
+def window_of(per_second: float) -> tuple[int, float]:
+    """(count, seconds) for a rate: whole starts per second at 1/s and above (rounded down,
+    never over), one per 1/rate seconds below it."""
+    if per_second >= 1:
+        return math.floor(per_second), 1.0
+    return 1, 1 / per_second
 
 
 @dataclass
 class Breaker:
-    """Closed (receive freely), open until `until` (receive nothing), or half open (one
-    probe out: receive nothing more until it ends).
+    """Closed (start freely), open until `until` (start and receive nothing), or past
+    `until` (half open: admission lets one probe start, and nothing more until it ends).
 
     A probe that meets the same trouble pauses again for twice as long (up to `cap`): over
     an outage of a minute, with 5 s asked for, the probes go out after 5, 15 and 35 s, not
@@ -81,53 +93,31 @@ class Breaker:
     until: float = 0.0  # loop time the pause ends; 0 when closed
     since: float = 0.0  # loop time the pause (or its latest round) began
     streak: int = 0  # pauses in a row without an answer in between
-    probing: bool = False
 
     @property
     def paused(self) -> bool:
         return self.until > 0
 
-    def wait(self, now: float) -> float:
-        """Seconds a poller must wait before it may ask for anything."""
-        return max(0.0, self.until - now) if self.until else 0.0
-
-    def allowed(self, most: int, now: float) -> int:
-        """How many messages a poller may ask for now: all, none (paused, or a probe is out),
-        or one (the probe of a pause that has run its time)."""
-        if not self.until:
-            return most
-        if now < self.until or self.probing:
-            return 0
-        self.probing = True
-        return 1
-
-    def probe_unused(self) -> None:
-        """The probe's receive brought nothing: the next receive may probe."""
-        self.probing = False
-
-    def trouble(self, now: float, seconds: float, received: float) -> bool:
-        """A handler said the downstream is unavailable for `seconds`, for a message received
-        at `received`. True when this started a pause. A job already running when the pause
+    def trouble(self, now: float, seconds: float, started: float) -> bool:
+        """A handler said the downstream is unavailable for `seconds`, in a job started at
+        `started`. True when this started a pause. A job already running when the pause
         began only keeps the pause going; the probe's trouble starts a longer one."""
-        if self.until and received < self.since:
+        if self.until and started < self.since:
             self.until = max(self.until, now + seconds)
             return False
-        started = not self.until
-        self.streak = 1 if started else self.streak + 1
+        began = not self.until
+        self.streak = 1 if began else self.streak + 1
         self.since = now
         self.until = now + min(self.cap, seconds * 2 ** (self.streak - 1))
-        self.probing = False
-        return started
+        return began
 
-    def answered(self, received: float, handled: bool) -> bool:
-        """A job whose message was received at `received` ended without DownstreamUnavailable:
-        `handled` (it ran to an answer: success or an ordinary failure) or not (released,
-        lease lost). Only a message received after the pause began says anything about the
-        downstream now: handled, it ends the pause; unhandled, the next receive may probe.
-        True when this ended a pause."""
-        if not self.until or received < self.since:
+    def answered(self, started: float, handled: bool) -> bool:
+        """A job started at `started` ended without DownstreamUnavailable: `handled` (it ran
+        to an answer: success or an ordinary failure) or not (released, lease lost). Only a
+        job started after the pause began says anything about the downstream now: handled,
+        it ends the pause. True when this ended a pause."""
+        if not self.until or started < self.since:
             return False
-        self.probing = False
         if not handled:
             return False
         self.until = 0.0

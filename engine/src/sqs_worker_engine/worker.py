@@ -174,7 +174,9 @@ class Worker:
 
     async def _exit_now(self, sig: signal.Signals) -> None:
         try:
-            await asyncio.wait_for(asyncio.gather(*(pool.acker.close() for pool in self.pools)), FINAL_FLUSH_SECONDS)
+            await asyncio.wait_for(
+                asyncio.gather(*(pool.settler.acker.close() for pool in self.pools)), FINAL_FLUSH_SECONDS
+            )
         except Exception:
             log.warning("could not send every pending delete before exiting", exc_info=True)
         self._exit(sig)

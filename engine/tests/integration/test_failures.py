@@ -211,7 +211,7 @@ def test_sync_handler_timeout_keeps_its_slot_until_the_thread_returns(
             await asyncio.sleep(2)  # four times the job timeout
             # The only slot is still taken by the stuck thread, and its message still hidden.
             assert runs == [1]
-            assert worker.pools[0].slots.in_use == 1
+            assert worker.pools[0].admission.in_use == 1
             assert sqs.counts(queue.url) == (0, 1)
             release.set()
             await wait_for(lambda: metric("jobs_processed_total", queue=queue.name, outcome="timeout") == 1)

@@ -119,8 +119,8 @@ def test_settlement_counts_against_in_flight() -> None:
             most = max(most, len(sqs.bodies(QUEUE)) - len(sqs.visible(QUEUE)))
         sqs.heal()
         await worker.stop()
-        limit = worker.worker.pools[0].options.held_limit
-        assert limit == 2 + 50 + 50  # the concurrency, settling room, the default prefetch cap
+        limit = worker.worker.pools[0].admission.held_limit
+        assert limit == 2 + 50  # the concurrency and the default prefetch cap, settling included
         assert most <= limit, f"{most} messages held in flight with a concurrency of 2"
 
     vtime.run(scenario())

@@ -41,7 +41,7 @@ def busy_worker(prefetch: str, job_seconds: float, messages: int = 400, **env: s
         most = 0
         began = clock.now()
         while clock.now() - began < 10:
-            most = max(most, pool.slots.in_use)
+            most = max(most, pool.admission.in_use)
             await asyncio.sleep(0.01)
         result["done"] = sum(runs.values())
         result["most"] = most
@@ -84,12 +84,12 @@ def test_prefetched_messages_are_released_at_once_on_sigterm_and_none_runs_twice
 
         worker = await start(sqs, router, WORKER_CONCURRENCY="4", WORKER_PREFETCH="10")
         pool = worker.worker.pools[0]
-        assert await until(lambda: pool.slots.waiting > 0, 30), "some were received ahead"
+        assert await until(lambda: pool.admission.waiting > 0, 30), "some were received ahead"
         took = await worker.stop()
         assert took < 2, "the running jobs finished; the prefetched did not wait for slots"
         assert len(sqs.visible(QUEUE)) == len(sqs.bodies(QUEUE)), "every message left is visible again"
         assert max(runs.values()) == 1
-        assert pool.slots.in_use == 0 and pool.slots.running == 0 and pool.slots.held == 0
+        assert pool.admission.in_use == 0 and pool.admission.running == 0 and pool.admission.held == 0
 
     vtime.run(scenario())
 
@@ -143,7 +143,7 @@ def test_an_idle_queue_costs_one_long_poll_at_a_time_and_work_wakes_every_poller
         before = sqs.calls.get("ReceiveMessage", 0)
         out_idle = 0
         for _ in range(2000):  # 200 s: ten long polls' worth of an empty queue
-            out_idle = max(out_idle, len(pool._polls_out))
+            out_idle = max(out_idle, len(pool.polls.out))
             await asyncio.sleep(0.1)
         result["idle_receives"] = sqs.calls.get("ReceiveMessage", 0) - before
         result["out_idle"] = out_idle
@@ -151,7 +151,7 @@ def test_an_idle_queue_costs_one_long_poll_at_a_time_and_work_wakes_every_poller
             sqs.put(QUEUE, f"m-{i}")
         out_busy = 0
         for _ in range(100):
-            out_busy = max(out_busy, len(pool._polls_out))
+            out_busy = max(out_busy, len(pool.polls.out))
             await asyncio.sleep(0.01)
         result["out_busy"] = out_busy
         await worker.stop()

@@ -251,8 +251,8 @@ class Schedules(RuleBasedStateMachine):
     def in_flight_is_bounded(self) -> None:
         for worker, _, _ in self.workers.values():
             for pool in worker.pools:
-                assert len(pool.book) <= pool.options.held_limit
-                assert pool.slots.held <= pool.options.held_limit
+                assert len(pool.book) <= pool.admission.held_limit
+                assert pool.admission.held <= pool.admission.held_limit
                 assert pool.active <= pool.options.concurrency
 
     @invariant()

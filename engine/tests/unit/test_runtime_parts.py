@@ -14,8 +14,9 @@ import pytest
 from pydantic import BaseModel
 
 from sqs_worker_engine import Job, Router
-from sqs_worker_engine import slots as slot_module
+from sqs_worker_engine import admission as slot_module
 from sqs_worker_engine.acker import ATTEMPTS, RETRY_SECONDS, keep_trying
+from sqs_worker_engine.admission import Admission, Grant
 from sqs_worker_engine.backoff import Backoff, backoff_delay
 from sqs_worker_engine.delivery import extension_seconds
 from sqs_worker_engine.dlq import dead_letter_request
@@ -23,7 +24,6 @@ from sqs_worker_engine.errors import NonRetryableError, PayloadError
 from sqs_worker_engine.events import Events
 from sqs_worker_engine.health import Health, check_file
 from sqs_worker_engine.payload import parse_payload
-from sqs_worker_engine.slots import Slots
 
 
 def test_backoff_grows_with_jitter_and_is_capped() -> None:
@@ -172,13 +172,13 @@ def test_slots_gather_a_wave_of_releases_into_one_reservation(monkeypatch: pytes
     monkeypatch.setattr(slot_module, "BATCH_WAIT", 30.0)
 
     async def scenario() -> tuple[int, int]:
-        slots = Slots(10, 10 * 10)
-        assert await slots.reserve(10) == 10
+        slots = Admission(10, 0)
+        assert (await slots.reserve(10)).places == 10
         poller = asyncio.ensure_future(slots.reserve(10))
         for _ in range(10):  # one job ends per loop iteration, as a wave's jobs do
-            slots.unreserve(1)
+            slots.received(Grant(1), 0)
             await asyncio.sleep(0)
-        n = await asyncio.wait_for(poller, 5)
+        n = (await asyncio.wait_for(poller, 5)).places
         return n, slots.in_use
 
     assert asyncio.run(scenario()) == (10, 10)
@@ -188,27 +188,27 @@ def test_slots_take_a_lone_free_slot_after_the_batch_wait(monkeypatch: pytest.Mo
     monkeypatch.setattr(slot_module, "BATCH_WAIT", 0.01)
 
     async def scenario() -> int:
-        slots = Slots(10, 10 * 10)
+        slots = Admission(10, 0)
         await slots.reserve(10)
         poller = asyncio.ensure_future(slots.reserve(10))
-        slots.unreserve(1)  # the other nine stay busy with longer jobs
-        return await asyncio.wait_for(poller, 5)
+        slots.received(Grant(1), 0)  # the other nine stay busy with longer jobs
+        return (await asyncio.wait_for(poller, 5)).places
 
     assert asyncio.run(scenario()) == 1
 
 
 def test_slots_never_hand_out_more_than_capacity() -> None:
     async def scenario() -> list[int]:
-        slots = Slots(12, 10 * 12)
-        first = await slots.reserve(10)
-        second = await slots.reserve(10)
+        slots = Admission(12, 0)
+        first = (await slots.reserve(10)).places
+        second = (await slots.reserve(10)).places
         pollers = [asyncio.ensure_future(slots.reserve(10)) for _ in range(3)]
-        slots.unreserve(first)
+        slots.received(Grant(first), 0)
         done, pending = await asyncio.wait(pollers, timeout=1)
         for task in pending:
             task.cancel()
         assert slots.in_use <= slots.capacity
-        return [first, second, *sorted(t.result() for t in done)]
+        return [first, second, *sorted(t.result().places for t in done)]
 
     assert asyncio.run(scenario()) == [10, 2, 10]
 

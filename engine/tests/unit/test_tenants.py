@@ -1,50 +1,12 @@
-"""The fair-tenant bookkeeping (tenants.py): caps, lines and give-back delays."""
+"""The fair-tenant decisions (tenants.py): park or give back, and for how long. The cap
+itself is admission's (test_admission.py)."""
 
 from __future__ import annotations
-
-import asyncio
 
 from hypothesis import given
 from hypothesis import strategies as st
 
 from sqs_worker_engine.tenants import MAX_GIVE_BACK_SECONDS, Tenants, give_back_delay, when_capped
-
-# One step: a message of group 0-2 arrives, or a running job / a parked message of it goes.
-steps = st.lists(st.tuples(st.sampled_from(["arrive", "finish", "leave"]), st.integers(0, 2)), max_size=60)
-
-
-@given(cap=st.integers(1, 3), script=steps)
-def test_no_group_ever_runs_more_than_its_cap_and_turns_pass_in_line_order(
-    cap: int, script: list[tuple[str, int]]
-) -> None:
-    async def play() -> None:
-        tenants = Tenants("q", cap)
-        running: dict[str, int] = {}
-        lines: dict[str, list[asyncio.Future[None]]] = {}
-        for step, g in script:
-            group = f"t{g}"
-            line = lines.setdefault(group, [])
-            if step == "arrive":
-                if tenants.try_start(group):
-                    running[group] = running.get(group, 0) + 1
-                else:
-                    assert running.get(group, 0) == cap
-                    line.append(tenants.park(group))
-            elif step == "finish" and running.get(group):
-                first = line[0] if line else None
-                tenants.done(group)
-                if first is None:
-                    running[group] -= 1
-                else:  # the first in line got the turn, nobody else
-                    assert first.done() and not any(f.done() for f in line[1:])
-                    line.pop(0)
-                    tenants.started()
-            elif step == "leave" and line:
-                tenants.leave(group, line.pop())
-            assert tenants.running(group) == running.get(group, 0) <= cap
-            assert tenants.parked == sum(len(w) for w in lines.values())
-
-    asyncio.run(play())
 
 
 def test_fairness_spends_at_most_half_the_receives_and_only_when_the_park_is_full() -> None:
@@ -78,11 +40,8 @@ def test_a_backlog_is_given_back_at_the_rate_its_group_drains(
 
 
 def test_the_average_job_duration_sets_the_delay() -> None:
-    async def play() -> None:
-        tenants = Tenants("q", 2)
-        # Before any job ended: the longest running one's time so far.
-        assert [tenants.give_back("a", 100.0, None, longest_running=4.0) for _ in range(2)] == [2, 4]
-        assert tenants.give_back("b", 100.0, 10.0, longest_running=4.0) == 5, "each group has its own line"
-        assert tenants.give_back("c", 100.0, None, longest_running=0.0) == 1, "never under a second"
-
-    asyncio.run(play())
+    tenants = Tenants(2)
+    # Before any job ended: the longest running one's time so far.
+    assert [tenants.give_back("a", 100.0, None, longest_running=4.0) for _ in range(2)] == [2, 4]
+    assert tenants.give_back("b", 100.0, 10.0, longest_running=4.0) == 5, "each group has its own line"
+    assert tenants.give_back("c", 100.0, None, longest_running=0.0) == 1, "never under a second"

@@ -1,0 +1,427 @@
+"""Admission: the one owner of "how many may a poller ask for now" and "may this message
+start now", for one queue's pool.
+
+Every protection that limits what is received or started answers here, from one state:
+
+- places: what the pool holds (reserved for a receive, waiting, running, settling) never
+  exceeds the concurrency plus the prefetch cap (prefetch.py); receiving asks only for free
+  places, and while fewer than the measured prefetch target wait ahead of the slots;
+- handler slots: at most the concurrency run, started in the order they were received;
+- the rate limit (throttle.StartWindow): starts, counted in every window of its length;
+- the pause (throttle.Breaker) and its probe: while paused nothing starts and nothing is
+  received; once the pause has run its time exactly one message starts as the probe, a
+  held one first, received for the purpose only when none is held;
+- tenant caps (tenants.py): a message whose group runs its cap waits in line without
+  blocking the others (parked), or is given back (the pool asks `when_capped`);
+- SQS itself: while deletes and lease extensions cannot reach SQS, nothing held starts
+  (it could not be settled, and its lease lapses anyway) and nothing more is received.
+
+Whatever a message holds from admission is one `Ticket`: its place, its handler slot, its
+rate-window entry, its tenant turn, the probe. `close()` gives all of it back, once,
+whichever way the message leaves; the pool calls it in one `finally`. The handler slot
+and the tenant turn go back earlier, once the handler's work has really ended and its
+ending was read (`returned` and `decided`), so the next job starts while this one settles.
+
+The decisions are made by `_blocked` from the state alone; the waits only wait for the
+state to change (a ticket closed or returned, a pause that ends, a rate window that
+moves on, SQS answering again).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Literal
+
+from . import clock
+from .reporting import QueueReport
+from .throttle import Breaker, StartWindow
+
+BATCH_WAIT = 0.002  # seconds a poller waits for a fuller batch of free places (see reserve)
+Block = Literal["stopping", "slots", "sqs", "tenant", "paused", "rate"]
+
+
+@dataclass(eq=False)
+class Ticket:
+    """What one message holds from admission, released by `Admission.close`."""
+
+    seq: int  # receive order: starts go in this order
+    group: str | None  # its tenant, when the queue caps tenants
+    started_at: float = 0.0  # when its latest attempt started (loop time)
+    running: bool = False  # holds a handler slot (and its tenant turn)
+    returned: bool = True  # its handler's work has really ended (a thread's call returned)
+    decided: bool = True  # its latest ending was read: the slot may go
+    probe: bool = False  # its latest start is the pause's probe
+    counted: bool = True  # counts in `in_use` (received, waiting or running; not parked or settling)
+    closed: bool = False
+    _turn: asyncio.Future[None] | None = field(default=None, repr=False)
+
+    def __lt__(self, other: Ticket) -> bool:  # the line is kept in receive order
+        return self.seq < other.seq
+
+
+@dataclass
+class Grant:
+    """Places reserved for one receive; `probe`: it asks for the pause's probe."""
+
+    places: int
+    probe: bool = False
+
+
+class Admission:
+    def __init__(
+        self,
+        concurrency: int,
+        prefetch_cap: int,
+        *,
+        window: StartWindow | None = None,
+        breaker: Breaker | None = None,
+        tenant_cap: int | None = None,
+        report: QueueReport | None = None,
+    ) -> None:
+        self.report = report
+        self.capacity = concurrency
+        self.prefetch_cap = prefetch_cap
+        self.prefetch = 0  # the measured target (prefetch.py), at most the cap
+        self.window = window
+        self.breaker = breaker or Breaker()
+        self.tenant_cap = tenant_cap
+        self.in_use = 0  # places reserved, waiting or running: what the prefetch target bounds
+        self.held = 0  # places held in all, settling included: what the hard bound bounds
+        self.running = 0  # handler slots taken
+        self.tenants: dict[str, int] = {}  # group -> jobs of it holding a slot
+        self.stopping = False
+        self.sqs_ok = True  # the latest delete or lease extension reached SQS
+        self._line: list[Ticket] = []  # waiting to start, in receive order
+        self._probe: Ticket | None = None  # the probe that runs now
+        self._probe_receive = False  # a receive for the probe is out
+        self._pollers: list[asyncio.Future[None]] = []
+        self._timer: asyncio.TimerHandle | None = None
+        self._seq = 0
+
+    # -- the bound ----------------------------------------------------------------
+
+    @property
+    def held_limit(self) -> int:
+        """What a worker may hold of this queue, and strand on SIGKILL: concurrency + prefetch."""
+        return self.capacity + self.prefetch_cap
+
+    @property
+    def waiting(self) -> int:
+        """Messages received and waiting to start (prefetched, parked or paused)."""
+        return len(self._line)
+
+    @property
+    def parked(self) -> int:
+        """Waiting messages whose tenant runs its cap."""
+        return sum(1 for t in self._line if self._tenant_full(t.group))
+
+    def tickets(self) -> Iterator[Ticket]:
+        return iter(self._line)
+
+    # -- 1. how many may a poller ask for --------------------------------------------
+
+    def receivable(self, most: int, now: float) -> int:
+        """How many messages a poller may ask for now (0: wait for a change)."""
+        if self.stopping:
+            return 0
+        n = min(most, self.capacity + self.prefetch - self.in_use, self.held_limit - self.held)
+        if not self.sqs_ok and self.held:
+            return 0  # what is held could not be settled: receive more once SQS answers
+        if self.breaker.paused:
+            if now < self.breaker.until or self._probe is not None or self._probe_receive:
+                return 0
+            if any(not self._tenant_full(t.group) for t in self._line):
+                return 0  # a held message will be the probe: no receive for it
+            n = min(n, 1)
+        if self.window is not None:
+            n = min(n, self.window.room(now) - len(self._line))
+        return max(0, n)
+
+    async def reserve(self, most: int) -> Grant:
+        """Wait for places and take between 1 and `most` of them for one receive.
+
+        Jobs that started together end together, but their places come back one at a
+        time, spread over a millisecond or two: waiting up to BATCH_WAIT for a full batch
+        lets one receive serve the whole wave (SQS bills per request). While messages wait
+        for a slot anyway, it waits for a whole batch of the prefetch."""
+        loop = asyncio.get_running_loop()
+        want = min(most, self.capacity)
+        while True:
+            while (n := self.receivable(most, clock.now())) <= 0 or (
+                self._line and n < min(most, self.prefetch) and not self.breaker.paused
+            ):
+                if self.stopping:
+                    return Grant(0)
+                began = loop.time()
+                rate_bound = self.window is not None and self.window.room(clock.now()) <= len(self._line)
+                await self._change(loop, self._wake_at())
+                if rate_bound and self.report is not None:
+                    self.report.throttled(loop.time() - began)
+            deadline = loop.time() + BATCH_WAIT
+            while 0 < self.receivable(most, clock.now()) < want and (left := deadline - loop.time()) > 0:
+                await self._change(loop, left)
+            n = self.receivable(most, clock.now())
+            if n > 0:  # another poller may have taken them meanwhile
+                self.in_use += n
+                self.held += n
+                probe = self.breaker.paused
+                self._probe_receive = self._probe_receive or probe
+                return Grant(n, probe)
+
+    def received(self, grant: Grant, got: int) -> list[Ticket]:
+        """The receive brought `got` of the places granted: one ticket each; the rest go back."""
+        unused = grant.places - got
+        self.in_use -= unused
+        self.held -= unused
+        if grant.probe:
+            self._probe_receive = False
+        if unused or grant.probe:
+            self._kick()
+        tickets = []
+        for _ in range(got):
+            self._seq += 1
+            tickets.append(Ticket(self._seq, None))
+        return tickets
+
+    # -- 2. may this message start -----------------------------------------------------
+
+    def _tenant_full(self, group: str | None) -> bool:
+        return self.tenant_cap is not None and group is not None and self.tenants.get(group, 0) >= self.tenant_cap
+
+    def at_cap(self, ticket: Ticket) -> bool:
+        return self._tenant_full(ticket.group)
+
+    def _blocked(self, ticket: Ticket, now: float) -> Block | None:
+        """Why `ticket` may not start now, or None: the whole decision, from the state."""
+        if self.stopping:
+            return "stopping"
+        if self.running >= self.capacity:
+            return "slots"
+        if not self.sqs_ok:
+            return "sqs"
+        if self._tenant_full(ticket.group):
+            return "tenant"
+        if self.breaker.paused and (now < self.breaker.until or self._probe is not None):
+            return "paused"
+        if self.window is not None and self.window.room(now) <= 0:
+            return "rate"
+        return None
+
+    def _take(self, ticket: Ticket, now: float) -> None:
+        self.running += 1
+        if not ticket.counted:  # parked until now, or a FIFO head run again in place
+            ticket.counted = True
+            self.in_use += 1
+        if ticket.group is not None and self.tenant_cap is not None:
+            self.tenants[ticket.group] = self.tenants.get(ticket.group, 0) + 1
+        if self.window is not None:
+            self.window.record(now)
+        ticket.probe = self.breaker.paused  # past its time: this start is the probe
+        if ticket.probe:
+            self._probe = ticket
+        ticket.running, ticket.returned, ticket.decided = True, False, False
+        ticket.started_at = now
+        self._show_tenants()
+
+    async def start(self, ticket: Ticket, lost: asyncio.Future[None]) -> bool:
+        """Wait until `ticket` may start and take what it needs; False if it may not after
+        all (the pool stops, or `lost`: its lease was lost meanwhile). In receive order:
+        a message waits while an earlier one that could start waits too."""
+        if ticket.running:
+            return True
+        if self.stopping:
+            return False
+        now = clock.now()
+        if not self._line and self._blocked(ticket, now) is None:
+            self._take(ticket, now)
+            return True
+        if self._tenant_full(ticket.group) and ticket.counted:
+            # Parked: it lends its place to other tenants' messages (taken back when it
+            # starts), or the queue would stop receiving them behind a busy tenant.
+            ticket.counted = False
+            self.in_use -= 1
+        turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        ticket._turn = turn
+        bisect.insort(self._line, ticket)
+        self._kick()
+        if not turn.done():
+            await asyncio.wait({turn, lost}, return_when=asyncio.FIRST_COMPLETED)
+        if turn.done() and not turn.cancelled():
+            ticket._turn = None
+            if not lost.done():
+                return True
+            self.work_ended(ticket)  # handed a slot as its lease went: it goes on
+            self.decide(ticket)
+            return False
+        self._leave_line(ticket)
+        return False
+
+    def _leave_line(self, ticket: Ticket) -> None:
+        if ticket._turn is not None:
+            ticket._turn.cancel()
+            ticket._turn = None
+        if ticket in self._line:
+            self._line.remove(ticket)
+            self._kick()
+
+    def _admit_line(self, now: float) -> None:
+        """Start whoever in the line may start now, in receive order; a message whose tenant
+        runs its cap is passed over, anything else that blocks one blocks the rest."""
+        for ticket in list(self._line):
+            block = self._blocked(ticket, now)
+            if block == "tenant":
+                continue
+            if block is not None:
+                return
+            self._line.remove(ticket)
+            self._take(ticket, now)
+            assert ticket._turn is not None
+            ticket._turn.set_result(None)
+            ticket._turn = None
+
+    # -- 3. what a ticket gives back --------------------------------------------------
+
+    def work_ended(self, ticket: Ticket) -> None:
+        """Its handler's work has really ended (a thread's call returned)."""
+        ticket.returned = True
+        self._free_slot(ticket)
+
+    def decide(self, ticket: Ticket) -> None:
+        """Its ending was read (the pause's decisions made): the slot may go once its work ended."""
+        ticket.decided = True
+        self._free_slot(ticket)
+
+    def _free_slot(self, ticket: Ticket) -> None:
+        if not (ticket.running and ticket.returned and ticket.decided):
+            return
+        ticket.running = False
+        self.running -= 1
+        if ticket.counted:  # settling from now on: the next job's place
+            ticket.counted = False
+            self.in_use -= 1
+        if ticket.group is not None and ticket.group in self.tenants:
+            self.tenants[ticket.group] -= 1
+            if not self.tenants[ticket.group]:
+                del self.tenants[ticket.group]
+            self._show_tenants()
+        self._kick()
+
+    def close(self, ticket: Ticket) -> None:
+        """Everything the ticket holds goes back: its place, its place in line, the probe;
+        its handler slot too unless its work still runs (a thread cut off at shutdown keeps
+        it until its call returns)."""
+        if ticket.closed:
+            return
+        ticket.closed = True
+        self._leave_line(ticket)
+        if self._probe is ticket:
+            self._probe = None  # it said nothing about the downstream: the next may probe
+        self.decide(ticket)
+        if ticket.counted and not ticket.running:
+            ticket.counted = False
+            self.in_use -= 1
+        self.held -= 1
+        self._kick()
+
+    def _show_tenants(self) -> None:
+        if self.tenant_cap is not None and self.report is not None:
+            cap = self.tenant_cap
+            self.report.tenants(len(self.tenants), sum(1 for n in self.tenants.values() if n >= cap), self.parked)
+
+    # -- signals ----------------------------------------------------------------------
+
+    def trouble(self, ticket: Ticket, now: float, seconds: float) -> bool:
+        """Its handler said the downstream is unavailable. True when a pause began."""
+        if self._probe is ticket:
+            self._probe = None
+        began = self.breaker.trouble(now, seconds, ticket.started_at)
+        self._kick()
+        return began
+
+    def answered(self, ticket: Ticket, handled: bool) -> bool:
+        """Its handler ended otherwise. True when this ended a pause."""
+        if self._probe is ticket:
+            self._probe = None
+        ended = self.breaker.answered(ticket.started_at, handled)
+        self._kick()
+        return ended
+
+    def sqs_answered(self, ok: bool) -> None:
+        """A delete or lease extension reached SQS (`ok`), or could not."""
+        if ok != self.sqs_ok:
+            self.sqs_ok = ok
+            self._kick()
+
+    def set_prefetch(self, target: int) -> None:
+        self.prefetch = min(target, self.prefetch_cap)
+        self._kick()
+
+    def stop(self) -> None:
+        """No more receives or starts: the waits end (their messages are let go)."""
+        self.stopping = True
+        for ticket in list(self._line):
+            self._leave_line(ticket)
+        self._kick()
+
+    # -- waking -------------------------------------------------------------------------
+
+    def _kick(self) -> None:
+        """The state changed: start whoever may start, wake the pollers to look again."""
+        now = clock.now()
+        if self._line:
+            self._admit_line(now)
+        if self.report is not None:
+            self.report.waiting(len(self._line))
+        pollers, self._pollers = self._pollers, []
+        for waiter in pollers:
+            if not waiter.done():
+                waiter.set_result(None)
+        self._schedule(now)
+
+    def _wake_at(self) -> float | None:
+        """Seconds until the state changes by itself (a pause ends, a rate window moves)."""
+        now = clock.now()
+        times = []
+        if self.breaker.paused and now < self.breaker.until:
+            times.append(self.breaker.until - now)
+        if self.window is not None and self.window.room(now) <= 0:
+            times.append(self.window.wait(now))
+        return max(0.001, min(times)) if times else None
+
+    def _schedule(self, now: float) -> None:
+        """Look at the line again when it may unblock by itself."""
+        if not self._line:
+            return
+        delay = self._wake_at()
+        if delay is None:
+            return
+        if self._timer is not None:
+            if self._timer.when() <= asyncio.get_running_loop().time() + delay:
+                return
+            self._timer.cancel()
+        self._timer = asyncio.get_running_loop().call_later(delay, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._kick()
+
+    async def _change(self, loop: asyncio.AbstractEventLoop, at_most: float | None) -> None:
+        """Until the state changes, or at most `at_most` seconds."""
+        waiter = loop.create_future()
+        self._pollers.append(waiter)
+        timer = None if at_most is None else loop.call_later(at_most, _wake, waiter)
+        try:
+            await waiter
+        finally:
+            if timer is not None:
+                timer.cancel()
+            if waiter in self._pollers:
+                self._pollers.remove(waiter)
+
+
+def _wake(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)

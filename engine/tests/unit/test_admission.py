@@ -1,0 +1,130 @@
+"""Admission (admission.py) alone, on a clock the tests hold: the decisions every start and
+receive goes through, and what a ticket gives back. The compositions run through the whole
+worker in the model tests (model/test_admission.py, model/test_compositions.py)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from sqs_worker_engine import clock
+from sqs_worker_engine.admission import Admission, Grant, Ticket
+from sqs_worker_engine.throttle import StartWindow
+
+# One step: a message of group 0-2 arrives, a running job of it ends, a waiting one leaves.
+steps = st.lists(st.tuples(st.sampled_from(["arrive", "end", "leave"]), st.integers(0, 2)), max_size=60)
+
+
+@given(capacity=st.integers(1, 4), cap=st.one_of(st.none(), st.integers(1, 2)), script=steps)
+def test_starts_keep_every_bound_go_in_receive_order_and_every_ticket_gives_all_back(
+    capacity: int, cap: int | None, script: list[tuple[str, int]]
+) -> None:
+    async def play() -> None:
+        admission = Admission(capacity, 100, tenant_cap=cap)
+        admission.prefetch = 100  # as measured: room to receive ahead of the slots
+        never: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        tasks: dict[Ticket, asyncio.Task[bool]] = {}
+        started: list[Ticket] = []
+        for step, g in script:
+            group = f"t{g}"
+            if step == "arrive":
+                (ticket,) = admission.received(await admission.reserve(1), 1)
+                ticket.group = group
+                tasks[ticket] = asyncio.ensure_future(admission.start(ticket, never))
+            elif step == "end":
+                mine = [t for t in started if t.group == group and not t.closed]
+                if mine:
+                    admission.work_ended(mine[0])
+                    admission.decide(mine[0])
+                    admission.close(mine[0])
+            elif step == "leave":
+                waiting = [t for t in tasks if not tasks[t].done()]
+                if waiting:
+                    admission.close(waiting[-1])
+            for _ in range(5):  # the woken starts run to their end
+                await asyncio.sleep(0)
+            for ticket, task in tasks.items():
+                if task.done() and task.result() and ticket not in started:
+                    started.append(ticket)
+            running = [t for t in started if not t.closed]
+            assert admission.running == len(running) <= capacity
+            for name in {t.group for t in running}:
+                n = sum(1 for t in running if t.group == name)
+                assert cap is None or n <= cap, f"{name} runs {n} over its cap {cap}"
+            # Nobody waits who could start: a free slot, and its group below its cap.
+            for ticket in admission.tickets():
+                assert admission.running == capacity or admission.at_cap(ticket), "a startable message waits"
+        for ticket in list(tasks):
+            admission.work_ended(ticket)  # a handler's slot goes once its work has ended
+            admission.close(ticket)
+        await asyncio.sleep(0)
+        assert (admission.held, admission.in_use, admission.running, admission.waiting) == (0, 0, 0, 0)
+        assert admission.tenants == {}
+
+    asyncio.run(play())
+
+
+def test_a_ticket_closed_as_the_probe_hands_the_probe_on() -> None:
+    """The probe that leaves without an answer (released, lost, given back) must not keep
+    the queue paused: the next message may probe."""
+
+    async def play() -> None:
+        never: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        admission = Admission(2, 10)
+        first, second = admission.received(await admission.reserve(2), 2)
+        assert await admission.start(first, never)
+        admission.trouble(first, clock.now(), 0.01)
+        await asyncio.sleep(0.02)
+        assert await asyncio.wait_for(admission.start(second, never), 1), "the pause ran its time: a probe"
+        assert second.probe
+        third_grant = Grant(0)
+        assert admission.receivable(10, clock.now()) == 0, "one probe at a time"
+        admission.work_ended(second)
+        admission.close(second)  # left without an answer
+        assert admission.receivable(10, clock.now()) == 1, "the next receive may probe"
+        admission.received(third_grant, 0)
+
+    asyncio.run(play())
+
+
+def test_a_leaked_probe_would_wedge_the_queue() -> None:
+    """The suite's check of itself: a probe never handed back (the bug this module exists
+    to make impossible) leaves nothing receivable and nothing startable for good."""
+
+    async def play() -> None:
+        never: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        admission = Admission(2, 10)
+        (first,) = admission.received(await admission.reserve(1), 1)
+        assert await admission.start(first, never)
+        admission.trouble(first, clock.now(), 0.01)
+        admission._probe = Ticket(-1, None)  # leaked on purpose
+        await asyncio.sleep(0.05)
+        assert admission.receivable(10, clock.now()) == 0
+
+    asyncio.run(play())
+
+
+@pytest.mark.parametrize(("rate", "count", "seconds"), [(20, 20, 1.0), (2.5, 2, 1.0), (10 / 60, 1, 6.0)])
+def test_a_rate_is_a_window_of_starts_never_over(rate: float, count: int, seconds: float) -> None:
+    window = StartWindow(rate)
+    assert window.count == count and window.seconds == pytest.approx(seconds)
+    for _ in range(count):
+        window.record(100.0)
+    assert window.room(100.0) == 0 and window.wait(100.0) == pytest.approx(seconds)
+    assert window.room(100.0 + seconds) == count
+
+
+@given(rate=st.floats(0.05, 200), gaps=st.lists(st.floats(0, 0.5), max_size=300))
+def test_no_window_of_the_rate_s_length_holds_more_than_its_count(rate: float, gaps: list[float]) -> None:
+    window, now, starts = StartWindow(rate), 0.0, []
+    for gap in gaps:
+        now += gap
+        if window.room(now) > 0:
+            window.record(now)
+            starts.append(now)
+    for i, t in enumerate(starts):
+        inside = [s for s in starts[i:] if s < t + window.seconds]
+        assert len(inside) <= window.count
