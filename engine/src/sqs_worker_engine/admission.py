@@ -342,8 +342,9 @@ class Admission:
         return began
 
     def answered(self, ticket: Ticket, handled: bool) -> bool:
-        """Its handler ended otherwise. True when this ended a pause."""
-        if self._probe is ticket:
+        """Its handler ended otherwise. True when this ended a pause. A probe that left
+        without an answer (released, lease lost) keeps the probe until its ticket closes."""
+        if handled and self._probe is ticket:
             self._probe = None
         ended = self.breaker.answered(ticket.started_at, handled)
         self._kick()

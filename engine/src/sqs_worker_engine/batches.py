@@ -88,8 +88,11 @@ class Collector:
     `most` bounds a batch: the handler's size, at most the pool's concurrency (more can
     never be ready at once)."""
 
-    def __init__(self, call: Call, most: int, wait: float) -> None:
+    def __init__(self, call: Call, most: int, wait: float, usable: Callable[[Job[Any]], bool] | None = None) -> None:
+        """`usable(job)`: may the job still run (its lease held)? A job that lost its lease
+        while it waited for company is left out of the call (its owner gives it up)."""
         self._call = call
+        self.usable = usable or (lambda job: True)
         self.most = most
         self.wait = wait
         self._open = _Batch()
@@ -124,7 +127,11 @@ class Collector:
         if not batch.jobs:
             return
         assert batch.ended is not None
-        live = [(job, result) for job, result in zip(batch.jobs, batch.results, strict=True) if not result.done()]
+        live = [
+            (job, result)
+            for job, result in zip(batch.jobs, batch.results, strict=True)
+            if not result.done() and self.usable(job)
+        ]
         if not live:  # all given up while they waited
             batch.ended.set_result(None)
             return

@@ -184,8 +184,11 @@ class QueuePool:
         self.collector = (
             None
             if spec.batch is None
-            else Collector(self._call_batch, min(spec.batch.size, options.concurrency), spec.batch.wait)
+            else Collector(
+                self._call_batch, min(spec.batch.size, options.concurrency), spec.batch.wait, self._lease_held
+            )
         )
+        self._batched: dict[str, Delivery] = {}  # batch handlers: the delivery of each job waiting for company
         self.runs: set[Run] = set()
         self.stopping = False
         self._stopped = asyncio.Event()
@@ -645,7 +648,9 @@ class QueuePool:
         self.handlers_running += 1
         self.report.running(+1)
         if self.collector is not None:
+            self._batched[job.id] = run.delivery
             result, call_ended = self.collector.submit(job)
+            result.add_done_callback(lambda _r: self._batched.pop(job.id, None))
             call_ended.add_done_callback(finished)
             return result, ended
         if self.spec.mode == "async":
@@ -660,6 +665,10 @@ class QueuePool:
             cf = self.process_pool.submit(call_sync, self.spec.fn, job)
         cf.add_done_callback(lambda _f: loop.call_soon_threadsafe(finished))
         return asyncio.wrap_future(cf, loop=loop), ended
+
+    def _lease_held(self, job: Job[Any]) -> bool:
+        delivery = self._batched.get(job.id)
+        return delivery is not None and delivery.state is State.RUNNING
 
     def _call_batch(self, jobs: list[Job[Any]]) -> tuple[asyncio.Future[Any], asyncio.Future[None]]:
         """Start a batch handler (batches.Collector calls this): its response, and a future

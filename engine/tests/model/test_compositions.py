@@ -1,0 +1,312 @@
+"""Liveness of the protections composed: random compositions of pauses, rate limits, tenant
+caps, prefetch on and off, FIFO and standard queues, batch handlers, slow and failing SQS
+calls, lost leases and SIGTERM, the real worker against the in-memory SQS on virtual time.
+
+Checked in every composition:
+- every message ends: completed, or in the DLQ for its own failure (never a good one),
+  within a bound of virtual time once SQS is healthy (a wedged queue fails here);
+- what a worker holds never exceeds concurrency + prefetch (admission.held_limit);
+- no handler starts on a delivery whose lease was lost, and one message never runs twice
+  at once while a lease on it is held;
+- a rate limit is never exceeded in any window of its length;
+- a SIGTERM'd worker exits within its shutdown timeout plus a small margin.
+
+`test_a_leaked_probe_is_caught` breaks admission on purpose (the probe of a pause is never
+handed back when its job leaves without an answer) and checks that this suite's liveness
+check fails on it. Examples are derandomized; COMPOSITIONS sets how many (default 1000).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from sqs_worker_engine import DownstreamUnavailable, NonRetryableError, clock
+from sqs_worker_engine.admission import Admission
+from sqs_worker_engine.delivery import State
+from sqs_worker_engine.job import Job
+from sqs_worker_engine.memory import Fault, MemorySQS
+from sqs_worker_engine.router import Router
+from sqs_worker_engine.throttle import StartWindow
+from sqs_worker_engine.worker import Worker
+
+from . import vtime
+from .harness import Running, config
+
+COMPOSITIONS = int(os.environ.get("COMPOSITIONS", "1000"))
+MAX_RECEIVE = 5
+SHUTDOWN_S = 20.0
+EXIT_MARGIN = 12.0
+ENDS_WITHIN = 3600.0  # virtual seconds after the last disturbance by which every message ended
+KINDS = ("ok", "ok", "ok", "fail_once", "fatal", "pause_once", "slow", "lost")
+GOOD = {"ok", "fail_once", "pause_once", "slow"}
+ran = {"compositions": 0}
+
+
+@dataclass(frozen=True)
+class Composition:
+    fifo: bool
+    batch: bool
+    concurrency: int
+    prefetch: str
+    rate: str | None
+    group_cap: str | None
+    kinds: tuple[tuple[str, int], ...]  # each message's kind and group
+    trouble: tuple[tuple[str, float, str | None], ...]  # (operation, delay, error) while disturbed
+    sigterm_at: float | None  # virtual seconds after the start
+
+
+@st.composite
+def compositions(draw: st.DrawFn) -> Composition:
+    fifo = draw(st.booleans())
+    batch = draw(st.booleans())
+    return Composition(
+        fifo=fifo,
+        batch=batch,
+        concurrency=draw(st.integers(1, 4)),
+        prefetch=draw(st.sampled_from(["0", "5", "50"])),
+        rate=draw(st.sampled_from([None, None, "3/s", "20/min"])),
+        group_cap=None if fifo else draw(st.sampled_from([None, "1", "2"])),
+        kinds=tuple(draw(st.lists(st.tuples(st.sampled_from(KINDS), st.integers(0, 2)), min_size=1, max_size=10))),
+        trouble=tuple(
+            draw(
+                st.lists(
+                    st.tuples(
+                        st.sampled_from(["ReceiveMessage", "DeleteMessageBatch", "ChangeMessageVisibilityBatch"]),
+                        st.sampled_from([0.0, 3.0]),
+                        st.sampled_from([None, "ServiceUnavailable"]),
+                    ),
+                    max_size=2,
+                )
+            )
+        ),
+        sigterm_at=draw(st.one_of(st.none(), st.floats(0.5, 30))),
+    )
+
+
+@dataclass
+class Seen:
+    problems: list[str] = field(default_factory=list)
+    running: dict[str, list[Job[Any]]] = field(default_factory=dict)
+    attempts: dict[str, int] = field(default_factory=dict)
+    completed: set[str] = field(default_factory=set)
+    starts: list[float] = field(default_factory=list)
+
+
+def _router(c: Composition, queue: str, seen: Seen, workers: list[Worker]) -> Router:
+    router = Router()
+
+    def enter(job: Job[Any]) -> tuple[str, str]:
+        key, kind = job.payload["key"], job.payload["kind"]
+        pool = workers[-1].pools[0]
+        run = next((r for r in pool.runs if r.job is job), None)
+        if run is None or run.delivery.state is not State.RUNNING:
+            seen.problems.append(f"{key} started without a held lease ({run and run.delivery.state})")
+        # A run whose lease was lost is told so (job.cancelled) and may still be ending.
+        if [j for j in seen.running.get(key, []) if j.cancel_reason != "lease_lost"]:
+            seen.problems.append(f"{key} started while another run of it held its lease")
+        seen.running.setdefault(key, []).append(job)
+        seen.attempts[key] = seen.attempts.get(key, 0) + 1
+        seen.starts.append(clock.now())
+        return key, kind
+
+    async def work(job: Job[Any], key: str, kind: str) -> None:
+        try:
+            if kind == "fatal":
+                raise NonRetryableError("never valid")
+            if kind == "fail_once" and seen.attempts[key] == 1:
+                raise RuntimeError("failed once")
+            if kind == "pause_once" and seen.attempts[key] == 1:
+                raise DownstreamUnavailable(2, "partner down")
+            await asyncio.sleep({"slow": 14.0, "lost": 12.0}.get(kind, 0.2))
+            seen.completed.add(key)
+        finally:
+            if job in seen.running[key]:
+                seen.running[key].remove(job)
+
+    if c.batch:
+
+        @router.batch_handler(queue, size=3, wait_ms=100)
+        async def handle_batch(jobs: list[Job[Any]]) -> dict[str, Any]:
+            failed = []
+            entered = [(job, *enter(job)) for job in jobs]  # the batch starts them all at once
+            try:
+                for job, key, kind in entered:
+                    try:
+                        await work(job, key, "fail_once" if kind == "pause_once" else kind)
+                    except Exception:
+                        failed.append({"itemIdentifier": job.id})
+            finally:  # a batch cut short (all its jobs given up) ends the ones it never reached
+                for job, key, _ in entered:
+                    if job in seen.running[key]:
+                        seen.running[key].remove(job)
+            return {"batchItemFailures": failed}
+
+    else:
+
+        @router.handler(queue)
+        async def handle(job: Job[Any]) -> None:
+            key, kind = enter(job)
+            await work(job, key, kind)
+
+    return router
+
+
+def play(c: Composition) -> None:
+    """Run one composition; raises AssertionError naming the invariant that broke."""
+    ran["compositions"] += 1
+    queue = "jobs.fifo" if c.fifo else "jobs"
+    dlq = "jobs-dlq.fifo" if c.fifo else "jobs-dlq"
+    seen = Seen()
+    workers: list[Worker] = []
+    env = {
+        "WORKER_CONCURRENCY": str(c.concurrency),
+        "WORKER_PREFETCH": c.prefetch,
+        "WORKER_VISIBILITY_TIMEOUT_SECONDS": "10",
+        "WORKER_JOB_TIMEOUT_MS": "18000",
+        "WORKER_SHUTDOWN_TIMEOUT_MS": str(int(SHUTDOWN_S * 1000)),
+        "WORKER_RETRY_BASE_SECONDS": "1",
+        "WORKER_RETRY_MAX_SECONDS": "8",
+        **({"WORKER_RATE_LIMIT": c.rate} if c.rate else {}),
+        **({"WORKER_GROUP_CONCURRENCY": c.group_cap} if c.group_cap else {}),
+    }
+
+    async def scenario() -> None:
+        sqs = MemorySQS()
+        sqs.create_queue_with_dlq(queue, MAX_RECEIVE, VisibilityTimeout="10")
+        router = _router(c, queue, seen, workers)
+        keys: dict[str, str] = {}
+        for i, (kind, group) in enumerate(c.kinds):
+            key = f"k{i}"
+            keys[key] = kind
+            message_id = sqs.put(queue, json.dumps({"key": key, "kind": kind}), group=f"g{group}")
+            if kind == "lost":
+                sqs.refuse_extensions(message_id, "ReceiptHandleIsInvalid")
+        running = Running(Worker(config(queue, **env), router, client=sqs))
+        workers.append(running.worker)
+        sampler = asyncio.create_task(_sample(workers, seen))
+        for operation, before, error in c.trouble:
+            sqs.faults[operation] = Fault(before=before, error=error, times=3)
+        if c.sigterm_at is not None:
+            await asyncio.sleep(c.sigterm_at)
+            took = await running.stop()
+            assert took <= SHUTDOWN_S + EXIT_MARGIN, f"the worker took {took:.1f} s to exit"
+            running = Running(Worker(config(queue, **env), router, client=sqs))
+            workers.append(running.worker)
+        await asyncio.sleep(30)
+        sqs.heal()
+        deadline = clock.now() + ENDS_WITHIN
+        while clock.now() < deadline and not _all_ended(sqs, keys, seen, queue, dlq):
+            await asyncio.sleep(5)
+        sampler.cancel()
+        await running.stop()
+        assert seen.problems == [], seen.problems
+        dead = {json.loads(b)["key"] for b in sqs.bodies(dlq)}
+        receives = {json.loads(body)["key"]: n for body, n in sqs.receipts.items()}
+        for key, kind in keys.items():
+            assert key in seen.completed or key in dead, f"{kind} message {key} never ended ({c})"
+            if kind in GOOD and key in dead:  # only once its receives were spent (shutdowns, SQS trouble)
+                assert receives[key] >= MAX_RECEIVE, f"good message {key} ({kind}) was dead-lettered"
+            if kind == "fatal":
+                assert key in dead, f"fatal message {key} was not dead-lettered"
+        if c.rate:
+            _check_rate(seen.starts, StartWindow(_per_second(c.rate)), len(workers))
+
+    vtime.run(scenario())
+
+
+def _all_ended(sqs: MemorySQS, keys: dict[str, str], seen: Seen, queue: str, dlq: str) -> bool:
+    dead = {json.loads(b)["key"] for b in sqs.bodies(dlq)}
+    return all(k in seen.completed or k in dead for k in keys) and not sqs.bodies(queue)
+
+
+async def _sample(workers: list[Worker], seen: Seen) -> None:
+    while True:
+        for worker in workers:
+            for pool in worker.pools:
+                limit = pool.admission.held_limit
+                if len(pool.book) > limit or pool.admission.held > limit:
+                    seen.problems.append(f"{len(pool.book)} held, more than {limit}")
+        await asyncio.sleep(0.5)
+
+
+def _per_second(rate: str) -> float:
+    number, unit = rate.split("/")
+    return float(number) / {"s": 1, "min": 60}[unit]
+
+
+def _check_rate(starts: list[float], window: StartWindow, workers: int) -> None:
+    """Per worker process the limit holds; a restart's new worker has its own window, so
+    over the run at most `workers` windows' worth can meet in one window."""
+    for i, t in enumerate(starts):
+        inside = sum(1 for s in starts[i:] if s < t + window.seconds)
+        assert inside <= window.count * workers, (
+            f"{inside} starts in {window.seconds:g} s over a limit of {window.count}"
+        )
+
+
+@settings(
+    max_examples=COMPOSITIONS,
+    derandomize=True,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(compositions())
+def test_every_message_ends_whatever_the_composition(c: Composition) -> None:
+    play(c)
+
+
+LEAK_CASE = Composition(
+    fifo=False,
+    batch=False,
+    concurrency=1,
+    prefetch="50",
+    rate=None,
+    group_cap=None,
+    kinds=(("pause_once", 0), ("lost", 0), ("ok", 0), ("ok", 0)),
+    trouble=(),
+    sigterm_at=None,
+)
+
+
+def test_the_probe_case_ends_as_it_should() -> None:
+    """The pause's probe is the message whose lease is lost: it leaves without an answer,
+    and the next message probes."""
+    play(LEAK_CASE)
+
+
+def test_a_leaked_probe_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The check of the check: a probe that is never handed back when its job leaves
+    without an answer wedges the queue, and the liveness check says so."""
+    close = Admission.close
+
+    def leaky_close(self: Admission, ticket: Any) -> None:
+        probe = self._probe
+        close(self, ticket)
+        self._probe = probe  # the permit is not returned
+
+    monkeypatch.setattr(Admission, "close", leaky_close)
+    with pytest.raises(AssertionError, match="never ended"):
+        play(LEAK_CASE)
+
+
+@pytest.fixture(autouse=True)
+def _quiet_engine() -> Iterator[None]:
+    engine = logging.getLogger("sqs_worker_engine")
+    level = engine.level
+    engine.setLevel(logging.CRITICAL)
+    yield
+    engine.setLevel(level)
+
+
+def test_zz_report_how_many_compositions_ran() -> None:
+    print(f"\n{ran['compositions']} compositions")
