@@ -203,13 +203,17 @@ async def send_copies(
     the sender's fault (sending again cannot help), by DLQ message id, with the reason."""
     refused: dict[str, str] = {}
     entries = {i: copy_entry(i, m, fifo) for i, m in enumerate(messages)}
-    for batch in _batches(entries):
+    batches = list(_batches(entries))
+    while batches:
+        batch = batches.pop(0)
         try:
             result = await client.send_message_batch(QueueUrl=dest_url, Entries=list(batch.values()))  # type: ignore[arg-type]
         except ClientError as exc:
-            if len(batch) > 1 or int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 500)) >= 500:
+            if int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 500)) >= 500:
                 raise
-            # One message alone over the request limit (its restored attributes): say so.
+            if len(batch) > 1:  # SQS refused the request as a whole: find the one it refuses
+                batches[:0] = [{i: e} for i, e in batch.items()]
+                continue
             error = exc.response.get("Error", {})
             refused[str(messages[next(iter(batch))]["MessageId"])] = f"{error.get('Code')} {error.get('Message', '')}"
             continue

@@ -4,10 +4,16 @@ producer's attribute for the worker's record."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+from pathlib import Path
 from typing import Any
 
+import pytest
+from botocore.exceptions import ClientError
+
 from sqs_worker_engine import NonRetryableError
+from sqs_worker_engine.cli import build_parser
 from sqs_worker_engine.dlq import (
     ERROR_ATTRIBUTES,
     MOVED_BY_SQS,
@@ -18,7 +24,7 @@ from sqs_worker_engine.dlq import (
     worker_record,
 )
 from sqs_worker_engine.producer import MAX_MESSAGE_BYTES, _batches
-from sqs_worker_engine.redrive import copy_entry, describe
+from sqs_worker_engine.redrive import Journal, copy_entry, describe, send_copies
 
 XRAY = "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1"
 
@@ -175,3 +181,43 @@ def test_fit_to_size_never_drops_the_attributes_the_context_holds() -> None:
     smaller = fit_to_size(copy, full - 400)
     assert smaller is not None and original_attributes(as_received_from_the_dlq(smaller)) == ten_attributes()
     assert fit_to_size(copy, full - 1000) is None, "no copy rather than one without three attributes"
+
+
+class RefusesBatches:
+    """An SQS client that refuses any request of more than one entry as too long, as SQS
+    does when a request's total passes its limit; single entries go through."""
+
+    def __init__(self) -> None:
+        self.sent: list[str] = []
+
+    async def send_message_batch(self, QueueUrl: str, Entries: list[dict[str, Any]]) -> dict[str, Any]:  # noqa: N803
+        if len(Entries) > 1:
+            response: Any = {
+                "Error": {"Code": "AWS.SimpleQueueService.BatchRequestTooLong", "Message": "too long"},
+                "ResponseMetadata": {"HTTPStatusCode": 400},
+            }
+            raise ClientError(response, "SendMessageBatch")
+        self.sent += [e["MessageBody"] for e in Entries]
+        return {"Successful": [{"Id": e["Id"]} for e in Entries], "Failed": []}
+
+
+def test_a_batch_sqs_refuses_as_a_whole_is_sent_one_by_one(tmp_path: Path) -> None:
+    messages = [dict(received({}), MessageId=f"m{i}", Body=f"b{i}") for i in range(3)]
+    client = RefusesBatches()
+    journal = Journal(tmp_path / "journal")
+    refused = asyncio.run(send_copies(client, "dest", False, journal, messages))  # type: ignore[arg-type]
+    assert refused == {} and client.sent == ["b0", "b1", "b2"]
+    assert journal.sent == {"m0", "m1", "m2"}
+
+
+def test_operator_help_says_what_each_option_does_and_its_default(capsys: pytest.CaptureFixture[str]) -> None:
+    for command, expected in (
+        (["dlq", "peek"], ["default: 10", "dead_lettered_by", "empty"]),
+        (["dlq", "purge"], ["terminal", "--yes"]),
+        (["dlq", "delete"], ["--id MESSAGE_ID"]),
+        (["redrive"], ["--id MESSAGE_ID", "default: the first of WORKER_QUEUES", "1-500", "AWSTraceHeader"]),
+    ):
+        with pytest.raises(SystemExit):
+            build_parser("svc").parse_args([*command, "--help"])
+        text = " ".join(capsys.readouterr().out.split())
+        assert all(e in text for e in expected), (command, text)
