@@ -8,6 +8,12 @@ fallback copies in batches: receive from the DLQ, send to the source queue, dele
 the DLQ. A journal file records each DLQ message that was sent before it is deleted, so an
 interrupted run (Ctrl-C, a crash) resumes without sending anything twice and without
 losing anything: a message is deleted from the DLQ only after the copy is confirmed.
+Each copy is the message as it was first sent (dlq.py: the worker's record taken off, the
+attributes it moved aside restored, AWSTraceHeader and MessageGroupId kept), in requests
+of at most 10 messages and SQS's 1 MiB.
+
+`describe` is what `dlq peek` prints of a DLQ message: the worker's record apart from
+whatever the producer set.
 """
 
 from __future__ import annotations
