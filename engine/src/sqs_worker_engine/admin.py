@@ -115,3 +115,44 @@ async def peek(client: SQSClient, dlq_url: str, count: int) -> list[dict[str, An
         if len(seen) >= count or not resp.get("Messages"):
             break
     return list(seen.values())[:count]
+
+
+async def find(client: SQSClient, dlq_url: str, ids: set[str], hold: int = 60) -> list[dict[str, Any]]:
+    """The DLQ messages with these ids, received and hidden for `hold` seconds for the
+    caller to delete or copy. The others received on the way stay hidden while the search
+    goes on (so that it moves forward), then are handed back at once. The search ends when
+    every id is found, or when two receives in a row bring nothing not seen yet."""
+    found: dict[str, dict[str, Any]] = {}
+    passed: dict[str, str] = {}  # message id -> receipt handle, of the messages not asked for
+    idle = 0
+    try:
+        while len(found) < len(ids) and idle < 2:
+            resp = await client.receive_message(
+                QueueUrl=dlq_url,
+                MaxNumberOfMessages=10,
+                WaitTimeSeconds=1,
+                VisibilityTimeout=hold,
+                MessageAttributeNames=["All"],
+                MessageSystemAttributeNames=["All"],
+            )
+            new = False
+            for message in resp.get("Messages", []):
+                message_id = message["MessageId"]
+                if message_id in ids:
+                    new = new or message_id not in found
+                    found[message_id] = dict(message)
+                else:
+                    new = new or message_id not in passed
+                    passed[message_id] = message["ReceiptHandle"]
+            idle = 0 if new else idle + 1
+    finally:
+        handles = list(passed.values())
+        for start in range(0, len(handles), 10):
+            await client.change_message_visibility_batch(
+                QueueUrl=dlq_url,
+                Entries=[
+                    {"Id": str(i), "ReceiptHandle": h, "VisibilityTimeout": 0}
+                    for i, h in enumerate(handles[start : start + 10])
+                ],
+            )
+    return list(found.values())

@@ -11,6 +11,7 @@ healthcheck  liveness as an exit code (for ECS health checks and exec probes)
 redrive      move DLQ messages back to their queue (StartMessageMoveTask, or a safe copy)
 dlq peek     show DLQ messages and their recorded errors without taking them
 dlq purge    delete everything in the DLQ (asks first)
+dlq delete   delete one DLQ message by its id
 """
 
 from __future__ import annotations
@@ -82,19 +83,60 @@ def build_parser(prog: str) -> argparse.ArgumentParser:
     sub.add_parser("config", help="print the effective configuration")
     health = sub.add_parser("healthcheck", help="exit 0 if the worker makes progress, 1 if stalled")
     health.add_argument("--stalled-after", type=float, help="seconds; default: WORKER_STALLED_AFTER_SECONDS")
-    redrive = sub.add_parser("redrive", help="move DLQ messages back to their source queue")
-    redrive.add_argument("--queue", help="source queue (default: the first of WORKER_QUEUES)")
-    redrive.add_argument("--rate", type=int, help="messages per second (1-500)")
-    redrive.add_argument("--cancel", action="store_true", help="cancel a running move task")
-    redrive.add_argument("--copy", action="store_true", help="copy in batches instead of StartMessageMoveTask")
+    redrive = sub.add_parser(
+        "redrive",
+        help="move DLQ messages back to their source queue",
+        description="Move dead-lettered messages back to the queue they came from. By default SQS "
+        "moves them itself (StartMessageMoveTask): fast and resumable, but each message comes back "
+        "as it is in the DLQ, with the x-error-* attributes and without the attributes the worker "
+        "had to set aside. --copy (or --id) copies them instead, as they were first sent: every "
+        "attribute, AWSTraceHeader and MessageGroupId restored, with a journal so that an "
+        "interrupted run resumes without losing or duplicating a message.",
+    )
+    redrive.add_argument("--queue", help="the source queue (default: the first of WORKER_QUEUES)")
+    redrive.add_argument("--rate", type=int, help="messages per second, 1-500 (default: as fast as SQS allows)")
+    redrive.add_argument("--cancel", action="store_true", help="cancel a running move task and exit")
+    redrive.add_argument(
+        "--copy", action="store_true", help="copy in batches instead of StartMessageMoveTask (default: off)"
+    )
+    redrive.add_argument(
+        "--id",
+        action="append",
+        default=[],
+        dest="ids",
+        metavar="MESSAGE_ID",
+        help="move only this DLQ message, by the message_id `dlq peek` shows (repeatable; implies --copy)",
+    )
     dlq = sub.add_parser("dlq", help="look into or empty the DLQ")
     dlq_sub = dlq.add_subparsers(dest="dlq_command", required=True)
-    peek = dlq_sub.add_parser("peek", help="show DLQ messages with their recorded errors, without taking them")
-    peek.add_argument("--queue", help="source queue (default: the first of WORKER_QUEUES)")
-    peek.add_argument("--count", type=int, default=10)
-    purge = dlq_sub.add_parser("purge", help="delete every message in the DLQ")
-    purge.add_argument("--queue", help="source queue (default: the first of WORKER_QUEUES)")
-    purge.add_argument("--yes", action="store_true", help="do not ask")
+    peek = dlq_sub.add_parser(
+        "peek",
+        help="show DLQ messages with their recorded errors, without taking them",
+        description="Print one JSON line per DLQ message without taking it: who dead-lettered it "
+        "(dead_lettered_by: worker, sqs or unknown), the reason the worker recorded (x-error-*; "
+        "never a producer's attributes of the same name), the source queue's receive count, the "
+        "producer's attributes and the start of the body. An empty DLQ is said so on stderr.",
+    )
+    peek.add_argument("--queue", help="the source queue (default: the first of WORKER_QUEUES)")
+    peek.add_argument("--count", type=int, default=10, help="show at most this many messages (default: 10)")
+    purge = dlq_sub.add_parser(
+        "purge",
+        help="delete every message in the DLQ (asks first)",
+        description="Delete every message in the DLQ. Asks for the DLQ's name on the terminal; "
+        "without a terminal (a script, CI) it refuses unless --yes is given.",
+    )
+    purge.add_argument("--queue", help="the source queue (default: the first of WORKER_QUEUES)")
+    purge.add_argument("--yes", action="store_true", help="do not ask (default: ask on the terminal)")
+    delete = dlq_sub.add_parser(
+        "delete",
+        help="delete one DLQ message by its id",
+        description="Delete the DLQ messages with these ids (the message_id `dlq peek` shows), "
+        "leaving the others where they are.",
+    )
+    delete.add_argument("--queue", help="the source queue (default: the first of WORKER_QUEUES)")
+    delete.add_argument(
+        "--id", action="append", required=True, dest="ids", metavar="MESSAGE_ID", help="a DLQ message id (repeatable)"
+    )
     return parser
 
 
@@ -250,7 +292,7 @@ def cmd_redrive(config: WorkerConfig, args: argparse.Namespace) -> int:
                 print("cancelled the running move task" if cancelled else "no move task is running")
                 return 0
             dlq_name = dlq_arn.rsplit(":", 1)[-1]
-            if not args.copy:
+            if not args.copy and not args.ids:
                 try:
                     # Always name the destination: SQS only knows the source of messages it
                     # dead-lettered itself, not of those the worker sent there (non-retryable).
@@ -266,19 +308,31 @@ def cmd_redrive(config: WorkerConfig, args: argparse.Namespace) -> int:
             if journal.sent:
                 print(f"resuming: {len(journal.sent)} message(s) were copied by an interrupted run")
             refusals: list[str] = []
-            moved = await redrive.copy_back(
-                client,
-                dlq_url,
-                src_url,
-                fifo,
-                journal,
-                rate=args.rate,
-                report=lambda n: print(f"moved {n}", flush=True),
-                refused=refusals.append,
-            )
+            if args.ids:
+                moved = 0
+                chosen = await admin.find(client, dlq_url, set(args.ids))
+                for start in range(0, len(chosen), 10):
+                    done, refused = await redrive.copy_chosen(
+                        client, dlq_url, src_url, fifo, journal, chosen[start : start + 10]
+                    )
+                    moved += done
+                    refusals += [f"{message_id}: {reason}" for message_id, reason in refused.items()]
+                missing = set(args.ids) - {m["MessageId"] for m in chosen}
+                refusals += [f"{message_id}: not found in {dlq_name}" for message_id in sorted(missing)]
+            else:
+                moved = await redrive.copy_back(
+                    client,
+                    dlq_url,
+                    src_url,
+                    fifo,
+                    journal,
+                    rate=args.rate,
+                    report=lambda n: print(f"moved {n}", flush=True),
+                    refused=refusals.append,
+                )
             print(f"COMPLETED: moved {moved} message(s) from {dlq_name} to {queue}")
             for reason in refusals:
-                print(f"left in {dlq_name}, refused by {queue}: {reason}")
+                print(f"left in {dlq_name}: {reason}")
             return 1 if refusals else 0
 
     return asyncio.run(go())
@@ -286,21 +340,41 @@ def cmd_redrive(config: WorkerConfig, args: argparse.Namespace) -> int:
 
 def cmd_dlq(config: WorkerConfig, args: argparse.Namespace) -> int:
     from . import admin, redrive
-    from .sqs import create_client
+    from .sqs import create_client, describe_queue
 
     queue = args.queue or config.queues[0].name
+    prog = f"{config.service.command} dlq {args.dlq_command}"
+    if args.dlq_command == "purge" and not args.yes and not sys.stdin.isatty():
+        print(f"{prog}: no terminal to confirm on; pass --yes to purge without asking", file=sys.stderr)
+        return EXIT_CONFIG
 
     async def go() -> int:
         async with create_client(config.settings.aws_region, config.settings.aws_endpoint_url, 4) as client:
             _src_url, _src_arn, dlq_url, dlq_arn, _fifo = await admin.resolve_dlq(client, queue)
             dlq_name = dlq_arn.rsplit(":", 1)[-1]
             if args.dlq_command == "peek":
-                for message in await admin.peek(client, dlq_url, args.count):
-                    print(json.dumps(redrive.describe(message)))
+                max_receive = (await describe_queue(client, queue)).max_receive_count
+                messages = await admin.peek(client, dlq_url, args.count)
+                for message in messages:
+                    print(json.dumps(redrive.describe(message, max_receive)))
+                if not messages:
+                    print(f"{dlq_name} is empty", file=sys.stderr)
                 return 0
+            if args.dlq_command == "delete":
+                chosen = await admin.find(client, dlq_url, set(args.ids))
+                for message in chosen:
+                    await client.delete_message(QueueUrl=dlq_url, ReceiptHandle=message["ReceiptHandle"])
+                    print(f"deleted {message['MessageId']} from {dlq_name}")
+                missing = sorted(set(args.ids) - {m["MessageId"] for m in chosen})
+                for message_id in missing:
+                    print(f"{prog}: {message_id} not found in {dlq_name}", file=sys.stderr)
+                return 1 if missing else 0
             if not args.yes:
                 prompt = f"Delete every message in {dlq_name}? Type its name to confirm: "
-                answer = await asyncio.to_thread(input, prompt)
+                try:
+                    answer = await asyncio.to_thread(input, prompt)
+                except EOFError:
+                    answer = ""
                 if answer.strip() != dlq_name:
                     print("not purged")
                     return 1

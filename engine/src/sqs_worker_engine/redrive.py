@@ -8,12 +8,17 @@ fallback copies in batches: receive from the DLQ, send to the source queue, dele
 the DLQ. A journal file records each DLQ message that was sent before it is deleted, so an
 interrupted run (Ctrl-C, a crash) resumes without sending anything twice and without
 losing anything: a message is deleted from the DLQ only after the copy is confirmed.
+Each copy is the message as it was first sent (dlq.py: the worker's record taken off, the
+attributes it moved aside restored, AWSTraceHeader and MessageGroupId kept), in requests
+of at most 10 messages and SQS's 1 MiB.
+
+`describe` is what `dlq peek` prints of a DLQ message: the worker's record apart from
+whatever the producer set.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import time
 from collections.abc import Awaitable, Callable
@@ -23,7 +28,8 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from .dlq import ERROR_ATTRIBUTES
+from .dlq import MAX_ATTRIBUTES, MOVED_BY_SQS, original_attributes, system_arguments, worker_record
+from .producer import _batches
 from .sqs import SQSClient
 
 FINAL = ("COMPLETED", "CANCELLED", "FAILED")
@@ -145,18 +151,11 @@ async def copy_back(
         empty_polls = 0
         try:
             fresh = [m for m in batch if m["MessageId"] not in journal.sent]
-            if fresh:
-                entries = [_send_entry(i, m, fifo) for i, m in enumerate(fresh)]
-                result = await client.send_message_batch(QueueUrl=dest_url, Entries=entries)  # type: ignore[arg-type]
-                ok = {int(e["Id"]) for e in result.get("Successful", [])}
-                journal.record([str(fresh[i]["MessageId"]) for i in sorted(ok)])
-                for failed in result.get("Failed", []):
-                    if failed.get("SenderFault"):  # sending it again cannot help
-                        message_id = str(fresh[int(failed["Id"])]["MessageId"])
-                        kept.add(message_id)
-                        refused(f"{message_id}: {failed.get('Code')} {failed.get('Message', '')}".strip())
-                if after_send is not None:
-                    await after_send()
+            for message_id, reason in (await send_copies(client, dest_url, fifo, journal, fresh)).items():
+                kept.add(message_id)
+                refused(f"{message_id}: {reason}")
+            if fresh and after_send is not None:
+                await after_send()
         finally:
             # Even when interrupted: delete what is known to be copied (now, or by an earlier
             # interrupted run), and hand the rest of the batch back at once.
@@ -165,6 +164,21 @@ async def copy_back(
         if rate:
             await asyncio.sleep(max(0.0, len(batch) / rate - (time.monotonic() - started)))
     return moved
+
+
+async def copy_chosen(
+    client: SQSClient, dlq_url: str, dest_url: str, fifo: bool, journal: Journal, messages: list[dict[str, Any]]
+) -> tuple[int, dict[str, str]]:
+    """Copy these received DLQ messages (at most 10) to `dest_url`, then delete them from
+    the DLQ: (how many moved, the refused ones by id with the reason). A refused message
+    stays in the DLQ."""
+    fresh = [m for m in messages if m["MessageId"] not in journal.sent]
+    refused: dict[str, str] = {}
+    try:
+        refused = await send_copies(client, dest_url, fifo, journal, fresh)
+    finally:
+        moved = await _settle_batch(client, dlq_url, [m for m in messages if m["MessageId"] not in refused], journal)
+    return moved, refused
 
 
 async def _settle_batch(client: SQSClient, dlq_url: str, batch: list[dict[str, Any]], journal: Journal) -> int:
@@ -187,16 +201,50 @@ async def _settle_batch(client: SQSClient, dlq_url: str, batch: list[dict[str, A
     return len(gone)
 
 
-def _send_entry(index: int, message: dict[str, Any], fifo: bool) -> dict[str, Any]:
-    attrs = {k: v for k, v in (message.get("MessageAttributes") or {}).items() if k not in ERROR_ATTRIBUTES}
+async def send_copies(
+    client: SQSClient, dest_url: str, fifo: bool, journal: Journal, messages: list[dict[str, Any]]
+) -> dict[str, str]:
+    """Send a copy of each DLQ message to `dest_url`, journalling each one SQS took, in
+    batches of at most 10 entries and SQS's 1 MiB a request. The messages SQS refused as
+    the sender's fault (sending again cannot help), by DLQ message id, with the reason."""
+    refused: dict[str, str] = {}
+    entries = {i: copy_entry(i, m, fifo) for i, m in enumerate(messages)}
+    batches = list(_batches(entries))
+    while batches:
+        batch = batches.pop(0)
+        try:
+            result = await client.send_message_batch(QueueUrl=dest_url, Entries=list(batch.values()))  # type: ignore[arg-type]
+        except ClientError as exc:
+            if int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 500)) >= 500:
+                raise
+            if len(batch) > 1:  # SQS refused the request as a whole: find the one it refuses
+                batches[:0] = [{i: e} for i, e in batch.items()]
+                continue
+            error = exc.response.get("Error", {})
+            refused[str(messages[next(iter(batch))]["MessageId"])] = f"{error.get('Code')} {error.get('Message', '')}"
+            continue
+        journal.record([str(messages[int(e["Id"])]["MessageId"]) for e in result.get("Successful", [])])
+        for failed in result.get("Failed", []):
+            if failed.get("SenderFault"):
+                refused[str(messages[int(failed["Id"])]["MessageId"])] = (
+                    f"{failed.get('Code')} {failed.get('Message', '')}".strip()
+                )
+    return refused
+
+
+def copy_entry(index: int, message: dict[str, Any], fifo: bool) -> dict[str, Any]:
+    """The SendMessageBatch entry that puts a DLQ message back as it was first sent: its
+    attributes without the worker's record and with those the worker moved aside, its
+    AWSTraceHeader and its MessageGroupId (FIFO order, or a fair queue's tenant)."""
+    attrs = original_attributes(message)
+    if len(attrs) > MAX_ATTRIBUTES:  # a record no worker wrote (SQS would refuse it): as it is
+        attrs = dict(message.get("MessageAttributes") or {})
     entry: dict[str, Any] = {"Id": str(index), "MessageBody": message["Body"]}
     if attrs:
         entry["MessageAttributes"] = attrs
-    if fifo:
-        system = message.get("Attributes") or {}
-        entry["MessageGroupId"] = system.get("MessageGroupId", "redrive")
-        # The DLQ message id: a resend within SQS's 5-minute window is deduplicated too.
-        entry["MessageDeduplicationId"] = str(message["MessageId"])[:128]
+    # The DLQ message id as the FIFO deduplication id: a resend within SQS's 5-minute
+    # window is deduplicated too.
+    entry.update(system_arguments(message, fifo, "redrive"))
     return entry
 
 
@@ -209,21 +257,53 @@ def print_progress(progress: Progress) -> None:
     print(f"{progress.status}: moved {progress.moved} / {total}", flush=True)
 
 
-def describe(message: dict[str, Any], width: int = 200) -> dict[str, Any]:
-    """What `dlq peek` shows for one message."""
+def describe(message: dict[str, Any], max_receive_count: int | None = None, width: int = 200) -> dict[str, Any]:
+    """What `dlq peek` shows for one DLQ message. The `x-error-*` keys only ever hold the
+    worker's record (see dlq.py for why a producer cannot forge one); every attribute
+    that is not the worker's is under `producer_attributes`, its value cut to `width`.
+    `receive_count` is the source queue's: from the worker's record, or the source's
+    `max_receive_count` for a message SQS moved itself (it moves on the receive after)."""
     attrs = message.get("MessageAttributes") or {}
     system = message.get("Attributes") or {}
+    record = worker_record(message)
+    try:
+        sent = int(system.get("SentTimestamp", "0")) / 1000
+    except ValueError:
+        sent = 0
     shown: dict[str, Any] = {
         "message_id": message.get("MessageId"),
-        "sent_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(int(system.get("SentTimestamp", "0")) / 1000)),
-        "receive_count": int(system.get("ApproximateReceiveCount", "0")),
-        "body": (message.get("Body") or "")[:width],
+        "sent_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(sent)),
     }
-    for name in ERROR_ATTRIBUTES:
-        if name in attrs:
-            value = attrs[name].get("StringValue", "")
-            shown[name] = json.loads(value) if name == "x-error-context" else value
-    others = sorted(k for k in attrs if k not in ERROR_ATTRIBUTES)
-    if others:
-        shown["attributes"] = others
+    if record is not None:
+        context = record["x-error-context"]
+        shown["dead_lettered_by"] = "worker"
+        count = context.get("receive_count")
+        shown["receive_count"] = count if isinstance(count, int) else None
+        shown.update(record)
+        producer = {k: v for k, v in attrs.items() if k not in record}
+    elif MOVED_BY_SQS in system:
+        shown["dead_lettered_by"] = "sqs"
+        shown["source"] = str(system[MOVED_BY_SQS])
+        shown["receive_count"] = max_receive_count
+        shown["why"] = "received maxReceiveCount times without being deleted (a crash, lost leases, give-backs)"
+        producer = dict(attrs)
+    else:
+        shown["dead_lettered_by"] = "unknown"  # sent to the DLQ by someone else, no worker record
+        shown["receive_count"] = None
+        producer = dict(attrs)
+    if "MessageGroupId" in system:
+        shown["group"] = str(system["MessageGroupId"])
+    if producer:
+        shown["producer_attributes"] = {k: _shown_value(v, width) for k, v in sorted(producer.items())}
+    shown["body"] = (message.get("Body") or "")[:width]
     return shown
+
+
+def _shown_value(value: Any, width: int) -> str:
+    if not isinstance(value, dict):
+        return ""
+    if "StringValue" in value:
+        return str(value["StringValue"])[:width]
+    if "BinaryValue" in value:
+        return f"<{len(value['BinaryValue'])} bytes, {value.get('DataType', 'Binary')}>"
+    return ""

@@ -297,6 +297,9 @@ def test_poison_messages_redrive_back_none_lost_none_duplicated(
     shown = [json.loads(line) for line in peek.stdout.splitlines()]
     assert len(shown) == 5 and all(s["x-error-type"] == "NonRetryableError" for s in shown)
     assert shown[0]["x-error-context"]["source_queue"] == queue.name
+    again = [json.loads(line) for line in cli("dlq", "peek", "--count", "25", **env).stdout.splitlines()]
+    assert {s["receive_count"] for s in again} == {1}, "the source's count, not the DLQ's (each peek is a receive)"
+    assert all(s["dead_lettered_by"] == "worker" for s in shown)
     assert sqs.counts(queue.dlq_url or "") == (25, 0), "peek takes nothing"
 
     moved = cli("redrive", "--rate", "50", **env)
@@ -383,19 +386,180 @@ def test_copy_redrive_leaves_an_unsendable_message_in_the_dlq_and_ends(sqs: Sqs,
     assert sum(sqs.counts(queue.dlq_url or "")) == 1, "the unsendable message stays in the DLQ"
 
 
-def test_purge_asks_before_deleting(sqs: Sqs, localstack_endpoint: str) -> None:
+def test_purge_asks_on_a_terminal_and_refuses_without_one(sqs: Sqs, localstack_endpoint: str) -> None:
     queue = sqs.create(max_receive=2)
     sqs.client.send_message(QueueUrl=queue.dlq_url, MessageBody="x")
     env = {"AWS_ENDPOINT_URL": localstack_endpoint, "WORKER_QUEUES": queue.name}
-    refused = cli("dlq", "purge", stdin="no\n", **env)
-    assert refused.returncode == 1 and "not purged" in refused.stdout
+    closed = subprocess.run(
+        [sys.executable, "-m", PACKAGE, "dlq", "purge"],
+        env={**os.environ, "AWS_REGION": REGION, **env},
+        cwd=PROJECT_ROOT,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert closed.returncode == 2 and "--yes" in closed.stderr and "Traceback" not in closed.stderr, closed.stderr
+    assert "not purged" in on_a_terminal(["dlq", "purge"], "no\n", env)
     assert sqs.counts(queue.dlq_url or "")[0] == 1
-    confirmed = cli("dlq", "purge", stdin=f"{queue.dlq_name}\n", **env)
-    assert confirmed.returncode == 0, confirmed.stderr
-    deadline = time.monotonic() + 30
-    while sqs.counts(queue.dlq_url or "")[0] != 0:
-        assert time.monotonic() < deadline
+    assert f"purged {queue.dlq_name}" in on_a_terminal(["dlq", "purge"], f"{queue.dlq_name}\n", env)
+    wait_until(lambda: sqs.counts(queue.dlq_url or "")[0] == 0, "the DLQ purged")
+
+
+def on_a_terminal(args: list[str], typed: str, env: dict[str, str]) -> str:
+    """Run the command with a terminal as its stdin, type `typed`; what it printed."""
+    import pty
+
+    controller, terminal = pty.openpty()
+    try:
+        process = subprocess.Popen(
+            [sys.executable, "-m", PACKAGE, *args],
+            env={**os.environ, "AWS_REGION": REGION, **env},
+            cwd=PROJECT_ROOT,
+            stdin=terminal,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        os.write(controller, typed.encode())
+        out, _ = process.communicate(timeout=180)
+    finally:
+        os.close(terminal)
+        os.close(controller)
+    return out
+
+
+def wait_until(condition: Any, what: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.2)
+
+
+def look(sqs: Sqs, url: str, count: int) -> list[dict[str, Any]]:
+    """`count` messages of the queue, by id, left visible."""
+    seen: dict[str, dict[str, Any]] = {}
+    deadline = time.monotonic() + 30
+    while len(seen) < count:
+        assert time.monotonic() < deadline, f"only {len(seen)} of {count} messages seen"
+        for m in sqs.client.receive_message(
+            QueueUrl=url,
+            MaxNumberOfMessages=10,
+            WaitTimeSeconds=1,
+            VisibilityTimeout=0,
+            MessageAttributeNames=["All"],
+            MessageSystemAttributeNames=["All"],
+        ).get("Messages", []):
+            seen[m["MessageId"]] = m
+    return list(seen.values())
+
+
+XRAY = "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1"
+TEN = {
+    **{f"s{i}": {"DataType": "String", "StringValue": f"v{i}"} for i in range(7)},
+    "amount": {"DataType": "Number", "StringValue": "12.50"},
+    "blob": {"DataType": "Binary", "BinaryValue": b"\x00\xffbytes"},
+    "kind": {"DataType": "String.custom", "StringValue": "order"},
+}
+
+
+def test_a_fair_queue_message_dead_lettered_and_redriven_comes_back_whole(
+    sqs: Sqs, localstack_endpoint: str, health_file: str, tmp_path: Path
+) -> None:
+    queue = sqs.create(max_receive=3)
+    router = Router()
+
+    @router.handler(queue.name)
+    async def handle(job: Job[Any]) -> None:
+        raise NonRetryableError("cannot handle it")
+
+    sqs.client.send_message(
+        QueueUrl=queue.url,
+        MessageBody='{"n": 1}',
+        MessageGroupId="tenant-a",
+        MessageAttributes=TEN,
+        MessageSystemAttributes={"AWSTraceHeader": {"DataType": "String", "StringValue": XRAY}},
+    )
+
+    async def dead_letter() -> None:
+        env = env_for(
+            localstack_endpoint, queue.name, health_file, WORKER_DRAIN_POLLS="true", WORKER_WAIT_TIME_SECONDS=2
+        )
+        async with running_worker(env, router):
+            await wait_for(lambda: sqs.counts(queue.dlq_url or "")[0] == 1, 60, "the copy in the DLQ")
+
+    asyncio.run(dead_letter())
+    [copy] = look(sqs, queue.dlq_url or "", 1)
+    assert copy["Attributes"].get("MessageGroupId") == "tenant-a", "the fair queue's tenant travels with the copy"
+    assert copy["Attributes"].get("AWSTraceHeader") == XRAY
+    env = {"AWS_ENDPOINT_URL": localstack_endpoint, "WORKER_QUEUES": queue.name, "REDRIVE_JOURNAL_DIR": str(tmp_path)}
+    moved = cli("redrive", "--copy", **env)
+    assert moved.returncode == 0, moved.stdout + moved.stderr
+    [back] = sqs.receive_all(queue.url)
+    assert back["MessageAttributes"] == TEN, "every attribute, with its type, and none of the worker's"
+    assert back["Attributes"].get("AWSTraceHeader") == XRAY
+    assert back["Attributes"].get("MessageGroupId") == "tenant-a"
+    assert sqs.counts(queue.dlq_url or "") == (0, 0)
+
+
+def test_copy_redrive_splits_near_limit_messages_by_size(sqs: Sqs, tmp_path: Path) -> None:
+    queue = sqs.create(max_receive=2)
+    pad = "x" * 250_000  # four of these fill SQS's 1 MiB a batch request
+    for n in range(6):
+        sqs.client.send_message(QueueUrl=queue.dlq_url, MessageBody=json.dumps({"n": n, "pad": pad}))
+    assert copy_back(sqs, queue, tmp_path / "journal") == 6
+    assert sorted(json.loads(m["Body"])["n"] for m in sqs.receive_all(queue.url)) == list(range(6))
+    assert sqs.counts(queue.dlq_url or "") == (0, 0)
+
+
+FORGED = {
+    "x-error-type": {"DataType": "String", "StringValue": "Handled"},
+    "x-error-message": {"DataType": "String", "StringValue": "handled: safe to purge"},
+    "x-error-context": {"DataType": "String", "StringValue": "{not json"},
+    "tenant": {"DataType": "String", "StringValue": "acme"},
+}
+
+
+def test_peek_and_redrive_take_a_producers_error_attributes_for_the_producers(
+    sqs: Sqs, localstack_endpoint: str, tmp_path: Path
+) -> None:
+    """A crash-looping message SQS dead-lettered itself, its producer's x-error-* untouched."""
+    queue = sqs.create(max_receive=1)
+    for n in range(2):
+        sqs.client.send_message(QueueUrl=queue.url, MessageBody=json.dumps({"n": n}), MessageAttributes=FORGED)
+    sqs.receive_all(queue.url, visibility=0)  # each message's one receive: a worker that crashed
+    wait_until(lambda: not sqs.receive_all(queue.url, visibility=0), "SQS to move both")  # the next moves it
+    wait_until(lambda: sqs.counts(queue.dlq_url or "")[0] == 2, "both in the DLQ")
+    env = {"AWS_ENDPOINT_URL": localstack_endpoint, "WORKER_QUEUES": queue.name, "REDRIVE_JOURNAL_DIR": str(tmp_path)}
+    peek = cli("dlq", "peek", **env)
+    assert peek.returncode == 0 and "Traceback" not in peek.stderr, peek.stderr
+    shown = [json.loads(line) for line in peek.stdout.splitlines()]
+    assert len(shown) == 2, peek.stdout
+    for message in shown:
+        assert message["dead_lettered_by"] == "sqs" and message["receive_count"] == 1
+        assert not {"x-error-type", "x-error-message", "x-error-context"} & set(message), "none passes for the worker's"
+        assert message["producer_attributes"]["x-error-message"] == "handled: safe to purge"
+    assert cli("redrive", "--copy", **env).returncode == 0
+    back = sqs.receive_all(queue.url)
+    assert len(back) == 2 and all(m["MessageAttributes"] == FORGED for m in back), "the producer's, as sent"
+
+
+def test_one_dlq_message_is_deleted_or_redriven_by_its_id(sqs: Sqs, localstack_endpoint: str, tmp_path: Path) -> None:
+    queue = sqs.create(max_receive=2)
+    env = {"AWS_ENDPOINT_URL": localstack_endpoint, "WORKER_QUEUES": queue.name, "REDRIVE_JOURNAL_DIR": str(tmp_path)}
+    empty = cli("dlq", "peek", **env)
+    assert empty.returncode == 0 and f"{queue.dlq_name} is empty" in empty.stderr, empty.stdout + empty.stderr
+    fill_dlq(sqs, queue, 3)
+    ids = {json.loads(m["Body"])["n"]: m["MessageId"] for m in look(sqs, queue.dlq_url or "", 3)}
+    deleted = cli("dlq", "delete", "--id", ids[0], **env)
+    assert deleted.returncode == 0, deleted.stdout + deleted.stderr
+    moved = cli("redrive", "--id", ids[1], **env)
+    assert moved.returncode == 0, moved.stdout + moved.stderr
+    missing = cli("dlq", "delete", "--id", "no-such-id", **env)
+    assert missing.returncode == 1 and "no-such-id not found" in missing.stderr, missing.stderr
+    assert [json.loads(m["Body"])["n"] for m in sqs.receive_all(queue.url)] == [1]
+    assert [json.loads(m["Body"])["n"] for m in sqs.receive_all(queue.dlq_url or "")] == [2], "the other one stays"
 
 
 def test_ecs_scale_in_protection_while_busy(

@@ -4,6 +4,7 @@ transitions, lease extension, DLQ size fitting."""
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import pytest
@@ -195,21 +196,27 @@ def _request(body: str, error_message: str, context: str = "{}") -> dict[str, An
     }
 
 
+WORKER_CONTEXT = json.dumps({"written_by": "sqs-worker-engine", "source_queue": "q", "why": "v" * 300})
+
+
 @pytest.mark.parametrize(
     ("body", "limit", "kept"),
     [
         (100, 10_000, {"tenant", "x-error-type", "x-error-message", "x-error-context"}),
-        (800, 1024, {"tenant", "x-error-type", "x-error-message"}),  # context goes first
-        (960, 1024, {"tenant", "x-error-type"}),  # then the message (too little room to keep a cut)
-        (990, 1024, {"tenant"}),  # then the type: the body and the original attributes never
+        (800, 1024, {"tenant", "x-error-type", "x-error-message", "x-error-context"}),  # the context shrinks first
+        (900, 1024, {"tenant", "x-error-type", "x-error-context"}),  # then the message (too little room for a cut)
+        (930, 1024, {"tenant", "x-error-context"}),  # then the type
+        (990, 1024, {"tenant"}),  # then the marker: the body and the original attributes never
     ],
 )
 def test_fit_to_size_gives_way_ours_first(body: int, limit: int, kept: set[str]) -> None:
-    fitted = fit_to_size(_request("x" * body, "why " * 30, '{"k": "' + "v" * 300 + '"}'), limit)
+    fitted = fit_to_size(_request("x" * body, "why " * 30, WORKER_CONTEXT), limit)
     assert fitted is not None
     assert set(fitted["MessageAttributes"]) == kept
     assert fitted["MessageBody"] == "x" * body
     assert len(fitted["MessageBody"]) + attributes_size(fitted["MessageAttributes"]) <= limit
+    if "x-error-context" in kept and body > 100:
+        assert json.loads(fitted["MessageAttributes"]["x-error-context"]["StringValue"])["written_by"]
 
 
 def test_fit_to_size_cuts_the_error_message_when_that_is_enough() -> None:

@@ -4,7 +4,6 @@ variable, a dead-letter request never breaks SQS's attribute limit or drops an a
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import json
 import math
@@ -21,6 +20,8 @@ from sqs_worker_engine.dlq import (
     MAX_ATTRIBUTES,
     MAX_ERROR_MESSAGE,
     dead_letter_request,
+    decode_attribute,
+    original_attributes,
 )
 from sqs_worker_engine.errors import NonRetryableError, PayloadError
 from sqs_worker_engine.limits import MAX_VISIBILITY_SECONDS as MAX_LEASE_SECONDS
@@ -175,12 +176,6 @@ ERRORS = st.builds(
 )
 
 
-def shown(value: dict[str, Any]) -> str:
-    if "BinaryValue" in value:
-        return base64.b64encode(value["BinaryValue"]).decode()
-    return str(value["StringValue"])
-
-
 @PROPERTY
 @given(MESSAGES, ERRORS, st.booleans())
 def test_dead_letter_request_keeps_every_attribute_within_the_limit(
@@ -193,19 +188,22 @@ def test_dead_letter_request_keeps_every_attribute_within_the_limit(
     assert all(a["StringValue"] for name, a in attrs.items() if name in ERROR_ATTRIBUTES), "SQS refuses empty values"
     assert len(attrs["x-error-message"]["StringValue"]) <= MAX_ERROR_MESSAGE
     assert attrs["x-error-type"]["StringValue"] == type(error).__name__
-    originals = {k: v for k, v in message["MessageAttributes"].items() if k not in ERROR_ATTRIBUTES}
+    originals = message["MessageAttributes"]
     kept = {k: v for k, v in attrs.items() if k not in ERROR_ATTRIBUTES}
     context = json.loads(attrs["x-error-context"]["StringValue"])
-    overflow = context.get("overflow_attributes", {})
+    aside = context.get("attributes", {})
     assert all(originals[k] == v for k, v in kept.items()), "kept attributes are unchanged"
-    assert not set(kept) & set(overflow) and set(kept) | set(overflow) == set(originals), "nothing dropped"
-    assert all(overflow[k] == shown(originals[k]) for k in overflow)
+    assert not set(kept) & set(aside) and set(kept) | set(aside) == set(originals), "nothing dropped"
+    assert all(decode_attribute(aside[k]) == originals[k] for k in aside), "each moved aside with its type"
+    copy = {"MessageId": "d", "Body": request["MessageBody"], "Attributes": {}, "MessageAttributes": attrs}
+    assert original_attributes(copy) == originals, "redrive restores them all"
     assert context["message_id"] == message["MessageId"] and context["source_queue"] == "orders"
     assert request["MessageBody"] == message["Body"]
     if fifo:
         assert 1 <= len(request["MessageDeduplicationId"]) <= 128 and request["MessageGroupId"]
     else:
-        assert "MessageGroupId" not in request and "MessageDeduplicationId" not in request
+        assert request.get("MessageGroupId") == message["Attributes"].get("MessageGroupId"), "a fair queue's tenant"
+        assert "MessageDeduplicationId" not in request
 
 
 # -- timing arithmetic ------------------------------------------------------------------

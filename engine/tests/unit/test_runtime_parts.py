@@ -84,13 +84,12 @@ def test_dead_letter_request_records_the_error_within_the_attribute_limit() -> N
     assert len(attrs["x-error-message"]["StringValue"]) <= 1024
     context = json.loads(attrs["x-error-context"]["StringValue"])
     assert context["receive_count"] == 2 and context["source_queue"] == "orders"
-    assert set(context["overflow_attributes"]) == {"a7", "a8", "a9"}, "nothing is dropped"
+    assert set(context["attributes"]) == {"a7", "a8", "a9"}, "nothing is dropped"
     assert request["MessageGroupId"] == "g" and request["MessageDeduplicationId"] == "m-1"
     plain = dead_letter_request(message(1), "dlq-url", "orders", ValueError(), "w1", fifo=False)
-    assert (
-        "MessageGroupId" not in plain
-        and "overflow_attributes" not in plain["MessageAttributes"]["x-error-context"]["StringValue"]
-    )
+    assert plain["MessageGroupId"] == "g", "on a standard queue, the fair queue's tenant"
+    assert "MessageDeduplicationId" not in plain
+    assert "attributes" not in json.loads(plain["MessageAttributes"]["x-error-context"]["StringValue"])
 
 
 def test_events_subscribe_unsubscribe_and_isolate_failing_listeners() -> None:
