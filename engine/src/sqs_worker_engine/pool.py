@@ -68,11 +68,12 @@ from .job import Job
 from .lease import LeaseKeeper
 from .limits import MAX_RECEIVE_BATCH
 from .logs import bind_job, get_logger
-from .offload import PayloadStore, S3Pointer, pointer_of
+from .offload import PayloadStore, S3Pointer, pointer_of, pointer_problem
 from .outcomes import classify
 from .prefetch import Pace, prefetch_target
 from .reporting import Ending, JobReport, describe
 from .router import HandlerSpec, call_sync
+from .signatures import SnsSignatures
 from .slots import Slots
 from .sqs import NOT_FOUND_CODES, QueueInfo, SqsApi, error_code
 from .tenants import Tenants, when_capped
@@ -158,11 +159,14 @@ class QueuePool:
         process_pool: concurrent.futures.Executor | None,
         control: SqsApi | None = None,
         payloads: PayloadStore | None = None,
+        signatures: SnsSignatures | None = None,
     ) -> None:
         """`client` receives; `control` (default: the same) extends leases and settles;
-        `payloads` reads offloaded payloads from S3."""
+        `payloads` reads offloaded payloads from S3; `signatures` checks SNS notifications
+        (None: not checked)."""
         self.client = client
         self.payloads = payloads
+        self.signatures = signatures
         self.tracing = tracing.enabled()  # decided once: a provider is installed before the worker starts
         self.control = control or client
         self.info = info
@@ -623,6 +627,8 @@ class QueuePool:
         try:
             body = await self._body(run)
             payload, envelope = read_payload(self.spec.payload, self.spec.envelope, body)
+            if self.signatures is not None and envelope is not None and envelope.sns is not None:
+                await self.signatures.check(envelope.sns.signed, envelope.sns.topic_arn)
         except ControlMessage as exc:
             return Ending("dropped", exc, 0.0)
         except PayloadError as exc:
@@ -730,7 +736,7 @@ class QueuePool:
             return str(message.get("Body", ""))
         if run.body is None:
             if self.payloads is None:
-                raise RuntimeError(f"{run.pointer.uri}: this worker has no S3 client for large payloads")
+                raise PayloadError(pointer_problem(run.pointer, ()) or "")
             run.body = await asyncio.wait_for(self.payloads.fetch(run.pointer), self.options.job_timeout)
         return run.body
 

@@ -26,10 +26,18 @@ from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_vali
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from .lease import heartbeat_problem
-from .limits import MAX_QUEUE_NAME, MAX_RECEIVE_BATCH, MAX_VISIBILITY_SECONDS, MAX_WAIT_SECONDS
+from .limits import (
+    LARGE_PAYLOAD_MAX_BYTES,
+    MAX_QUEUE_NAME,
+    MAX_RECEIVE_BATCH,
+    MAX_VISIBILITY_SECONDS,
+    MAX_WAIT_SECONDS,
+)
 from .prefetch import default_prefetch
 from .throttle import parse_rate
 
+# S3's rule for bucket names (the common subset: lower case, digits, dots, hyphens).
+BUCKET_NAME = r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$"
 # SQS's own rule for queue names (CreateQueue API reference).
 QUEUE_NAME_RE = re.compile(rf"^(?=.{{1,{MAX_QUEUE_NAME}}}$)[A-Za-z0-9_-]+(\.fifo)?$")
 QUEUE_OVERRIDE_PREFIX = "WORKER_QUEUE_"
@@ -137,15 +145,27 @@ class Settings(BaseSettings):
     ecs_agent_uri: str | None = Field(default=None, validation_alias="ECS_AGENT_URI")
 
     # Large payloads (the SQS extended client's format, see offload.py). A received pointer
-    # is always resolved (its bucket is in the message); these are for what this service
-    # sends (`send`, the producer) and for cleaning up after a processed message.
+    # is followed only into the payload bucket or a listed one (a producer writes the
+    # pointer); the bucket is also where this service offloads what it sends (`send`, the
+    # producer) and the only one it deletes processed payloads in.
     large_payload_bucket: str | None = Field(
-        default=None, pattern=r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$", validation_alias="WORKER_LARGE_PAYLOAD_BUCKET"
+        default=None, pattern=BUCKET_NAME, validation_alias="WORKER_LARGE_PAYLOAD_BUCKET"
+    )
+    large_payload_read_buckets: Annotated[list[str], NoDecode] = Field(
+        default=[], validation_alias="WORKER_LARGE_PAYLOAD_READ_BUCKETS"
+    )
+    # The largest offloaded payload a job reads; a pointer to a larger object is dead-lettered.
+    large_payload_max_bytes: int = Field(
+        default=LARGE_PAYLOAD_MAX_BYTES, ge=1, le=2**31, validation_alias="WORKER_LARGE_PAYLOAD_MAX_BYTES"
     )
     large_payload_threshold_bytes: int = Field(
         default=262_144, ge=1, le=1_048_576, validation_alias="WORKER_LARGE_PAYLOAD_THRESHOLD_BYTES"
     )
     large_payload_delete: bool = Field(default=False, validation_alias="WORKER_LARGE_PAYLOAD_DELETE")
+
+    # SNS notifications' signatures checked before a handler sees them (signatures.py);
+    # false only for queues whose queue policy admits the topics alone (aws:SourceArn).
+    sns_verify_signatures: bool = Field(default=True, validation_alias="WORKER_SNS_VERIFY_SIGNATURES")
 
     # Jobs started per second and process, per queue ("50/s", "3000/min"; see throttle.py);
     # empty: no limit but the concurrency.
@@ -205,6 +225,21 @@ class Settings(BaseSettings):
     @classmethod
     def _no_bucket(cls, value: Any) -> Any:
         return None if value == "" else value
+
+    @field_validator("large_payload_read_buckets", mode="before")
+    @classmethod
+    def _split_buckets(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
+
+    @field_validator("large_payload_read_buckets")
+    @classmethod
+    def _check_buckets(cls, value: list[str]) -> list[str]:
+        for name in value:
+            if not re.fullmatch(BUCKET_NAME, name):
+                raise ValueError(f"{name!r} is not an S3 bucket name (3-63 of a-z 0-9 . -)")
+        return value
 
     @field_validator("aws_endpoint_url", "ecs_agent_uri")
     @classmethod
