@@ -111,10 +111,10 @@ def pointer_problem(pointer: S3Pointer, buckets: Collection[str]) -> str | None:
 
 def size_problem(pointer: S3Pointer, size: int, max_bytes: int) -> str | None:
     """Why an object of `size` bytes is not the payload `pointer` declared, or None."""
-    if size > max_bytes:
-        return f"the large payload {pointer.uri} is {size} bytes, over WORKER_LARGE_PAYLOAD_MAX_BYTES ({max_bytes})"
     if pointer.size is not None and size != pointer.size:
         return f"the large payload {pointer.uri} is {size} bytes, but the message declares {pointer.size}"
+    if size > max_bytes:
+        return f"the large payload {pointer.uri} is {size} bytes, over WORKER_LARGE_PAYLOAD_MAX_BYTES ({max_bytes})"
     return None
 
 

@@ -353,18 +353,50 @@ def default_health_file(service_name: str) -> str:
     return os.path.join(os.environ.get("TMPDIR", "/tmp"), f"{safe}.progress")  # noqa: S108 - a tmpfs/emptyDir in containers
 
 
-# `scheme://user:password@host`: everything up to the last "@" of the authority, as urlsplit reads it.
-_USERINFO_PASSWORD = re.compile(r"(://[^/?#:@\s]*):[^/?#\s]*@")
-# `password=...` in a query string, a libpq keyword DSN or `Password=...;` (quoted or not).
-_SECRET_PARAMETER = re.compile(
-    r"""(?i)\b(pass(?:word)?|passwd|pwd|secret|token|api[_-]?key|sslpassword)(\s*=\s*)('[^']*'|"[^"]*"|[^&;\s]*)"""
+# Connection parameters whose values are shown (`?sslmode=require`, `host=db`): names that
+# never hold a secret. Any other parameter's value is hidden, whatever it is called (`auth`,
+# `sig`, `X-Amz-Credential`...): a list of secret names would miss the next one.
+SAFE_PARAMETERS = frozenset(
+    {
+        "host",
+        "hostaddr",
+        "port",
+        "dbname",
+        "database",
+        "server",
+        "user",
+        "username",
+        "sslmode",
+        "connect_timeout",
+        "application_name",
+        "target_session_attrs",
+        "region",
+    }
 )
+# `name=value` in a query string, a libpq keyword DSN or `Name=value;` (quoted or not).
+_PARAMETER = re.compile(r"""([A-Za-z_][\w.-]*)(\s*=\s*)('[^']*'|"[^"]*"|[^&;\s]*)""")
+
+
+def _hide_parameter(match: re.Match[str]) -> str:
+    name, equals, value = match.groups()
+    return match.group(0) if name.lower() in SAFE_PARAMETERS or not value else f"{name}{equals}***"
 
 
 def redact_url(url: str) -> str:
-    """Hide the passwords in a URL or connection string, keep the rest for debugging: the
-    userinfo password (also inside jdbc:...), and secret-looking key=value parameters."""
-    return _SECRET_PARAMETER.sub(r"\1\2***", _USERINFO_PASSWORD.sub(r"\1:***@", url))
+    """Hide the secrets in a URL or connection string, keep the rest for debugging: the
+    userinfo password (also inside jdbc:...), whatever characters it holds, and the value of
+    every parameter not in SAFE_PARAMETERS."""
+    if "://" not in url:
+        return _PARAMETER.sub(_hide_parameter, url)  # a keyword DSN: `host=db password=...`
+    scheme, sep, rest = url.partition("://")
+    # The userinfo ends at the last "@": a password may hold "/", "?", "#" or "@" unescaped
+    # (drivers accept them), so the URL parser's idea of the host is not trusted here.
+    userinfo, at, host = rest.rpartition("@")
+    if at:
+        user, colon, _ = userinfo.partition(":")
+        rest = f"{user}:***@{host}" if colon else rest
+    base, question, query = rest.partition("?")
+    return scheme + sep + base + question + _PARAMETER.sub(_hide_parameter, query)
 
 
 def http_url_problem(value: str) -> str | None:

@@ -5,6 +5,7 @@ payload buckets; SNS notifications are believed only with SNS's signature."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 from typing import Any
@@ -15,7 +16,7 @@ from hypothesis import strategies as st
 
 from sqs_worker_engine.envelopes import ENVELOPES, ControlMessage, open_envelope
 from sqs_worker_engine.errors import PayloadError
-from sqs_worker_engine.offload import S3Pointer, pointer_of, pointer_problem, size_problem
+from sqs_worker_engine.offload import PayloadStore, S3Pointer, pointer_of, pointer_problem, size_problem
 
 NOTIFICATION = {
     "Type": "Notification",
@@ -116,3 +117,31 @@ def test_an_object_must_be_the_declared_size_and_within_the_cap() -> None:
     assert size_problem(pointer, 64, 1000) is None
     assert "declares 64" in (size_problem(pointer, 50_331_648, 100_000_000) or "")
     assert "over WORKER_LARGE_PAYLOAD_MAX_BYTES (1000)" in (size_problem(S3Pointer("b", "k", 5000), 5000, 1000) or "")
+
+
+class NoS3:
+    """An S3 client that records every call: a refused pointer must make none."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def __getattr__(self, name: str) -> Any:
+        async def call(**kwargs: Any) -> Any:
+            self.calls.append(name)
+            raise AssertionError(f"S3 {name} called")
+
+        return call
+
+
+def test_a_refused_pointer_makes_no_s3_call_and_deletes_happen_only_in_the_payload_bucket() -> None:
+    async def scenario() -> list[str]:
+        s3 = NoS3()
+        store = PayloadStore("us-east-1", None, s3, bucket="payloads", read_buckets=["partner"])
+        for buckets_store in (store, PayloadStore("us-east-1", None, s3)):
+            with pytest.raises(PayloadError, match=r"not a payload bucket|follows no pointer"):
+                await buckets_store.fetch(S3Pointer("victim", "secrets/db.json", 10))
+        assert not await store.delete(S3Pointer("victim", "secrets/db.json"))
+        assert not await store.delete(S3Pointer("partner", "k")), "a listed bucket is read, never deleted in"
+        return s3.calls
+
+    assert asyncio.run(scenario()) == []
