@@ -14,10 +14,12 @@ from typing import Any
 
 import pytest
 from aiohttp import web
+from prometheus_client import REGISTRY, generate_latest
 
 from sqs_worker_engine import Job, Router
 
 from ..support import Queue, Sqs, env_for, running_worker, wait_for
+from .test_operations import cli
 from .test_sources import Aws, queue_arn
 
 
@@ -227,7 +229,7 @@ def test_a_forged_sns_notification_is_dead_lettered_and_a_real_one_handled(
             localstack_cert = f"{localstack_endpoint}{LOCALSTACK_CERT_PATH}"  # a real certificate, wrong key
             bodies = [
                 forged(topic, f"{attacker.url}/attacker.pem"),
-                forged(topic, localstack_cert, MessageId="second"),
+                forged(topic, localstack_cert, MessageId="forged-second-id"),
                 {**forged(topic, attacker.url + "/c.pem"), "Type": ["Notification"]},
                 {"payment_id": "p-raw", "amount": 1},
                 {
@@ -249,6 +251,9 @@ def test_a_forged_sns_notification_is_dead_lettered_and_a_real_one_handled(
 
     requests = asyncio.run(scenario())
     assert seen == [{"payment_id": "p-real", "amount": 5}]
+    exposed = generate_latest(REGISTRY).decode()
+    for content in (topic.rsplit(":", 1)[-1], "p-forged", "0f0f0f0f", "forged-second-id"):
+        assert content not in exposed, f"metric labels carry no message content ({content})"
     assert requests == [], "nothing fetched from the attacker's host: no certificate, no SubscribeURL"
     reasons = sorted((reason(m)[0], reason(m)[2], reason(m)[1]) for m in dead_letters(sqs, queue))
     assert [(kind, receives) for kind, receives, _ in reasons] == [("PayloadError", 1)] * 4
@@ -282,3 +287,25 @@ def test_with_signatures_not_checked_a_queue_policy_is_the_only_guard(
     env = env_for(localstack_endpoint, queue.name, health_file, WORKER_SNS_VERIFY_SIGNATURES="false")
     run(env, router, lambda: bool(seen) and sqs.counts(queue.url) == (0, 0), "the forged notification")
     assert seen == [("p-forged", topic)]
+
+
+def test_redrive_moves_messages_back_to_the_queue_named_never_one_a_message_names(
+    sqs: Sqs, localstack_endpoint: str
+) -> None:
+    """A dead letter whose producer wrote its own x-error-context naming another queue goes
+    back to the queue `redrive` was run for: the destination is that queue's own ARN."""
+    queue, other = sqs.create(max_receive=2), sqs.create()
+    assert queue.dlq_url is not None
+    context = {"source_queue": other.name, "source_queue_url": other.url, "receive_count": 1}
+    sqs.client.send_message(
+        QueueUrl=queue.dlq_url,
+        MessageBody=json.dumps({"n": 1}),
+        MessageAttributes={
+            "x-error-type": {"DataType": "String", "StringValue": "PayloadError"},
+            "x-error-context": {"DataType": "String", "StringValue": json.dumps(context)},
+        },
+    )
+    moved = cli("redrive", AWS_ENDPOINT_URL=localstack_endpoint, WORKER_QUEUES=queue.name)
+    assert moved.returncode == 0, moved.stderr
+    assert [json.loads(m["Body"]) for m in sqs.receive_all(queue.url)] == [{"n": 1}]
+    assert sqs.counts(other.url) == (0, 0), "nothing sent where the message said"

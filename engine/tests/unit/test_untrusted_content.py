@@ -8,14 +8,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from prometheus_client.metrics import MetricWrapperBase
 
-from sqs_worker_engine.envelopes import ENVELOPES, ControlMessage, open_envelope
+from sqs_worker_engine import metrics
+from sqs_worker_engine.envelopes import ENVELOPES, ControlMessage, open_envelope, read_payload
 from sqs_worker_engine.errors import PayloadError
+from sqs_worker_engine.logs import configure
 from sqs_worker_engine.offload import PayloadStore, S3Pointer, pointer_of, pointer_problem, size_problem
 
 NOTIFICATION = {
@@ -145,3 +149,45 @@ def test_a_refused_pointer_makes_no_s3_call_and_deletes_happen_only_in_the_paylo
         return s3.calls
 
     assert asyncio.run(scenario()) == []
+
+
+# -- checked and safe: kept so ------------------------------------------------------------
+
+DEEP = "[" * 100_000 + "]" * 100_000
+
+
+@pytest.mark.parametrize("kind", ENVELOPES)
+def test_deep_json_nesting_in_any_envelope_is_a_payload_error(kind: Any) -> None:
+    inner = json.dumps({**NOTIFICATION, "Message": DEEP})  # deep inside a well-formed notification
+    for body in (DEEP, "{" * 100_000, *([inner] if kind != "raw" else [])):
+        with pytest.raises(PayloadError):
+            read_payload(None, kind, body)
+    with pytest.raises(PayloadError, match="not an S3 pointer"):
+        pointer_of({"Body": DEEP, "MessageAttributes": {"ExtendedPayloadSize": {"StringValue": "1"}}})
+
+
+def test_metric_labels_are_bounded_none_comes_from_message_content() -> None:
+    """Every label is a configured queue, a fixed vocabulary, or SQS's own error code: no
+    group, tenant, topic or message label a producer could multiply."""
+    bounded = {"queue", "outcome", "state", "action", "operation", "code"}
+    labels = {
+        name: set(value._labelnames) for name, value in vars(metrics).items() if isinstance(value, MetricWrapperBase)
+    }
+    assert labels and all(names <= bounded for names in labels.values()), labels
+
+
+def test_content_in_a_log_line_is_json_escaped(capsys: pytest.CaptureFixture[str]) -> None:
+    """A producer's text that looks like a log record of its own stays inside one line's
+    message: a topic ARN (logged when its confirmation is dropped) with a newline and JSON."""
+    forged = 'arn"}\n{"level": "CRITICAL", "message": "forged record"}'
+    with pytest.raises(ControlMessage) as dropped:
+        open_envelope("sns", json.dumps({"Type": "SubscriptionConfirmation", "TopicArn": forged}))
+    configure("svc", "INFO")
+    try:
+        logging.getLogger("sqs_worker_engine.pool").info("dropped: %s", dropped.value)
+    finally:
+        logging.getLogger().handlers.clear()
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 1, lines
+    record = json.loads(lines[0])
+    assert record["level"] == "INFO" and forged in record["message"]
