@@ -84,14 +84,16 @@ class Service:
                 entry.update(MessageGroupId=f"g-{entry['Id']}", MessageDeduplicationId=uuid.uuid4().hex)
         assert not self.sqs.send_message_batch(QueueUrl=url, Entries=entries).get("Failed")
 
-    def run(self, log: Path) -> subprocess.Popen[bytes]:
+    def run(self, log: Path, **env: str) -> subprocess.Popen[bytes]:
         with log.open("ab") as out:
-            return subprocess.Popen([sys.executable, "-m", PACKAGE, "run"], env=self.env, stdout=out, stderr=out)
+            return subprocess.Popen(
+                [sys.executable, "-m", PACKAGE, "run"], env={**self.env, **env}, stdout=out, stderr=out
+            )
 
     @contextmanager
-    def running(self, log: Path) -> Iterator[subprocess.Popen[bytes]]:
+    def running(self, log: Path, **env: str) -> Iterator[subprocess.Popen[bytes]]:
         """`run`, killed at the end if a failed test left it running."""
-        worker = self.run(log)
+        worker = self.run(log, **env)
         try:
             yield worker
         finally:
@@ -188,7 +190,7 @@ def test_a_payload_over_the_size_limit_goes_through_s3(service: Service, tmp_pat
     body.write_text(json.dumps({"task_id": "large", "work_ms": 10, "notes": "n" * 300_000}))
     service.command("send", "--queue", service.queue, "--count", "1", "--body-file", str(body), **large)
     log = tmp_path / "worker.log"
-    with service.running(log) as worker:
+    with service.running(log, **large) as worker:  # the worker follows pointers into this bucket only
         wait_until(lambda: done_tasks(log) == ["large"], "the large task done")
         wait_until(lambda: service.counts(service.queue) == (0, 0), "the queue to empty")
         drain(worker, log)

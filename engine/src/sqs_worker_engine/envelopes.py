@@ -7,12 +7,20 @@ and `testing.run_handler` share them, so a unit test sees what the worker does.
 
 - "raw": the body is the payload (the default).
 - "sns": an SNS notification (`Type: Notification`); the payload is its `Message`. A body
-  that is not shaped like one is taken as raw delivery (`RawMessageDelivery=true`: the
-  message as published, SNS attributes as SQS message attributes).
+  that is not shaped like one is a PayloadError: anyone who may send to the queue could
+  send it. The worker checks the notification's signature before the handler runs
+  (signatures.py); `job.envelope.sns` is what SNS signed.
+- "sns-raw": a subscription with raw message delivery (`RawMessageDelivery=true`: the
+  message as published, SNS attributes as SQS message attributes, no signature); a body
+  shaped like a notification is still opened (and checked) as one.
 - "eventbridge": an EventBridge event; the payload is its `detail`.
 - "s3": an S3 event notification; the payload is its one record (`S3RecordModel` from
   Powertools' parser models validates it whole).
-- "sns+s3", "sns+eventbridge": those, published to a topic first.
+- "sns+s3", "sns+eventbridge": those, published to a topic first (a notification each;
+  under raw delivery the body is the inner event: declare "s3" or "eventbridge").
+
+Every failure to take a body apart is a PayloadError: opening is a pure function of the
+body, so what fails once fails on every retry.
 
 Control messages (an SNS subscription or unsubscribe confirmation, S3's `s3:TestEvent`)
 raise `ControlMessage`: the worker logs and deletes them; they are nobody's work. A body
@@ -34,8 +42,9 @@ from pydantic import ValidationError
 
 from .errors import PayloadError
 from .payload import parse_payload, validate_value, validation_problems
+from .signatures import Signed, signed_of
 
-EnvelopeKind = Literal["raw", "sns", "eventbridge", "s3", "sns+s3", "sns+eventbridge"]
+EnvelopeKind = Literal["raw", "sns", "sns-raw", "eventbridge", "s3", "sns+s3", "sns+eventbridge"]
 ENVELOPES: tuple[str, ...] = get_args(EnvelopeKind)
 SNS_CONTROL_TYPES = frozenset({"SubscriptionConfirmation", "UnsubscribeConfirmation"})
 SNS_TYPES = SNS_CONTROL_TYPES | {"Notification"}
@@ -52,6 +61,8 @@ class SnsNotification:
     subject: str | None
     timestamp: datetime
     attributes: dict[str, str]  # the notification's message attributes: name -> value
+    # What SNS signed, for the worker's check (signatures.py); None: no signature on it.
+    signed: Signed | None = field(default=None, repr=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -112,14 +123,24 @@ class Opened:
 
 
 def open_envelope(kind: EnvelopeKind, body: str) -> Opened:
-    """Take `body` apart as `kind` says (see the module docstring)."""
+    """Take `body` apart as `kind` says (see the module docstring). Raises ControlMessage or
+    PayloadError, nothing else."""
+    try:
+        return _open(kind, body)
+    except (ControlMessage, PayloadError):
+        raise
+    except Exception as exc:  # a shape the checks missed: it would fail the same way on every retry
+        raise PayloadError(f"malformed {kind} envelope ({type(exc).__name__})") from None
+
+
+def _open(kind: EnvelopeKind, body: str) -> Opened:
     if kind == "raw":
         return Opened(body)
     layers = kind.split("+")
     sns: SnsNotification | None = None
     text = body
-    if layers[0] == "sns":
-        sns, text = _sns(body)
+    if layers[0] in ("sns", "sns-raw"):
+        sns, text = _sns(body, raw=layers[0] == "sns-raw")
         layers = layers[1:]
     if not layers:
         return Opened(text, envelope=Envelope(kind, sns=sns))
@@ -139,15 +160,22 @@ def _json_object(text: str) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
-def _sns(body: str) -> tuple[SnsNotification | None, str]:
+def _sns(body: str, raw: bool) -> tuple[SnsNotification | None, str]:
     doc = _json_object(body)
-    if doc is None or doc.get("Type") not in SNS_TYPES or "TopicArn" not in doc:
-        return None, body  # raw delivery: the message as it was published
+    kind = doc.get("Type") if doc is not None else None
+    if doc is None or not isinstance(kind, str) or kind not in SNS_TYPES or "TopicArn" not in doc:
+        if raw:
+            return None, body  # raw delivery: the message as it was published
+        raise PayloadError(
+            "not an SNS notification (no JSON object with Type and TopicArn); "
+            'for a subscription with raw message delivery declare envelope="sns-raw"'
+        )
     if doc["Type"] in SNS_CONTROL_TYPES:
         raise ControlMessage(
-            f"SNS {doc['Type']} from {doc.get('TopicArn')}: not work; "
+            f"SNS {doc['Type']} from {str(doc.get('TopicArn'))[:256]}: not work; "
             "confirm subscriptions with SNS Subscribe (the queue's subscription confirms itself)"
         )
+    signed = signed_of(doc)  # first: the model renames keys of the dict it validates
     try:
         model = SnsNotificationModel.model_validate(doc)
     except ValidationError as exc:
@@ -156,7 +184,8 @@ def _sns(body: str) -> tuple[SnsNotification | None, str]:
     if not isinstance(message, str):  # the model allows a nested model; JSON gives a string
         message = json.dumps(message)
     attributes = {name: attr.Value for name, attr in (model.MessageAttributes or {}).items()}
-    return SnsNotification(model.TopicArn, model.MessageId, model.Subject, model.Timestamp, attributes), message
+    notification = SnsNotification(model.TopicArn, model.MessageId, model.Subject, model.Timestamp, attributes, signed)
+    return notification, message
 
 
 def _eventbridge(text: str) -> tuple[EventBridgeEvent, Any]:

@@ -13,6 +13,10 @@ MAX_QUEUE_NAME = 80
 MAX_VISIBILITY_SECONDS = 43_200  # 12 h: the cap on a visibility timeout and on a message's total lease
 MAX_WAIT_SECONDS = 20  # longest long poll
 MAX_RECEIVE_BATCH = 10  # messages one ReceiveMessage returns at most
+MAX_MESSAGE_BYTES = 1_048_576  # one message (body and attributes), and one batch request
+# The largest offloaded payload (extended client) a job reads by default: a few times what
+# SQS takes inline, so a pointer cannot make a job hold more (WORKER_LARGE_PAYLOAD_MAX_BYTES).
+LARGE_PAYLOAD_MAX_BYTES = 4 * MAX_MESSAGE_BYTES
 MAX_RECEIVE_COUNT = 1000  # RedrivePolicy's maxReceiveCount ceiling
 MAX_RETENTION_SECONDS = 14 * 24 * 3600
 FIFO_SUFFIX = ".fifo"

@@ -63,12 +63,13 @@ from .job import Job
 from .lease import LeaseKeeper
 from .limits import MAX_RECEIVE_BATCH
 from .logs import bind_job, get_logger
-from .offload import PayloadStore, S3Pointer, pointer_of
+from .offload import PayloadStore, S3Pointer, pointer_of, pointer_problem
 from .outcomes import Ending, classify, describe
 from .prefetch import Pace, prefetch_target
 from .reporting import QueueReport
 from .router import HandlerSpec, call_sync
 from .settling import Polls, Settler
+from .signatures import SnsSignatures
 from .sqs import QueueInfo, SqsApi
 from .tenants import Tenants, when_capped
 from .throttle import Breaker, StartWindow
@@ -134,11 +135,14 @@ class QueuePool:
         process_pool: concurrent.futures.Executor | None,
         control: SqsApi | None = None,
         payloads: PayloadStore | None = None,
+        signatures: SnsSignatures | None = None,
     ) -> None:
         """`client` receives; `control` (default: the same) extends leases and settles;
-        `payloads` reads offloaded payloads from S3."""
+        `payloads` reads offloaded payloads from S3; `signatures` checks SNS notifications
+        (None: not checked)."""
         self.client = client
         self.payloads = payloads
+        self.signatures = signatures
         self.tracing = tracing.enabled()  # decided once: a provider is installed before the worker starts
         self.info = info
         self.name = info.name
@@ -505,6 +509,8 @@ class QueuePool:
         try:
             body = await self._body(run)
             payload, envelope = read_payload(self.spec.payload, self.spec.envelope, body)
+            if self.signatures is not None and envelope is not None and envelope.sns is not None:
+                await self.signatures.check(envelope.sns.signed, envelope.sns.topic_arn)
         except LeaseLostError:
             return Ending("lease_lost", None, 0.0), None
         except ControlMessage as exc:
@@ -621,7 +627,7 @@ class QueuePool:
             return str(message.get("Body", ""))
         if run.body is None:
             if self.payloads is None:
-                raise RuntimeError(f"{run.pointer.uri}: this worker has no S3 client for large payloads")
+                raise PayloadError(pointer_problem(run.pointer, ()) or "")
             fetch = asyncio.ensure_future(asyncio.wait_for(self.payloads.fetch(run.pointer), self.options.job_timeout))
             either: set[asyncio.Future[Any]] = {fetch, run.delivery.lost()}
             await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)

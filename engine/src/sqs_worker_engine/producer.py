@@ -44,14 +44,13 @@ from pydantic import BaseModel, ValidationError
 from . import tracing
 from .backoff import backoff_delay
 from .dlq import attributes_size
-from .limits import MAX_RECEIVE_BATCH
+from .limits import MAX_MESSAGE_BYTES, MAX_RECEIVE_BATCH
 from .offload import DEFAULT_THRESHOLD, SIZE_ATTRIBUTE, SIZE_ATTRIBUTES, PayloadStore, pointer_body
 from .payload import validation_problems
 from .sqs import create_client, error_code
 
 P = TypeVar("P")
 T = TypeVar("T")
-MAX_MESSAGE_BYTES = 1_048_576  # SQS's limit for one message, and for one batch request
 MAX_ATTRIBUTES = 10
 MAX_DELAY_SECONDS = 900
 Injector = Callable[[dict[str, Any], dict[str, Any]], None]

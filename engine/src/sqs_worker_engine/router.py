@@ -67,7 +67,8 @@ class Router:
     `payload` is a pydantic model the body must validate against (else the message goes
     straight to the DLQ), `str` for the raw body, or None for any JSON value.
     `envelope` says what wraps the payload on its way here: "raw" (nothing), "sns",
-    "eventbridge", "s3", "sns+s3" or "sns+eventbridge" (see envelopes.py); the model then
+    "sns-raw" (raw message delivery), "eventbridge", "s3", "sns+s3" or "sns+eventbridge"
+    (see envelopes.py; SNS notifications are checked for SNS's signature); the model then
     validates what is inside, and `job.envelope` carries the envelope's metadata.
     `executor`: "auto" runs coroutine functions on the event loop and plain functions in a
     thread pool (one per queue, sized to its concurrency); "process" runs a module-level

@@ -26,10 +26,18 @@ from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_vali
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from .lease import heartbeat_problem
-from .limits import MAX_QUEUE_NAME, MAX_RECEIVE_BATCH, MAX_VISIBILITY_SECONDS, MAX_WAIT_SECONDS
+from .limits import (
+    LARGE_PAYLOAD_MAX_BYTES,
+    MAX_QUEUE_NAME,
+    MAX_RECEIVE_BATCH,
+    MAX_VISIBILITY_SECONDS,
+    MAX_WAIT_SECONDS,
+)
 from .prefetch import default_prefetch
 from .throttle import parse_rate
 
+# S3's rule for bucket names (the common subset: lower case, digits, dots, hyphens).
+BUCKET_NAME = r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$"
 # SQS's own rule for queue names (CreateQueue API reference).
 QUEUE_NAME_RE = re.compile(rf"^(?=.{{1,{MAX_QUEUE_NAME}}}$)[A-Za-z0-9_-]+(\.fifo)?$")
 MAX_POLLERS = 100  # long polls (and connections) one queue may hold open at once
@@ -138,15 +146,27 @@ class Settings(BaseSettings):
     ecs_agent_uri: str | None = Field(default=None, validation_alias="ECS_AGENT_URI")
 
     # Large payloads (the SQS extended client's format, see offload.py). A received pointer
-    # is always resolved (its bucket is in the message); these are for what this service
-    # sends (`send`, the producer) and for cleaning up after a processed message.
+    # is followed only into the payload bucket or a listed one (a producer writes the
+    # pointer); the bucket is also where this service offloads what it sends (`send`, the
+    # producer) and the only one it deletes processed payloads in.
     large_payload_bucket: str | None = Field(
-        default=None, pattern=r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$", validation_alias="WORKER_LARGE_PAYLOAD_BUCKET"
+        default=None, pattern=BUCKET_NAME, validation_alias="WORKER_LARGE_PAYLOAD_BUCKET"
+    )
+    large_payload_read_buckets: Annotated[list[str], NoDecode] = Field(
+        default=[], validation_alias="WORKER_LARGE_PAYLOAD_READ_BUCKETS"
+    )
+    # The largest offloaded payload a job reads; a pointer to a larger object is dead-lettered.
+    large_payload_max_bytes: int = Field(
+        default=LARGE_PAYLOAD_MAX_BYTES, ge=1, le=2**31, validation_alias="WORKER_LARGE_PAYLOAD_MAX_BYTES"
     )
     large_payload_threshold_bytes: int = Field(
         default=262_144, ge=1, le=1_048_576, validation_alias="WORKER_LARGE_PAYLOAD_THRESHOLD_BYTES"
     )
     large_payload_delete: bool = Field(default=False, validation_alias="WORKER_LARGE_PAYLOAD_DELETE")
+
+    # SNS notifications' signatures checked before a handler sees them (signatures.py);
+    # false only for queues whose queue policy admits the topics alone (aws:SourceArn).
+    sns_verify_signatures: bool = Field(default=True, validation_alias="WORKER_SNS_VERIFY_SIGNATURES")
 
     # Jobs started per second and process, per queue ("50/s", "3000/min"; see throttle.py);
     # empty: no limit but the concurrency.
@@ -206,6 +226,21 @@ class Settings(BaseSettings):
     @classmethod
     def _no_bucket(cls, value: Any) -> Any:
         return None if value == "" else value
+
+    @field_validator("large_payload_read_buckets", mode="before")
+    @classmethod
+    def _split_buckets(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
+
+    @field_validator("large_payload_read_buckets")
+    @classmethod
+    def _check_buckets(cls, value: list[str]) -> list[str]:
+        for name in value:
+            if not re.fullmatch(BUCKET_NAME, name):
+                raise ValueError(f"{name!r} is not an S3 bucket name (3-63 of a-z 0-9 . -)")
+        return value
 
     @field_validator("aws_endpoint_url", "ecs_agent_uri")
     @classmethod
@@ -319,18 +354,50 @@ def default_health_file(service_name: str) -> str:
     return os.path.join(os.environ.get("TMPDIR", "/tmp"), f"{safe}.progress")  # noqa: S108 - a tmpfs/emptyDir in containers
 
 
-# `scheme://user:password@host`: everything up to the last "@" of the authority, as urlsplit reads it.
-_USERINFO_PASSWORD = re.compile(r"(://[^/?#:@\s]*):[^/?#\s]*@")
-# `password=...` in a query string, a libpq keyword DSN or `Password=...;` (quoted or not).
-_SECRET_PARAMETER = re.compile(
-    r"""(?i)\b(pass(?:word)?|passwd|pwd|secret|token|api[_-]?key|sslpassword)(\s*=\s*)('[^']*'|"[^"]*"|[^&;\s]*)"""
+# Connection parameters whose values are shown (`?sslmode=require`, `host=db`): names that
+# never hold a secret. Any other parameter's value is hidden, whatever it is called (`auth`,
+# `sig`, `X-Amz-Credential`...): a list of secret names would miss the next one.
+SAFE_PARAMETERS = frozenset(
+    {
+        "host",
+        "hostaddr",
+        "port",
+        "dbname",
+        "database",
+        "server",
+        "user",
+        "username",
+        "sslmode",
+        "connect_timeout",
+        "application_name",
+        "target_session_attrs",
+        "region",
+    }
 )
+# `name=value` in a query string, a libpq keyword DSN or `Name=value;` (quoted or not).
+_PARAMETER = re.compile(r"""([A-Za-z_][\w.-]*)(\s*=\s*)('[^']*'|"[^"]*"|[^&;\s]*)""")
+
+
+def _hide_parameter(match: re.Match[str]) -> str:
+    name, equals, value = match.groups()
+    return match.group(0) if name.lower() in SAFE_PARAMETERS or not value else f"{name}{equals}***"
 
 
 def redact_url(url: str) -> str:
-    """Hide the passwords in a URL or connection string, keep the rest for debugging: the
-    userinfo password (also inside jdbc:...), and secret-looking key=value parameters."""
-    return _SECRET_PARAMETER.sub(r"\1\2***", _USERINFO_PASSWORD.sub(r"\1:***@", url))
+    """Hide the secrets in a URL or connection string, keep the rest for debugging: the
+    userinfo password (also inside jdbc:...), whatever characters it holds, and the value of
+    every parameter not in SAFE_PARAMETERS."""
+    if "://" not in url:
+        return _PARAMETER.sub(_hide_parameter, url)  # a keyword DSN: `host=db password=...`
+    scheme, sep, rest = url.partition("://")
+    # The userinfo ends at the last "@": a password may hold "/", "?", "#" or "@" unescaped
+    # (drivers accept them), so the URL parser's idea of the host is not trusted here.
+    userinfo, at, host = rest.rpartition("@")
+    if at:
+        user, colon, _ = userinfo.partition(":")
+        rest = f"{user}:***@{host}" if colon else rest
+    base, question, query = rest.partition("?")
+    return scheme + sep + base + question + _PARAMETER.sub(_hide_parameter, query)
 
 
 def http_url_problem(value: str) -> str | None:

@@ -38,6 +38,7 @@ from .processes import ProcessPool
 from .router import Router
 from .server import make_app, start_server
 from .settings import ConfigError, WorkerConfig
+from .signatures import SnsSignatures
 from .sqs import (
     CONNECT_TIMEOUT,
     NOT_FOUND_CODES,
@@ -114,8 +115,15 @@ class Worker:
         self._on_client = on_client
         self._protection: ScaleInProtection | None = None
         self._client: SqsApi | None = client
-        self.payloads = payloads or PayloadStore(self.settings.aws_region, self.settings.aws_endpoint_url)
+        self.payloads = payloads or PayloadStore(
+            self.settings.aws_region,
+            self.settings.aws_endpoint_url,
+            bucket=self.settings.large_payload_bucket,
+            read_buckets=self.settings.large_payload_read_buckets,
+            max_bytes=self.settings.large_payload_max_bytes,
+        )
         self._control: SqsApi | None = None
+        self.signatures = SnsSignatures(self.settings.aws_endpoint_url) if self.settings.sns_verify_signatures else None
 
     # -- the SDK-style surface -------------------------------------------------
 
@@ -245,6 +253,8 @@ class Worker:
                     self._on_client(aws)
             self._client, self._control = polls, control
         self._stack.push_async_callback(self.payloads.close)
+        if self.signatures is not None:
+            self._stack.push_async_callback(self.signatures.close)
         client = self._client
         control_client = self._control or client
         if any(spec.mode == "process" for q in self.config.queues if (spec := self.router.get(q.name))):
@@ -284,6 +294,7 @@ class Worker:
                 process_pool=self._process_pool,
                 control=control_client,
                 payloads=self.payloads,
+                signatures=self.signatures,
             )
             self.pools.append(pool)
         self.health.track([pool.name for pool in self.pools])

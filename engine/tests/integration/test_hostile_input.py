@@ -256,6 +256,7 @@ BAD: dict[str, dict[str, str]] = {
             "WORKER_METRICS_PORT",
             "WORKER_SCALE_IN_PROTECTION_MINUTES",
             "WORKER_LARGE_PAYLOAD_THRESHOLD_BYTES",
+            "WORKER_LARGE_PAYLOAD_MAX_BYTES",
             "WORKER_GROUP_CONCURRENCY",
             "WORKER_PREFETCH",
             "DB_POOL_SIZE",
@@ -276,10 +277,12 @@ BAD: dict[str, dict[str, str]] = {
     "LOG_PAYLOADS": {"empty": "", "malformed": "perhaps", "absurd": "-1"},
     "WORKER_LARGE_PAYLOAD_DELETE": {"empty": "", "malformed": "later", "absurd": "2"},
     "WORKER_TRACE_PARENT": {"empty": "", "malformed": "sometimes", "absurd": "2"},
+    "WORKER_SNS_VERIFY_SIGNATURES": {"empty": "", "malformed": "rarely", "absurd": "2"},
     # Empty means no limit.
     "WORKER_RATE_LIMIT": {"malformed": "fast", "no_unit": "50", "zero": "0/s", "negative": "-5/s", "per_day": "9/day"},
     # S3's bucket-name rule; empty means none.
     "WORKER_LARGE_PAYLOAD_BUCKET": {"malformed": "My_Bucket", "absurd": "b" * 64, "path": "bucket/prefix"},
+    "WORKER_LARGE_PAYLOAD_READ_BUCKETS": {"malformed": "ok-bucket,My_Bucket", "path": "bucket/prefix"},
     "LOG_LEVEL": {"empty": "", "malformed": "LOUD"},
     "WORKER_QUEUES": {"empty": "", "commas": " , ", "malformed": "bad name", "absurd": "q" * 81, "twice": "a,a"},
     "WORKER_HANDLERS": {"empty": "", "malformed": "no-colon", "absurd": "a:b:c"},

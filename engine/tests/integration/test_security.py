@@ -36,6 +36,8 @@ DATABASE_URLS = [
     f"Server=db;User Id=app;Password={SECRET};Database=orders",
     f"jdbc:postgresql://app:{SECRET}@db/orders",
     f"mysql://app:{SECRET}@db/orders?sslpassword={SECRET}",
+    f"postgresql://app:12/{SECRET}@db:5432/orders",  # "/" in the password: the parser ends the host there
+    f"postgresql://db/orders?sslmode=require&auth={SECRET}",  # a secret under a name no list predicts
 ]
 
 

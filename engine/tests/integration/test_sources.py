@@ -90,7 +90,8 @@ def test_sns_notifications_reach_the_handler_as_their_message(
 ) -> None:
     """Topic -> queue, raw delivery off: the payload is the Message, the topic and SNS id on
     the job. A subscription confirmation is dropped; a malformed notification is
-    dead-lettered with the reason."""
+    dead-lettered with the reason. Signatures are checked (the default): LocalStack signs
+    its notifications (SignatureVersion 1) and serves the certificate on its endpoint."""
     queue = sqs.create()
     topic = aws.topic()
     aws.sns.subscribe(TopicArn=topic, Protocol="sqs", Endpoint=queue_arn(sqs, queue))
@@ -150,7 +151,7 @@ def test_raw_sns_delivery_reaches_the_handler_as_published(
     seen: list[Job[Order]] = []
     router = Router()
 
-    @router.handler(queue.name, payload=Order, envelope="sns")
+    @router.handler(queue.name, payload=Order, envelope="sns-raw")
     async def handle(job: Job[Order]) -> None:
         seen.append(job)
 
@@ -317,6 +318,7 @@ def test_large_payloads_from_the_extended_client_are_read_from_s3(
         settled_with_a_dead_letter(sqs, queue, seen),
         "the large payload handled, the missing one dead-lettered",
         WORKER_LARGE_PAYLOAD_DELETE="true",
+        WORKER_LARGE_PAYLOAD_BUCKET=bucket,
     )
     assert objects_while_running == [1, 1]  # there on both attempts: a retry does not delete it
     [job] = seen
@@ -374,7 +376,15 @@ def test_the_producer_sends_what_the_extended_client_and_the_worker_read(
     async def handle(job: Job[Note]) -> None:
         seen[job.payload.order_id] = job
 
-    serve(localstack_endpoint, health_file, queue, router, lambda: len(seen) == 14, "14 notes")
+    serve(
+        localstack_endpoint,
+        health_file,
+        queue,
+        router,
+        lambda: len(seen) == 14,
+        "14 notes",
+        WORKER_LARGE_PAYLOAD_BUCKET=bucket,
+    )
     assert seen["n-1"].message_attributes["priority"] == {"DataType": "Number", "StringValue": "2"}
     assert seen["n-1"].message_attributes["tenant"] == {"DataType": "String", "StringValue": "acme"}
     assert seen["n-big"].large_payload is not None and len(seen["n-big"].payload.text) == 300_000

@@ -96,9 +96,17 @@ def test_sns_notification_gives_its_message_and_metadata():
 
 
 def test_raw_sns_delivery_is_the_message_as_published():
-    payload, envelope = read_payload(Order, "sns", '{"order_id": "o-2"}')
+    payload, envelope = read_payload(Order, "sns-raw", '{"order_id": "o-2"}')
     assert payload == Order(order_id="o-2")
     assert envelope is not None and envelope.sns is None and envelope.id is None
+    _, notified = read_payload(Order, "sns-raw", sns('{"order_id": "o-3"}'))  # a notification is still one
+    assert notified is not None and notified.sns is not None and notified.sns.topic_arn == TOPIC
+
+
+def test_a_body_that_is_not_a_notification_is_a_payload_error_unless_raw_delivery_is_declared():
+    for kind in ("sns", "sns+s3", "sns+eventbridge"):
+        with pytest.raises(PayloadError, match=r'not an SNS notification.*declare envelope="sns-raw"'):
+            open_envelope(kind, '{"order_id": "o-2"}')
 
 
 @pytest.mark.parametrize("kind", ["SubscriptionConfirmation", "UnsubscribeConfirmation"])

@@ -248,3 +248,21 @@ def test_a_queue_whose_key_ends_in_group_is_told_apart_from_a_group_cap() -> Non
         load_settings({"WORKER_QUEUES": "x_group,x", "WORKER_QUEUE_X_GROUP_CONCURRENCY": "3"})
     [(variable, message)] = info.value.problems
     assert variable == "WORKER_QUEUE_X_GROUP_CONCURRENCY" and "ambiguous" in message, message
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("postgresql://app:12/34@db:5432/x", "postgresql://app:***@db:5432/x"),  # "/" in the password
+        ("postgresql://app:p@ss?#w@db/x", "postgresql://app:***@db/x"),
+        ("postgresql://db/orders?auth=t0k3n&sslmode=require", "postgresql://db/orders?auth=***&sslmode=require"),
+        ("https://h/q?X-Amz-Signature=abc&region=us-east-1", "https://h/q?X-Amz-Signature=***&region=us-east-1"),
+        ("jdbc:postgresql://app:pw@db/orders", "jdbc:postgresql://app:***@db/orders"),
+        ("host=db user=app secret_key=k dbname=orders", "host=db user=app secret_key=*** dbname=orders"),
+        ("Server=db;Pwd='a b';Database=orders", "Server=db;Pwd=***;Database=orders"),
+        ("http://localhost:4566", "http://localhost:4566"),
+        ("postgresql://app@db/orders", "postgresql://app@db/orders"),
+    ],
+)
+def test_redact_url_hides_every_password_and_every_parameter_not_known_to_be_safe(url: str, shown: str) -> None:
+    assert redact_url(url) == shown
