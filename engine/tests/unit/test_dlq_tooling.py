@@ -23,7 +23,8 @@ from sqs_worker_engine.dlq import (
     original_attributes,
     worker_record,
 )
-from sqs_worker_engine.limits import MAX_MESSAGE_BYTES, _batches
+from sqs_worker_engine.limits import MAX_MESSAGE_BYTES
+from sqs_worker_engine.producer import _batches
 from sqs_worker_engine.redrive import Journal, copy_entry, describe, send_copies
 
 XRAY = "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1"
