@@ -26,6 +26,8 @@ from sqs_worker_engine.settings import load_settings
 
 PACKAGE = "tests.service"
 REGION = "us-east-1"
+# The emulators the tests of raw SQS behaviour run on (conftest.py: the `emulator` fixture).
+EMULATORS = ["localstack", "moto"]
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 
