@@ -114,6 +114,8 @@ class Emulator:
             if self._proc is not None:
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     self._proc.wait(timeout=30)
+            else:  # started by an earlier `start` (not our child): wait until it is gone
+                _wait_gone(self.pid, 30)
         if self.workdir and self.mode == "host":
             shutil.rmtree(self.workdir, ignore_errors=True)
 
@@ -425,6 +427,18 @@ def _free_port(preferred: int) -> int:
 def _kill_group(pid: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, signal.SIGTERM)
+
+
+def _wait_gone(pid: int, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        except PermissionError:
+            return  # the pid is someone else's now: ours is gone
+        time.sleep(0.1)
 
 
 def _run(cmd: list[str]) -> None:

@@ -328,8 +328,8 @@ def test_system_attributes_come_back_on_receive(name: str, request: pytest.Fixtu
 
 # SQS refuses a visibility timeout that would keep a message hidden more than 12 hours in
 # all. LocalStack 4.14 takes any; moto's server refuses from the message's send (SQS counts
-# from its first receive). The lease keeper never asks past the cap
-# (limits.MAX_VISIBILITY_SECONDS; tests/unit), so neither difference reaches the engine.
+# from its first receive). The lease keeper never asks past 12 hours from the receive
+# (delivery.extension_seconds) and takes a refused extension as a lost lease.
 REFUSES_PAST_TWELVE_HOURS = {"localstack": False, "moto": True}
 
 
@@ -353,7 +353,7 @@ def test_a_visibility_past_twelve_hours(name: str, request: pytest.FixtureReques
 
 
 # StartMessageMoveTask (`redrive`): LocalStack runs it; moto's server 5.2 does not have it
-# (HTTP 500). `redrive --copy` works on both (test_operations.py).
+# (HTTP 500). `redrive --copy` works on both (test_operations.py, the interrupted copy).
 HAS_MOVE_TASKS = {"localstack": True, "moto": False}
 
 
