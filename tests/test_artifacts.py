@@ -30,7 +30,7 @@ import pytest
 import yaml
 from conftest import ROOT, bake, run
 from matrix import COOKIECUTTER, LIMITS, SUPPORTED, names
-from sqs_worker_engine import localstack as engine_localstack
+from sqs_worker_engine import emulators as engine_emulators
 from sqs_worker_engine.settings import _ALIASES, ServiceDefaults, load_settings
 from validators import (
     PLACEHOLDER_ACCOUNT,
@@ -388,7 +388,7 @@ def test_compose(projects: dict[str, Path], key: str) -> None:
     services = yaml.safe_load(path.read_text())["services"]
 
     localstack = services["localstack"]
-    assert localstack["image"] == LOCALSTACK_IMAGE == engine_localstack.IMAGE
+    assert localstack["image"] == LOCALSTACK_IMAGE == engine_emulators.IMAGE
     assert re.fullmatch(r"localstack/localstack:[\d.]+@sha256:[0-9a-f]{64}", LOCALSTACK_IMAGE), "pin by digest"
     assert "sqs" in localstack["environment"]["SERVICES"].split(",")
     assert localstack["healthcheck"]["test"][0] in ("CMD", "CMD-SHELL")

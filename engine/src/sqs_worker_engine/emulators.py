@@ -240,7 +240,10 @@ def start_moto(timeout: float = 60, port: int = 0) -> Emulator:
         endpoint = f"http://127.0.0.1:{chosen_port}"
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and proc.poll() is None:
-            if moto_healthy(endpoint, timeout=1):
+            # Ours only once its own log says it bound the port: another server that took the
+            # port meanwhile would answer the health check too.
+            bound = f"Running on {endpoint}" in Path(log_path).read_text(errors="replace")
+            if bound and moto_healthy(endpoint, timeout=1):
                 return Emulator(
                     endpoint, "host", pid=proc.pid, workdir=workdir, log_path=log_path, kind=MOTO, _proc=proc
                 )
