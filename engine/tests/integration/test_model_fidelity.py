@@ -303,6 +303,30 @@ def test_message_attributes_count_toward_the_size_limit(name: str, request: pyte
     run(scenario())
 
 
+# SQS refuses a message with more than 10 message attributes; neither emulator does. The
+# engine keeps to 10 itself: its producer refuses an 11th before sending
+# (tests/unit/test_producer.py) and a dead letter keeps 10, the rest in its error context
+# (test_hostile_input.py, "ten attributes").
+TAKES_ELEVEN_ATTRIBUTES = {"localstack": True, "moto": True}
+
+
+@pytest.mark.parametrize("name", EMULATORS)
+def test_more_than_ten_message_attributes(name: str, request: pytest.FixtureRequest) -> None:
+    async def scenario() -> None:
+        async with backend(name, request) as (client, make):
+            url, _ = await make()
+            eleven = {f"a{i}": {"DataType": "String", "StringValue": "v"} for i in range(11)}
+            if TAKES_ELEVEN_ATTRIBUTES[name]:
+                await client.send_message(QueueUrl=url, MessageBody="m", MessageAttributes=eleven)
+                resp = await client.receive_message(QueueUrl=url, MessageAttributeNames=["All"])
+                assert len(resp["Messages"][0]["MessageAttributes"]) == 11, "taken, where SQS refuses"
+            else:
+                with pytest.raises(ClientError):
+                    await client.send_message(QueueUrl=url, MessageBody="m", MessageAttributes=eleven)
+
+    run(scenario())
+
+
 @pytest.mark.parametrize("name", EMULATORS)
 def test_system_attributes_come_back_on_receive(name: str, request: pytest.FixtureRequest) -> None:
     """AWSTraceHeader (the X-Ray parent of a job's span), the timestamps behind the age
