@@ -275,6 +275,31 @@ def test_batches_hold_at_most_ten(name: str, request: pytest.FixtureRequest) -> 
     run(scenario())
 
 
+# SQS's BatchEntryIdsNotDistinct is about the entries' Ids. moto's server also gives it to a
+# DeleteMessageBatch naming one receipt handle twice (under distinct Ids). The engine never
+# sends one: a delivery is settled once (the lease book's one writer of delivery state).
+REFUSES_ONE_HANDLE_TWICE = {"localstack": False, "moto": True}
+
+
+@pytest.mark.parametrize("name", EMULATORS)
+def test_one_receipt_handle_twice_in_a_delete_batch(name: str, request: pytest.FixtureRequest) -> None:
+    async def scenario() -> None:
+        async with backend(name, request) as (client, make):
+            url, _ = await make()
+            await send(client, url, "m")
+            (message,) = await receive(client, url)
+            entries = [{"Id": str(i), "ReceiptHandle": message["ReceiptHandle"]} for i in range(2)]
+            if REFUSES_ONE_HANDLE_TWICE[name]:
+                with pytest.raises(ClientError) as refused:
+                    await client.delete_message_batch(QueueUrl=url, Entries=entries)
+                assert refused_code(refused) == "AWS.SimpleQueueService.BatchEntryIdsNotDistinct"
+            else:
+                answer = await client.delete_message_batch(QueueUrl=url, Entries=entries)
+                assert sorted(e["Id"] for e in answer.get("Successful", [])) == ["0", "1"], answer
+
+    run(scenario())
+
+
 # SQS counts message attributes (names, types, values) toward the size limit. moto's server
 # counts the body alone. The engine counts both itself: the producer splits batches and
 # refuses by that count (producer.py), dead letters are fitted to the DLQ's limit by it
