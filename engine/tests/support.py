@@ -1,4 +1,5 @@
-"""Helpers for integration tests: queues on LocalStack, and a worker run in-process."""
+"""Helpers for integration tests: queues on the emulator (LocalStack, or moto's server), and a
+worker run in-process."""
 
 from __future__ import annotations
 
@@ -40,7 +41,7 @@ class Queue:
 
 
 class Sqs:
-    """A plain boto3 client on LocalStack, for arranging and inspecting queues."""
+    """A plain boto3 client on the emulator, for arranging and inspecting queues."""
 
     def __init__(self, endpoint: str, access_key: str | None = None) -> None:
         self.endpoint = endpoint

@@ -4,6 +4,7 @@ it starts in a second; LocalStack's path is what every other integration test go
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import socket
@@ -22,6 +23,12 @@ def test_an_unknown_emulator_name_is_refused_by_name(monkeypatch: pytest.MonkeyP
         emulators.ensure()
     with pytest.raises(emulators.EmulatorError, match="'elasticmq'"):
         emulators.ensure(emulator="elasticmq")
+
+
+def test_moto_without_its_server_installed_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(emulators.EmulatorError, match=re.escape("install 'moto[server]'")):
+        emulators.start_moto()
 
 
 def test_aws_endpoint_url_is_used_as_the_emulator_it_is(moto_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> None:
