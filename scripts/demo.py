@@ -3,7 +3,8 @@
     make demo        # or: python scripts/demo.py [--output DIR] [--messages N]
 
 What it shows: the generated project installs; LocalStack starts (Docker if an engine
-answers, else LocalStack's runtime on this machine); the queue and its DLQ are created;
+answers, else LocalStack's runtime on this machine; with SQS_EMULATOR=moto, moto's server
+instead); the queue and its DLQ are created;
 messages are sent and processed; a SIGTERM arrives while jobs run and the worker drains
 them, deletes what it finished and exits 0 with nothing left in flight.
 """
@@ -25,7 +26,7 @@ from typing import Any
 
 import boto3
 from cookiecutter.main import cookiecutter
-from sqs_worker_engine import localstack  # the engine's LocalStack finder/starter (the suites' too)
+from sqs_worker_engine import emulators  # the engine's emulator finder/starter (the suites' too)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -52,9 +53,12 @@ def main() -> int:
     subprocess.run(["make", "install"], cwd=project, env=env, check=True)
     python = str(project / ".venv" / "bin" / "python")
 
-    say("LocalStack: using AWS_ENDPOINT_URL, a running one, Docker, or LocalStack's runtime on this machine")
-    ls = localstack.ensure()
-    print(f"LocalStack ({ls.mode}) at {ls.endpoint}")
+    say(
+        "SQS emulator: AWS_ENDPOINT_URL, else LocalStack (a running one, Docker, or its runtime on this machine), "
+        "or moto's server with SQS_EMULATOR=moto"
+    )
+    ls = emulators.ensure()
+    print(f"{ls.name} ({ls.mode}) at {ls.endpoint}")
     env["AWS_ENDPOINT_URL"] = ls.endpoint
     env["WORKER_METRICS_HOST"] = "127.0.0.1"
     env["WORKER_HEALTH_FILE"] = str(project / ".demo-progress")
@@ -62,7 +66,7 @@ def main() -> int:
         return run_demo(python, package, project, env, args.messages)
     finally:
         if ls.started_here:
-            say("stopping the LocalStack this demo started")
+            say(f"stopping what this demo started: {ls.name}")
             ls.stop()
 
 
@@ -80,7 +84,7 @@ def run_demo(python: str, package: str, project: Path, env: dict[str, str], coun
     config = json.loads(cli("config"))
     leftovers = queue_counts(config["aws_region"], env["AWS_ENDPOINT_URL"], config["queues"][0]["name"])
     if any(leftovers.values()):
-        print(f"   (the queue holds {leftovers} from an earlier demo on this LocalStack: purging it)")
+        print(f"   (the queue holds {leftovers} from an earlier demo on this emulator: purging it)")
         sqs = local_sqs(config["aws_region"], env["AWS_ENDPOINT_URL"])
         sqs.purge_queue(QueueUrl=sqs.get_queue_url(QueueName=config["queues"][0]["name"])["QueueUrl"])
         wait_until(

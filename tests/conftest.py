@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 from cookiecutter.main import cookiecutter
-from sqs_worker_engine import localstack
+from sqs_worker_engine import emulators
 
 ROOT = Path(__file__).resolve().parents[1]
 TEMPLATE = ROOT / "{{cookiecutter.project_slug}}"
@@ -94,7 +94,8 @@ def run(cmd: list[str], cwd: Path, timeout: float = 900, **env: str) -> subproce
 def pytest_configure(config: pytest.Config) -> None:
     if hasattr(config, "workerinput") or os.environ.get("TEMPLATE_TESTS_NO_LOCALSTACK"):
         return  # xdist workers inherit the endpoint from the controller
-    ls = localstack.ensure(services=LOCALSTACK_SERVICES)
+    # LocalStack whatever SQS_EMULATOR says: the deploy tests need its CloudFormation.
+    ls = emulators.ensure(services=LOCALSTACK_SERVICES, emulator=emulators.LOCALSTACK)
     _STATE["localstack"] = ls
     os.environ["AWS_ENDPOINT_URL"] = ls.endpoint
     os.environ.setdefault("AWS_ACCESS_KEY_ID", "test")

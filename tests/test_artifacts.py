@@ -18,6 +18,7 @@ import json
 import re
 import shutil
 import sys
+import tomllib
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -29,7 +30,7 @@ import pytest
 import yaml
 from conftest import ROOT, bake, run
 from matrix import COOKIECUTTER, LIMITS, SUPPORTED, names
-from sqs_worker_engine import localstack as engine_localstack
+from sqs_worker_engine import emulators as engine_emulators
 from sqs_worker_engine.settings import _ALIASES, ServiceDefaults, load_settings
 from validators import (
     PLACEHOLDER_ACCOUNT,
@@ -76,6 +77,7 @@ COMMON_FILES = {
     "Dockerfile",
     ".dockerignore",
     "docker-compose.yml",
+    "docker-compose.moto.yml",
     ".github/workflows/ci.yml",
     ".github/dependabot.yml",
     "deploy/README.md",
@@ -386,7 +388,7 @@ def test_compose(projects: dict[str, Path], key: str) -> None:
     services = yaml.safe_load(path.read_text())["services"]
 
     localstack = services["localstack"]
-    assert localstack["image"] == LOCALSTACK_IMAGE == engine_localstack.IMAGE
+    assert localstack["image"] == LOCALSTACK_IMAGE == engine_emulators.IMAGE
     assert re.fullmatch(r"localstack/localstack:[\d.]+@sha256:[0-9a-f]{64}", LOCALSTACK_IMAGE), "pin by digest"
     assert "sqs" in localstack["environment"]["SERVICES"].split(",")
     assert localstack["healthcheck"]["test"][0] in ("CMD", "CMD-SHELL")
@@ -405,6 +407,28 @@ def test_compose(projects: dict[str, Path], key: str) -> None:
         assert env.pop("AWS_ENDPOINT_URL") == "http://localstack:4566"
         assert env.pop("AWS_ACCESS_KEY_ID") == "test" and env.pop("AWS_SECRET_ACCESS_KEY") == "test"
         assert env == answers.env(bucket="local-payloads", collector=False)
+
+
+@pytest.mark.parametrize("key", CHECKED)
+def test_compose_takes_motos_server_in_localstacks_place(projects: dict[str, Path], key: str) -> None:
+    """`SQS_EMULATOR=moto make up` adds docker-compose.moto.yml: moto's server under
+    LocalStack's service name and port (bootstrap and the worker unchanged), built from PyPI
+    at the version the suite's own moto is locked at."""
+    project = projects[key]
+    path = project / "docker-compose.moto.yml"
+    assert jsonschema_cli_problems("vendor.compose-spec", path) == []
+    (name,) = yaml.safe_load(path.read_text())["services"]
+    moto = yaml.safe_load(path.read_text())["services"][name]
+    assert name == "localstack", "the worker's AWS_ENDPOINT_URL and depends_on name this service"
+    assert moto["command"][:1] == ["moto_server"] and moto["command"][-2:] == ["-p", "4566"]
+    assert "@sha256:" not in moto["image"], "a local tag: LocalStack's digest must not name a moto build"
+    locked = tomllib.loads((ROOT / "uv.lock").read_text())["package"]
+    (version,) = [p["version"] for p in locked if p["name"] == "moto"]
+    assert f'"moto[server]=={COOKIECUTTER["_moto_version"]}"' in moto["build"]["dockerfile_inline"]
+    assert COOKIECUTTER["_moto_version"] == version, "the compose file's moto is the one the suite tests"
+    assert "moto-api" in " ".join(moto["healthcheck"]["test"])
+    makefile = (project / "Makefile").read_text()
+    assert "-f docker-compose.yml -f docker-compose.moto.yml" in makefile and "SQS_EMULATOR" in makefile
 
 
 # Placeholders for what the ECS stack's own resources resolve to (Ref and GetAtt).
@@ -1022,6 +1046,10 @@ def test_generated_workflow(projects: dict[str, Path], key: str) -> None:
     assert service["image"] == LOCALSTACK_IMAGE
     assert service["env"]["SERVICES"] == "sqs" and "--health-cmd" in service["options"]
     assert jobs["integration"]["env"]["AWS_ENDPOINT_URL"] == "http://localhost:4566"
+    # The same end-to-end test on moto's server: a plain step, no service container, no token.
+    moto = jobs["integration-moto"]
+    assert "pytest -m integration" in runs["integration-moto"] and "services" not in moto
+    assert moto["env"]["SQS_EMULATOR"] == "moto" and "AWS_ENDPOINT_URL" not in moto["env"]
     assert workflow["env"]["AWS_REGION"] == answers.region
     build = next(s for s in jobs["image"]["steps"] if s.get("uses", "").startswith("docker/build-push-action@"))
     assert image_repository(build["with"]["tags"]) == answers.slug

@@ -1,7 +1,8 @@
 """Bake the answer sets tests/matrix.py marks "full" or "checked" and run each generated
 project's own checks, as its owner would: uv.lock written at bake time, ruff clean,
 formatting stable, strict mypy clean, its handler tests green; for "full" sets the whole
-`make test`, whose end-to-end test runs the service against LocalStack.
+`make test`, whose end-to-end test runs the service against LocalStack; and the defaults'
+`make test` against moto's server (SQS_EMULATOR=moto), the emulator no vendor can take away.
 
 Also: the service holds only what its owner writes, none of the engine."""
 
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, bake, run
 from matrix import SUPPORTED, names
+from sqs_worker_engine import emulators
 
 REPORT = ROOT / ".test-reports" / "bakes.jsonl"
 # What a service's src/ may hold: its own modules. The engine comes as a dependency.
@@ -74,3 +76,24 @@ def test_generated_project_passes_its_own_checks(name: str, tmp_path: Path, loca
             "seconds": round(seconds),
         }
         handle.write(json.dumps(record) + "\n")
+
+
+def test_a_fresh_bake_passes_make_test_against_motos_server(tmp_path: Path) -> None:
+    """`SQS_EMULATOR=moto make test` on a default bake: the end-to-end test on moto's server.
+    The server is this test's own, named by AWS_ENDPOINT_URL, so that its log shows the
+    test's requests reached it (a bake that ignored the switch would find the suite's
+    LocalStack and pass without touching moto)."""
+    project = bake(tmp_path, lock=True)
+    moto = emulators.start_moto()
+    try:
+        result = run(["make", "test"], project, timeout=1500, SQS_EMULATOR="moto", AWS_ENDPOINT_URL=moto.endpoint)
+        served = Path(moto.log_path or "").read_text(errors="replace")
+    finally:
+        moto.stop()
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, f"`make test` against moto's server failed:\n{output[-6000:]}"
+    counts = pytest_summary(output)
+    assert counts.get("passed") and not counts.get("failed") and not counts.get("skipped"), counts
+    assert not counts.get("error") and not counts.get("errors"), counts
+    requests = served.count('"POST / HTTP/1.1" 200')
+    assert requests > 20, f"the end-to-end test never reached moto's server ({requests} requests):\n{served[-2000:]}"

@@ -1,5 +1,6 @@
 """The README's first command: scaffold a service and run it end to end (what a new user
-sees first), against the suite's LocalStack."""
+sees first), against the suite's LocalStack, and against moto's server that the demo starts
+itself when SQS_EMULATOR=moto."""
 
 from __future__ import annotations
 
@@ -7,11 +8,16 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from conftest import ROOT, tool_env
 
 
-def test_demo_scaffolds_processes_and_drains(tmp_path: Path, localstack_endpoint: str) -> None:
+@pytest.mark.parametrize("emulator", ["localstack", "moto"])
+def test_demo_scaffolds_processes_and_drains(tmp_path: Path, localstack_endpoint: str, emulator: str) -> None:
     env = tool_env(AWS_ENDPOINT_URL=localstack_endpoint)
+    if emulator == "moto":
+        del env["AWS_ENDPOINT_URL"]  # the demo finds nothing, and starts moto's server
+        env["SQS_EMULATOR"] = "moto"
     # A new user's machine: no AWS credentials or configuration at all.
     for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
         env.pop(name, None)
@@ -35,3 +41,5 @@ def test_demo_scaffolds_processes_and_drains(tmp_path: Path, localstack_endpoint
         "the /metrics scrape is shown"
     )
     assert "demo OK" in output
+    if emulator == "moto":
+        assert "moto's server (host) at" in output and "stopping what this demo started: moto's server" in output

@@ -1,6 +1,11 @@
 """Fixtures. Integration tests talk to a real LocalStack: one already reachable through
 AWS_ENDPOINT_URL, else one started for the session (Docker, or LocalStack's runtime on the
-host), see `sqs_worker_engine/localstack.py`. Every test makes its own queues, so nothing leaks between them."""
+host), see `sqs_worker_engine/emulators.py`. Every test makes its own queues, so nothing leaks between them.
+
+The tests of raw SQS behaviour the engine relies on also run on moto's server: parametrize
+them with `@pytest.mark.parametrize("emulator", EMULATORS)` and take `sqs` or `endpoint`
+(both follow `emulator`; LocalStack when a test does not name one). moto's server is started
+once per test process, on a free port, the first time a test asks for it."""
 
 from __future__ import annotations
 
@@ -10,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from sqs_worker_engine import localstack
+from sqs_worker_engine import emulators
 
 from .support import Sqs
 
@@ -30,14 +35,32 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture(scope="session")
 def localstack_endpoint() -> Iterator[str]:
-    ls = localstack.ensure()
+    ls = emulators.ensure(emulator=emulators.LOCALSTACK)
     yield ls.endpoint
     ls.stop()
 
 
+@pytest.fixture(scope="session")
+def moto_endpoint() -> Iterator[str]:
+    moto = emulators.ensure(emulator=emulators.MOTO)
+    yield moto.endpoint
+    moto.stop()
+
+
 @pytest.fixture
-def sqs(localstack_endpoint: str) -> Iterator[Sqs]:
-    client = Sqs(localstack_endpoint)
+def emulator() -> str:
+    """Which emulator a test talks to: LocalStack unless it is parametrized over EMULATORS."""
+    return emulators.LOCALSTACK
+
+
+@pytest.fixture
+def endpoint(emulator: str, request: pytest.FixtureRequest) -> str:
+    return str(request.getfixturevalue(f"{emulator}_endpoint"))
+
+
+@pytest.fixture
+def sqs(endpoint: str) -> Iterator[Sqs]:
+    client = Sqs(endpoint)
     yield client
     client.cleanup()
 

@@ -1,4 +1,5 @@
-"""Helpers for integration tests: queues on LocalStack, and a worker run in-process."""
+"""Helpers for integration tests: queues on the emulator (LocalStack, or moto's server), and a
+worker run in-process."""
 
 from __future__ import annotations
 
@@ -26,6 +27,8 @@ from sqs_worker_engine.settings import load_settings
 
 PACKAGE = "tests.service"
 REGION = "us-east-1"
+# The emulators the tests of raw SQS behaviour run on (conftest.py: the `emulator` fixture).
+EMULATORS = ["localstack", "moto"]
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -38,7 +41,7 @@ class Queue:
 
 
 class Sqs:
-    """A plain boto3 client on LocalStack, for arranging and inspecting queues."""
+    """A plain boto3 client on the emulator, for arranging and inspecting queues."""
 
     def __init__(self, endpoint: str, access_key: str | None = None) -> None:
         self.endpoint = endpoint

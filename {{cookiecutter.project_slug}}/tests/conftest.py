@@ -1,6 +1,7 @@
-"""Fixtures. The end-to-end test talks to a real LocalStack: the one AWS_ENDPOINT_URL names,
-else one on 127.0.0.1:4566, else one started for the session (Docker, or LocalStack's own
-runtime from PyPI) by the engine's `sqs_worker_engine.localstack`."""
+"""Fixtures. The end-to-end test talks to a real SQS emulator, found or started by the
+engine's `sqs_worker_engine.emulators`: the one AWS_ENDPOINT_URL names, else LocalStack on
+127.0.0.1:4566, else one started for the session (Docker, or LocalStack's own runtime from
+PyPI); with SQS_EMULATOR=moto, moto's server started for the session instead."""
 
 from __future__ import annotations
 
@@ -14,13 +15,13 @@ import pytest
 {%- if cookiecutter.use_idempotency == "yes" %}
 from moto.server import ThreadedMotoServer
 {%- endif %}
-from sqs_worker_engine import localstack
+from sqs_worker_engine import emulators
 {%- if cookiecutter.use_idempotency == "yes" %}
 
 from {{ cookiecutter.package_name }}.idempotency import IdempotencySettings
 {%- endif %}
 
-# LocalStack accepts any credentials; never let a test pick up real ones.
+# The emulators accept any credentials; never let a test pick up real ones.
 os.environ.setdefault("AWS_ACCESS_KEY_ID", "test")
 os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "test")
 {%- if cookiecutter.tracing == "yes" %}
@@ -32,9 +33,9 @@ os.environ.setdefault("OTEL_TRACES_EXPORTER", "none")
 
 @pytest.fixture(scope="session")
 def localstack_endpoint() -> Iterator[str]:
-    ls = localstack.ensure()
-    yield ls.endpoint
-    ls.stop()
+    emulator = emulators.ensure()
+    yield emulator.endpoint
+    emulator.stop()
 {%- if cookiecutter.use_idempotency == "yes" %}
 
 
@@ -42,7 +43,7 @@ _MOTO: dict[str, ThreadedMotoServer] = {}
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """DynamoDB for the idempotency records, from moto's server (SQS stays on LocalStack).
+    """DynamoDB for the idempotency records, from a moto server of its own (SQS is the emulator's).
     Started before the tests are imported: the handlers' persistence layer makes its
     DynamoDB client when `handlers.py` is imported."""
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0)

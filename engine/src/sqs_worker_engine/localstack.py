@@ -1,354 +1,52 @@
-"""Find or start the LocalStack the integration tests talk to (standard library only).
-
-Order of preference, so that tests always run against a real SQS emulator:
-
-1. `AWS_ENDPOINT_URL` is set: use it (it must answer; nothing is started or stopped).
-2. A LocalStack already answers on http://127.0.0.1:4566: use it.
-3. A Docker engine answers: run `localstack/localstack:4.14.0`, stop it afterwards.
-4. Otherwise run LocalStack's own runtime on the host (the `localstack-core` package from
-   PyPI, in a cached virtualenv on Python 3.12+), stop it afterwards.
-
-4.14.0 is pinned on purpose: it is the last LocalStack image usable without an auth token
-(from March 2026 `latest` requires one). The host runtime uses the same version.
-
-Also a command line for the Makefile:
-    python -m sqs_worker_engine.localstack run -- pytest ...   # ensure, run, stop what we started
-    python -m sqs_worker_engine.localstack start | stop       # keep one running for `make dev`
-"""
+"""The emulator finder/starter under its first name: `sqs_worker_engine.emulators` is the module
+(LocalStack or moto's server, chosen by SQS_EMULATOR). Kept so that `import localstack` and
+`python -m sqs_worker_engine.localstack start|stop|run -- CMD` keep working."""
 
 from __future__ import annotations
 
-import contextlib
-import json
-import os
-import shutil
-import signal
-import socket
-import subprocess
 import sys
-import tempfile
-import time
-import urllib.request
-from collections.abc import Iterator
-from dataclasses import dataclass, field
-from pathlib import Path
 
-VERSION = "4.14.0"
-# Last LocalStack image usable without an auth token; see the module docstring.
-# By digest as well as tag: a tag can be moved, a digest cannot (the template's compose file
-# and CI pin the same image).
-IMAGE = f"localstack/localstack:{VERSION}@sha256:3ebc37595918b8accb852f8048fef2aff047d465167edd655528065b07bc364a"
-# localstack-core 4.14's runtime with the pins it needs on current PyPI.
-HOST_PACKAGES = [
-    f"localstack-core[runtime]=={VERSION}",
-    "cbor2<5.8",
-    "pyopenssl<24.3",
-    "cryptography<44",
-    "service_identity<24.2",
+from sqs_worker_engine.emulators import (
+    DEFAULT_URL,
+    HOST_PACKAGES,
+    IMAGE,
+    SOURCES,
+    STATE_FILE,
+    VERSION,
+    Emulator,
+    EmulatorError,
+    LocalStack,
+    LocalStackError,
+    chosen,
+    ensure,
+    healthy,
+    host_python,
+    identify,
+    main,
+    start_moto,
+    start_private,
+)
+
+__all__ = [
+    "DEFAULT_URL",
+    "HOST_PACKAGES",
+    "IMAGE",
+    "SOURCES",
+    "STATE_FILE",
+    "VERSION",
+    "Emulator",
+    "EmulatorError",
+    "LocalStack",
+    "LocalStackError",
+    "chosen",
+    "ensure",
+    "healthy",
+    "host_python",
+    "identify",
+    "main",
+    "start_moto",
+    "start_private",
 ]
-DEFAULT_URL = "http://127.0.0.1:4566"
-STATE_FILE = Path(tempfile.gettempdir()) / f"localstack-{os.getuid()}-tests.json"
-
-
-class LocalStackError(RuntimeError):
-    pass
-
-
-# SQS and what feeds queues in the wild (SNS, S3 notifications and large payloads,
-# EventBridge); LocalStack loads each on first use, so naming them costs nothing until then.
-SOURCES = "sqs,sns,s3,events"
-
-
-@dataclass
-class LocalStack:
-    """A reachable LocalStack; `stop()` stops it only if we started it."""
-
-    endpoint: str
-    mode: str  # "external", "docker" or "host"
-    pid: int | None = None
-    container: str | None = None
-    workdir: str | None = None
-    log_path: str | None = None
-    services: str = SOURCES
-    _proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
-
-    @property
-    def started_here(self) -> bool:
-        return self.mode != "external"
-
-    def stop(self) -> None:
-        if self.mode == "docker" and self.container:
-            subprocess.run(["docker", "rm", "-f", self.container], capture_output=True, check=False)
-        elif self.mode == "host" and self.pid:
-            _kill_group(self.pid)
-            if self._proc is not None:
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    self._proc.wait(timeout=30)
-        if self.workdir and self.mode == "host":
-            shutil.rmtree(self.workdir, ignore_errors=True)
-
-    def restart(self, timeout: float = 120) -> None:
-        """Stop and start again on the same port (persistence keeps queues when enabled)."""
-        if self.mode != "host":
-            raise LocalStackError("restart is only supported for a LocalStack started on the host")
-        _kill_group(self.pid or 0)
-        if self._proc is not None:
-            self._proc.wait(timeout=30)
-        port = int(self.endpoint.rsplit(":", 1)[1])
-        assert self.workdir is not None
-        fresh = _start_host(port, self.workdir, self.services, persist=True, timeout=timeout)
-        self.pid, self._proc, self.log_path = fresh.pid, fresh._proc, fresh.log_path
-
-    def kill(self) -> None:
-        """Stop without cleaning up its state directory (to simulate an outage)."""
-        if self.mode == "host" and self.pid:
-            _kill_group(self.pid)
-            if self._proc is not None:
-                self._proc.wait(timeout=30)
-        elif self.mode == "docker" and self.container:
-            subprocess.run(["docker", "stop", self.container], capture_output=True, check=False)
-
-
-def healthy(endpoint: str, service: str = "sqs", timeout: float = 2.0) -> bool:
-    try:
-        with urllib.request.urlopen(f"{endpoint.rstrip('/')}/_localstack/health", timeout=timeout) as r:
-            data = json.load(r)
-    except (OSError, ValueError):
-        return False
-    return data.get("services", {}).get(service) in ("available", "running")
-
-
-def ensure(services: str = SOURCES, timeout: float = 180) -> LocalStack:
-    """Return a reachable LocalStack, starting one if none answers."""
-    configured = os.environ.get("AWS_ENDPOINT_URL")
-    first = services.split(",")[0]
-    if configured:
-        if not _wait_healthy(configured, first, 30):
-            raise LocalStackError(f"AWS_ENDPOINT_URL={configured} does not answer /_localstack/health for {first}")
-        return LocalStack(configured, "external")
-    if healthy(DEFAULT_URL, first):
-        return LocalStack(DEFAULT_URL, "external")
-    if _docker_available():
-        return _start_docker(services, timeout)
-    return start_private(services=services, timeout=timeout, port=4566)
-
-
-def start_private(services: str = SOURCES, persist: bool = False, timeout: float = 180, port: int = 0) -> LocalStack:
-    """Start a LocalStack of our own on the host, on `port` if it is free, else on a random
-    free one. Tests that stop or kill theirs keep the random port: two test runs side by side
-    would otherwise both try 4566, and the second would talk to (and kill) the first's."""
-    workdir = tempfile.mkdtemp(prefix="localstack-")
-    port = _free_port(port)
-    try:
-        return _start_host(port, workdir, services, persist=persist, timeout=timeout)
-    except BaseException:
-        shutil.rmtree(workdir, ignore_errors=True)
-        raise
-
-
-def _start_host(port: int, workdir: str, services: str, persist: bool, timeout: float) -> LocalStack:
-    python = host_python()
-    env = {
-        **os.environ,
-        "GATEWAY_LISTEN": f"127.0.0.1:{port}",
-        "SERVICES": services,
-        "DNS_ADDRESS": "0",
-        "LOCALSTACK_VOLUME_DIR": workdir,
-        "SKIP_SSL_CERT_DOWNLOAD": "1",
-        "DISABLE_EVENTS": "1",
-        "PERSISTENCE": "1" if persist else "0",
-    }
-    for var in ("AWS_ENDPOINT_URL", "PYTHONPATH", "VIRTUAL_ENV"):
-        env.pop(var, None)
-    log_path = os.path.join(workdir, "localstack.log")
-    with open(log_path, "ab") as log:
-        proc = subprocess.Popen(
-            [python, "-m", "localstack.runtime.main"],
-            env=env,
-            cwd=workdir,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    endpoint = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            break  # it could not start (its port taken meanwhile, say): whoever answers is not ours
-        if healthy(endpoint, services.split(",")[0], timeout=1):
-            return LocalStack(
-                endpoint, "host", pid=proc.pid, workdir=workdir, log_path=log_path, services=services, _proc=proc
-            )
-        time.sleep(0.3)
-    _kill_group(proc.pid)
-    tail = Path(log_path).read_text(errors="replace")[-3000:]
-    raise LocalStackError(f"LocalStack on the host did not become healthy on {endpoint}:\n{tail}")
-
-
-def _start_docker(services: str, timeout: float) -> LocalStack:
-    port = _free_port(4566)
-    out = subprocess.run(
-        ["docker", "run", "-d", "--rm", "-p", f"127.0.0.1:{port}:4566", "-e", f"SERVICES={services}", IMAGE],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if out.returncode != 0:
-        raise LocalStackError(f"docker run {IMAGE} failed: {out.stderr.strip()}")
-    ls = LocalStack(f"http://127.0.0.1:{port}", "docker", container=out.stdout.strip(), services=services)
-    if not _wait_healthy(ls.endpoint, services.split(",")[0], timeout):
-        ls.stop()
-        raise LocalStackError(f"the {IMAGE} container did not become healthy on {ls.endpoint}")
-    return ls
-
-
-def host_python() -> str:
-    """A virtualenv with localstack-core, created once per user and reused (LocalStack needs 3.12+)."""
-    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "sqs-worker-localstack" / VERSION
-    venv = Path(os.environ.get("LOCALSTACK_VENV", cache))
-    python = venv / "bin" / "python"
-    marker = venv / ".installed"
-    if marker.exists() and python.exists():
-        return str(python)
-    venv.parent.mkdir(parents=True, exist_ok=True)
-    with _file_lock(venv.parent / f".{venv.name}.lock"):
-        if marker.exists() and python.exists():
-            return str(python)
-        base = _find_python_312()
-        shutil.rmtree(venv, ignore_errors=True)
-        uv = shutil.which("uv")
-        if uv:
-            _run([uv, "venv", "--quiet", "--python", base, str(venv)])
-            _run([uv, "pip", "install", "--quiet", "--python", str(python), *HOST_PACKAGES])
-        else:
-            _run([base, "-m", "venv", str(venv)])
-            _run([str(python), "-m", "pip", "install", "--quiet", *HOST_PACKAGES])
-        marker.write_text(" ".join(HOST_PACKAGES))
-    return str(python)
-
-
-def _find_python_312() -> str:
-    candidates: list[str] = []
-    if os.environ.get("LOCALSTACK_PYTHON"):
-        candidates.append(os.environ["LOCALSTACK_PYTHON"])
-    candidates += [p for p in (shutil.which("python3.13"), shutil.which("python3.12")) if p]
-    if shutil.which("pyenv"):
-        out = subprocess.run(["pyenv", "versions", "--bare"], capture_output=True, text=True, check=False).stdout
-        for version in sorted(out.split(), reverse=True):
-            if version.startswith(("3.13", "3.12")) and version.replace(".", "").isdigit():
-                prefix = subprocess.run(
-                    ["pyenv", "prefix", version], capture_output=True, text=True, check=False
-                ).stdout.strip()
-                if prefix:
-                    candidates.append(os.path.join(prefix, "bin", "python"))
-    uv = shutil.which("uv")
-    if uv:
-        found = subprocess.run(
-            [uv, "python", "find", ">=3.12"], capture_output=True, text=True, check=False
-        ).stdout.strip()
-        if found:
-            candidates.append(found)
-    for candidate in candidates:
-        ok = subprocess.run(
-            [candidate, "-c", "import sys, venv; sys.exit(sys.version_info < (3, 12))"],
-            capture_output=True,
-            check=False,
-        )
-        if ok.returncode == 0:
-            return candidate
-    if uv and subprocess.run([uv, "python", "install", "3.13"], capture_output=True, check=False).returncode == 0:
-        return subprocess.run([uv, "python", "find", "3.13"], capture_output=True, text=True, check=True).stdout.strip()
-    raise LocalStackError(
-        "no LocalStack reachable and none can be started: no Docker engine answers and no Python 3.12+ "
-        "was found for LocalStack's host runtime. Start LocalStack yourself and set AWS_ENDPOINT_URL, "
-        "or install Python 3.12+ (set LOCALSTACK_PYTHON to its path)."
-    )
-
-
-def _docker_available() -> bool:
-    if not shutil.which("docker") or os.environ.get("LOCALSTACK_NO_DOCKER"):
-        return False
-    try:
-        return subprocess.run(["docker", "info"], capture_output=True, timeout=15, check=False).returncode == 0
-    except subprocess.TimeoutExpired:
-        return False
-
-
-def _wait_healthy(endpoint: str, service: str, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if healthy(endpoint, service):
-            return True
-        time.sleep(0.5)
-    return False
-
-
-def _free_port(preferred: int) -> int:
-    for port in (preferred, 0):
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return int(s.getsockname()[1])
-    raise LocalStackError("no free port")
-
-
-def _kill_group(pid: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signal.SIGTERM)
-
-
-def _run(cmd: list[str]) -> None:
-    result = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    if result.returncode != 0:
-        raise LocalStackError(f"{' '.join(cmd)} failed:\n{result.stdout}{result.stderr}")
-
-
-@contextlib.contextmanager
-def _file_lock(path: Path) -> Iterator[None]:
-    import fcntl
-
-    with open(path, "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-def main(argv: list[str]) -> int:
-    command = argv[0] if argv else "run"
-    if command == "run":
-        cmd = argv[argv.index("--") + 1 :] if "--" in argv else []
-        if not cmd:
-            print("usage: localstack.py run -- COMMAND...", file=sys.stderr)
-            return 2
-        ls = ensure()
-        print(f"LocalStack ({ls.mode}) at {ls.endpoint}", file=sys.stderr)
-        try:
-            return subprocess.call(cmd, env={**os.environ, "AWS_ENDPOINT_URL": ls.endpoint})
-        finally:
-            ls.stop()
-    if command == "start":
-        ls = ensure()
-        if ls.started_here:
-            STATE_FILE.write_text(
-                json.dumps({"mode": ls.mode, "pid": ls.pid, "container": ls.container, "workdir": ls.workdir})
-            )
-        print(ls.endpoint)
-        return 0
-    if command == "stop":
-        if STATE_FILE.exists():
-            state = json.loads(STATE_FILE.read_text())
-            LocalStack(
-                "", state["mode"], pid=state["pid"], container=state["container"], workdir=state["workdir"]
-            ).stop()
-            STATE_FILE.unlink()
-        return 0
-    print(f"unknown command {command!r}; use run, start or stop", file=sys.stderr)
-    return 2
-
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))

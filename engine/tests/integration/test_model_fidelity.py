@@ -1,5 +1,9 @@
-"""The in-memory SQS model, held to LocalStack: each SQS behaviour the model plays for the
-engine's model tests, run the same way against both. LocalStack is the truth."""
+"""The SQS behaviour the engine relies on, run the same way on the in-memory model, LocalStack
+and moto's server (engine/README.md, "Emulator fidelity", tables each test here).
+
+LocalStack is the truth for the model. Where an emulator departs from SQS, the test asserts
+what that emulator does (so a change in it is noticed) and says what SQS does instead; the
+engine's own behaviour there is proven on a backend that is faithful."""
 
 from __future__ import annotations
 
@@ -10,14 +14,15 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
+from aiobotocore.config import AioConfig
 from aiobotocore.session import get_session
 from botocore.exceptions import ClientError
 
 from sqs_worker_engine.memory import MemorySQS
 
-from ..support import REGION, Sqs
+from ..support import EMULATORS, REGION, Sqs
 
-BACKENDS = ["memory", "localstack"]
+BACKENDS = ["memory", *EMULATORS]
 Make = Callable[..., Coroutine[Any, Any, tuple[str, str | None]]]
 
 
@@ -42,7 +47,8 @@ async def backend(name: str, request: pytest.FixtureRequest) -> AsyncIterator[tu
         yield model, make_memory
         await model.settle()
         return
-    sqs: Sqs = request.getfixturevalue("sqs")
+    sqs = Sqs(request.getfixturevalue(f"{name}_endpoint"))
+    request.addfinalizer(sqs.cleanup)
 
     async def make_real(fifo: bool = False, max_receive: int | None = None, max_size: int | None = None):
         queue = sqs.create(fifo=fifo, visibility=30, max_receive=max_receive)
@@ -159,7 +165,6 @@ def test_the_receive_after_max_receive_count_moves_the_message_to_the_dlq(
 
 @pytest.mark.parametrize("name", BACKENDS)
 def test_a_body_over_the_queues_maximum_size_is_refused(name: str, request: pytest.FixtureRequest) -> None:
-    # LocalStack 4.14 counts the body only; SQS (and the model) also count the attributes.
     async def scenario() -> None:
         async with backend(name, request) as (client, make):
             url, _ = await make(max_size=1024)
@@ -183,5 +188,241 @@ def test_an_abandoned_long_poll_still_takes_a_message(name: str, request: pytest
             await send(client, url, json.dumps({"n": 1}))
             await asyncio.sleep(1.0)
             assert await receive(client, url) == [], "the abandoned poll took it and hides it"
+
+    run(scenario())
+
+
+def refused_code(error: pytest.ExceptionInfo[ClientError]) -> str:
+    return str(error.value.response["Error"]["Code"])
+
+
+@pytest.mark.parametrize("name", BACKENDS)
+def test_a_long_poll_returns_as_soon_as_a_message_arrives(name: str, request: pytest.FixtureRequest) -> None:
+    async def scenario() -> None:
+        async with backend(name, request) as (client, make):
+            url, _ = await make()
+            loop = asyncio.get_running_loop()
+            started = loop.time()
+            poll = asyncio.ensure_future(receive(client, url, wait=20))
+            await asyncio.sleep(0.5)  # the poll is waiting; what it returns is checked below
+            await send(client, url, "wake")
+            (message,) = await poll
+            # The definition of a long poll, not a speed: it answers before its wait is over.
+            assert message["Body"] == "wake" and loop.time() - started < 20
+
+    run(scenario())
+
+
+@pytest.mark.parametrize("name", BACKENDS)
+def test_a_batched_extension_keeps_a_message_hidden_while_an_unextended_one_comes_back(
+    name: str, request: pytest.FixtureRequest
+) -> None:
+    """What the lease keeper relies on: ChangeMessageVisibilityBatch counts from the call."""
+
+    async def scenario() -> None:
+        async with backend(name, request) as (client, make):
+            url, _ = await make()
+            for body in ("kept", "expired"):
+                await send(client, url, body)
+            held = await receive(client, url, visibility=3, most=10)
+            while len(held) < 2:  # a receive may answer with fewer than are there
+                held += await receive(client, url, visibility=3, most=10)
+            kept = next(m for m in held if m["Body"] == "kept")
+            entry = {"Id": "0", "ReceiptHandle": kept["ReceiptHandle"], "VisibilityTimeout": 60}
+            extended = await client.change_message_visibility_batch(QueueUrl=url, Entries=[entry])
+            assert [e["Id"] for e in extended.get("Successful", [])] == ["0"]
+            again = await receive(client, url, wait=20, most=10)  # waits for the expired one
+            assert [m["Body"] for m in again] == ["expired"] and count(again[0]) == 2
+            assert await receive(client, url, most=10) == [], "the extended one stays hidden"
+
+    run(scenario())
+
+
+# SQS refuses a batch call of more than 10 entries. moto's server takes 11 deletes or
+# visibility changes in one call: the engine's own chunking (10 a call) is what the model
+# (which refuses, like SQS) holds it to in the model tests.
+REFUSES_ELEVEN_ENTRIES = {"memory": True, "localstack": True, "moto": False}
+
+
+@pytest.mark.parametrize("name", BACKENDS)
+def test_batches_hold_at_most_ten(name: str, request: pytest.FixtureRequest) -> None:
+    async def scenario() -> None:
+        async with backend(name, request) as (client, make):
+            url, _ = await make()
+            for i in range(11):
+                await send(client, url, f"m{i}")
+            with pytest.raises(ClientError) as receive_refused:
+                await receive(client, url, most=11)
+            assert refused_code(receive_refused) == "InvalidParameterValue"
+            held: list[dict[str, Any]] = []
+            while len(held) < 11:
+                held += await receive(client, url, most=10)
+            deletes = [{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(held)]
+            changes = [{**e, "VisibilityTimeout": 60} for e in deletes]
+            calls = [
+                (client.change_message_visibility_batch, changes),
+                (client.delete_message_batch, deletes),
+            ]
+            for call, entries in calls:
+                if REFUSES_ELEVEN_ENTRIES[name]:
+                    with pytest.raises(ClientError) as refused:
+                        await call(QueueUrl=url, Entries=entries)
+                    assert refused_code(refused) == "AWS.SimpleQueueService.TooManyEntriesInBatchRequest"
+                else:
+                    answered = await call(QueueUrl=url, Entries=entries)
+                    assert len(answered.get("Successful", [])) == 11, f"moto's server takes all 11: {answered}"
+
+    run(scenario())
+
+
+# SQS's BatchEntryIdsNotDistinct is about the entries' Ids. moto's server also gives it to a
+# DeleteMessageBatch naming one receipt handle twice (under distinct Ids). The engine never
+# sends one: a delivery is settled once (the lease book's one writer of delivery state).
+REFUSES_ONE_HANDLE_TWICE = {"localstack": False, "moto": True}
+
+
+@pytest.mark.parametrize("name", EMULATORS)
+def test_one_receipt_handle_twice_in_a_delete_batch(name: str, request: pytest.FixtureRequest) -> None:
+    async def scenario() -> None:
+        async with backend(name, request) as (client, make):
+            url, _ = await make()
+            await send(client, url, "m")
+            (message,) = await receive(client, url)
+            entries = [{"Id": str(i), "ReceiptHandle": message["ReceiptHandle"]} for i in range(2)]
+            if REFUSES_ONE_HANDLE_TWICE[name]:
+                with pytest.raises(ClientError) as refused:
+                    await client.delete_message_batch(QueueUrl=url, Entries=entries)
+                assert refused_code(refused) == "AWS.SimpleQueueService.BatchEntryIdsNotDistinct"
+            else:
+                answer = await client.delete_message_batch(QueueUrl=url, Entries=entries)
+                assert sorted(e["Id"] for e in answer.get("Successful", [])) == ["0", "1"], answer
+
+    run(scenario())
+
+
+# SQS counts message attributes (names, types, values) toward the size limit. moto's server
+# counts the body alone. The engine counts both itself: the producer splits batches and
+# refuses by that count (producer.py), dead letters are fitted to the DLQ's limit by it
+# (dlq.fit_to_size; tests/unit/test_decisions.py); the model counts both, as SQS does.
+COUNTS_ATTRIBUTES_IN_SIZE = {"memory": True, "localstack": True, "moto": False}
+
+
+@pytest.mark.parametrize("name", BACKENDS)
+def test_message_attributes_count_toward_the_size_limit(name: str, request: pytest.FixtureRequest) -> None:
+    async def scenario() -> None:
+        async with backend(name, request) as (client, make):
+            url, _ = await make(max_size=1024)
+            attributes = {"note": {"DataType": "String", "StringValue": "y" * 100}}
+
+            async def send_over() -> None:
+                await client.send_message(QueueUrl=url, MessageBody="x" * 1000, MessageAttributes=attributes)
+
+            if COUNTS_ATTRIBUTES_IN_SIZE[name]:
+                with pytest.raises(ClientError) as refused:
+                    await send_over()
+                assert refused_code(refused) == "InvalidParameterValue"
+            else:
+                await send_over()
+                assert len(await receive(client, url)) == 1, "accepted over the limit"
+
+    run(scenario())
+
+
+# SQS refuses a message with more than 10 message attributes; neither emulator does. The
+# engine keeps to 10 itself: its producer refuses an 11th before sending
+# (tests/unit/test_producer.py) and a dead letter keeps 10, the rest in its error context
+# (test_hostile_input.py, "ten attributes").
+TAKES_ELEVEN_ATTRIBUTES = {"localstack": True, "moto": True}
+
+
+@pytest.mark.parametrize("name", EMULATORS)
+def test_more_than_ten_message_attributes(name: str, request: pytest.FixtureRequest) -> None:
+    async def scenario() -> None:
+        async with backend(name, request) as (client, make):
+            url, _ = await make()
+            eleven = {f"a{i}": {"DataType": "String", "StringValue": "v"} for i in range(11)}
+            if TAKES_ELEVEN_ATTRIBUTES[name]:
+                await client.send_message(QueueUrl=url, MessageBody="m", MessageAttributes=eleven)
+                resp = await client.receive_message(QueueUrl=url, MessageAttributeNames=["All"])
+                assert len(resp["Messages"][0]["MessageAttributes"]) == 11, "taken, where SQS refuses"
+            else:
+                with pytest.raises(ClientError):
+                    await client.send_message(QueueUrl=url, MessageBody="m", MessageAttributes=eleven)
+
+    run(scenario())
+
+
+@pytest.mark.parametrize("name", EMULATORS)
+def test_system_attributes_come_back_on_receive(name: str, request: pytest.FixtureRequest) -> None:
+    """AWSTraceHeader (the X-Ray parent of a job's span), the timestamps behind the age
+    metrics, and a FIFO message's group and sequence number."""
+    header = "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1"
+
+    async def scenario() -> None:
+        async with backend(name, request) as (client, make):
+            url, _ = await make()
+            trace = {"AWSTraceHeader": {"DataType": "String", "StringValue": header}}
+            await client.send_message(QueueUrl=url, MessageBody="t", MessageSystemAttributes=trace)
+            (message,) = await receive(client, url)
+            attributes = message["Attributes"]
+            assert attributes["AWSTraceHeader"] == header
+            assert int(attributes["SentTimestamp"]) <= int(attributes["ApproximateFirstReceiveTimestamp"])
+            fifo, _ = await make(fifo=True)
+            await send(client, fifo, "f", group="g")
+            (ordered,) = await receive(client, fifo)
+            assert ordered["Attributes"]["MessageGroupId"] == "g"
+            assert ordered["Attributes"]["SequenceNumber"].isdigit()
+
+    run(scenario())
+
+
+# SQS refuses a visibility timeout that would keep a message hidden more than 12 hours in
+# all. LocalStack 4.14 takes any; moto's server refuses from the message's send (SQS counts
+# from its first receive). The lease keeper never asks past 12 hours from the receive
+# (delivery.extension_seconds) and takes a refused extension as a lost lease.
+REFUSES_PAST_TWELVE_HOURS = {"localstack": False, "moto": True}
+
+
+@pytest.mark.parametrize("name", EMULATORS)
+def test_a_visibility_past_twelve_hours(name: str, request: pytest.FixtureRequest) -> None:
+    async def scenario() -> None:
+        async with backend(name, request) as (client, make):
+            url, _ = await make()
+            await send(client, url, "m")
+            (message,) = await receive(client, url)
+            entry = {"Id": "0", "ReceiptHandle": message["ReceiptHandle"], "VisibilityTimeout": 43200}
+            if REFUSES_PAST_TWELVE_HOURS[name]:
+                with pytest.raises(ClientError) as refused:  # the whole call, not the entry
+                    await client.change_message_visibility_batch(QueueUrl=url, Entries=[entry])
+                assert refused_code(refused) == "InvalidParameterValue"
+            else:
+                answer = await client.change_message_visibility_batch(QueueUrl=url, Entries=[entry])
+                assert [e["Id"] for e in answer.get("Successful", [])] == ["0"], answer
+
+    run(scenario())
+
+
+# StartMessageMoveTask (`redrive`): LocalStack runs it; moto's server 5.2 does not have it
+# (HTTP 500). `redrive --copy` works on both (test_operations.py, the interrupted copy).
+HAS_MOVE_TASKS = {"localstack": True, "moto": False}
+
+
+@pytest.mark.parametrize("name", EMULATORS)
+def test_message_move_tasks(name: str, request: pytest.FixtureRequest) -> None:
+    async def scenario() -> None:
+        async with backend(name, request) as (client, make):
+            _, dlq = await make(max_receive=1)
+            arn = (await client.get_queue_attributes(QueueUrl=dlq, AttributeNames=["QueueArn"]))["Attributes"]
+            if HAS_MOVE_TASKS[name]:
+                tasks = await client.list_message_move_tasks(SourceArn=arn["QueueArn"])
+                assert tasks.get("Results", []) == []
+            else:
+                once = AioConfig(retries={"total_max_attempts": 1})  # a 500 is retried otherwise
+                async with get_session().create_client(
+                    "sqs", region_name=REGION, endpoint_url=client.meta.endpoint_url, config=once
+                ) as plain:
+                    with pytest.raises(ClientError) as missing:
+                        await plain.list_message_move_tasks(SourceArn=arn["QueueArn"])
+                assert missing.value.response["ResponseMetadata"]["HTTPStatusCode"] == 500
 
     run(scenario())
