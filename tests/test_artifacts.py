@@ -77,6 +77,7 @@ COMMON_FILES = {
     ".dockerignore",
     "docker-compose.yml",
     ".github/workflows/ci.yml",
+    ".github/workflows/template-update.yml",
     ".github/dependabot.yml",
     "deploy/README.md",
     "deploy/aws/queues.yaml",
