@@ -9,6 +9,8 @@ cookiecutter.json) for every render, `cookiecutter` and `cruft` alike.
   `limits_file`.
 - `engine_source(cookiecutter)`: the `[tool.uv.sources]` entry the service installs the
   engine from (`engine_source_for` decides; see its docstring).
+- `git_credential_helper`: the git credential helper the Dockerfile and CI of a service with
+  the engine as a git source use to read the template repository with a token.
 - `partition` / `dns_suffix` (filters on a region): the AWS partition an ARN names and the
   domain its endpoints live under, so that a China, GovCloud or ISO region gets ARNs and
   hosts that exist there.
@@ -73,31 +75,42 @@ def rendered_in_place(template: str | None, root: Path = ROOT) -> bool:
     return template is not None and Path(os.path.expanduser(template)).resolve() == root
 
 
-def engine_source_for(
-    override: str, template: str | None, origin: str | None, commit: str | None, engine_dir: Path
-) -> dict[str, str]:
-    """Where the baked service installs its engine from.
+ENGINE_SOURCES = ("index", "git")  # the `engine_source` answer (cookiecutter.json)
+OVERRIDES = ("path", "git", "index")  # the `_engine_source` extra-context answer
 
-    - `override` (the `_engine_source` answer) wins: "path" (this checkout's engine/),
-      "index" (nothing: the version pin resolves from the package index), or "git".
-    - The template was cloned from a repository (`cookiecutter gh:org/...`, a git URL, or
-      `cruft create`, which clones and gives no `_template`): git, at the exact commit baked
-      from, so the service runs the engine its files were generated with.
+
+def engine_source_for(
+    answer: str,
+    override: str,
+    template: str | None,
+    origin: str | None,
+    commit: str | None,
+    engine_dir: Path,
+) -> dict[str, str]:
+    """Where the baked service installs its engine from ({} = the package index, the pin alone).
+
+    - `override` (the `_engine_source` extra-context answer) wins: "path" (this checkout's
+      engine/), "index" or "git".
     - Rendered in place from a local checkout (`cookiecutter ./checkout`, this repository's
-      own tests and demo): that checkout's engine/, by path.
+      own tests and demo): that checkout's engine/, by path, whatever `answer` says: its
+      version may not be on any index yet, and the checkout is what the files were
+      generated from.
+    - Otherwise the `engine_source` answer: "index" (the version pin resolves from the
+      package index, so Dependabot and Renovate move it), or "git" (the template's
+      repository at the exact commit baked from, for forks without an index).
     """
-    choice = override
-    if not choice:
-        choice = "git" if not rendered_in_place(template) and origin and commit else "path"
+    if override and override not in OVERRIDES:
+        raise ValueError(f"_engine_source must be one of {', '.join(OVERRIDES)} (or empty), got {override!r}")
+    if not override and answer not in ENGINE_SOURCES:
+        raise ValueError(f"engine_source must be one of {', '.join(ENGINE_SOURCES)}, got {answer!r}")
+    choice = override or ("path" if rendered_in_place(template) else answer)
     if choice == "index":
         return {}
     if choice == "path":
         return {"path": str(engine_dir)}
-    if choice == "git":
-        if not (origin and commit):
-            raise ValueError("_engine_source=git needs the template to be a git clone with an origin remote")
-        return {"git": as_url(origin), "subdirectory": "engine", "rev": commit}
-    raise ValueError(f"_engine_source must be one of path, git, index (or empty), got {override!r}")
+    if not (origin and commit):
+        raise ValueError("engine_source=git needs the template to be a git clone with an origin remote")
+    return {"git": as_url(origin), "subdirectory": "engine", "rev": commit}
 
 
 def toml_inline(table: dict[str, str]) -> str:
@@ -107,6 +120,7 @@ def toml_inline(table: dict[str, str]) -> str:
 def engine_source(cookiecutter: dict[str, Any]) -> str:
     """The TOML for `sqs-worker-engine = ...` under [tool.uv.sources], or "" for the index."""
     table = engine_source_for(
+        str(cookiecutter.get("engine_source") or ""),
         str(cookiecutter.get("_engine_source") or ""),
         cookiecutter.get("_template"),
         _git("remote", "get-url", "origin"),
@@ -114,6 +128,16 @@ def engine_source(cookiecutter: dict[str, Any]) -> str:
         ENGINE_DIR,
     )
     return toml_inline(table) if table else ""
+
+
+# How git, asked for the template repository's credentials (a git source of the engine, a
+# private template for `cruft`), gets them from the environment: TEMPLATE_REPO_TOKEN, with
+# TEMPLATE_REPO_USER as the user name (GitHub takes any for a token; x-access-token is the
+# one its app tokens use). Set through GIT_CONFIG_* variables, so it is written to no file.
+GIT_CREDENTIAL_HELPER = (
+    '!f() { test "$1" = get && test -n "$TEMPLATE_REPO_TOKEN" && '
+    'echo "username=${TEMPLATE_REPO_USER:-x-access-token}" && echo "password=$TEMPLATE_REPO_TOKEN"; }; f'
+)
 
 
 def template_origin(cookiecutter: dict[str, Any]) -> str:
@@ -282,6 +306,7 @@ class EngineExtension(Extension):
         environment.globals["engine_source"] = engine_source
         environment.globals["engine_version"] = engine_version()
         environment.globals["template_origin"] = template_origin
+        environment.globals["git_credential_helper"] = GIT_CREDENTIAL_HELPER
         environment.globals["template_commit"] = lambda: _git("rev-parse", "HEAD") or ""
         environment.globals["worker_policy"] = worker_policy
         environment.globals["payload_bucket_placeholder"] = PAYLOAD_BUCKET_PLACEHOLDER

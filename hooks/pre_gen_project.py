@@ -50,6 +50,7 @@ PYTHON_VERSIONS = ("3.11", "3.12", "3.13")
 DEPLOY_TARGETS = ("ecs-and-eks", "ecs", "eks")
 ECS_TARGETS = ("ecs-and-eks", "ecs")
 YES_NO = ("yes", "no")
+ENGINE_SOURCES = ("index", "git")
 
 # Top-level modules the generated project imports or runs next to its package; a package
 # of the same name would shadow them on sys.path (src/ layout, tests on the path).
@@ -362,6 +363,7 @@ def check_choices(problems: Problems, answers: dict[str, object]) -> None:
         ("untrusted_input", YES_NO),
         ("large_payloads", YES_NO),
         ("tracing", YES_NO),
+        ("engine_source", ENGINE_SOURCES),
     ):
         value = answers.get(name)
         if value not in choices:

@@ -79,6 +79,7 @@ COMMON_FILES = {
     "docker-compose.yml",
     "docker-compose.moto.yml",
     ".github/workflows/ci.yml",
+    ".github/workflows/template-update.yml",
     ".github/dependabot.yml",
     "deploy/README.md",
     "deploy/aws/queues.yaml",

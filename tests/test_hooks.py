@@ -49,6 +49,7 @@ VALID: dict[str, str] = {
     "untrusted_input": "no",
     "large_payloads": "no",
     "tracing": "no",
+    "engine_source": "index",
 }
 
 
