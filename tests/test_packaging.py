@@ -1,6 +1,6 @@
 """Where a service gets its engine, and how the engine is released.
 
-- `engine_source_for` (local_extensions.py): the index by default, git on request, this
+- `engine_source_for` (local_extensions.py): git by default, the index on request, this
   checkout's engine/ by path when rendered in place (this suite and `make demo`).
 - The index route, end to end and offline from any real index: the engine's wheel built here
   and served from a local simple index, a service baked for the index, locked, installed and
@@ -57,7 +57,7 @@ GIT = {"git": ORIGIN, "subdirectory": "engine", "rev": COMMIT}
     ],
     ids=["index", "git", "git-cruft", "in-place", "in-place-git", "override-path", "override-git", "override-index"],
 )
-def test_the_engine_comes_from_the_index_unless_asked_otherwise(
+def test_the_engine_comes_from_where_the_answer_says_unless_rendered_in_place(
     answer: str, override: str, template: str | None, expected: dict[str, str]
 ) -> None:
     assert engine_source_for(answer, override, template, ORIGIN, COMMIT, ENGINE_DIR) == expected
