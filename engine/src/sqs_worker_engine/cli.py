@@ -30,7 +30,7 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from . import entry
+from . import signals
 from .health import check_file
 from .settings import ConfigError, ServiceDefaults, WorkerConfig, load_settings
 
@@ -44,7 +44,7 @@ def main(service: ServiceDefaults | None = None, argv: Sequence[str] | None = No
     parser = build_parser(service.command)
     args = parser.parse_args(argv)
     if args.command != "run":
-        entry.restore_default_signals()  # only `run` drains; anything else just stops
+        signals.restore_default_signals()  # only `run` drains; anything else just stops
     try:
         config = load_settings(service=service)
     except ConfigError as exc:

@@ -8,48 +8,18 @@ anything. So the very first thing this module does, before the heavy imports, is
 SIGTERM and SIGINT; the worker acts on a kept signal as soon as it can (it stops without
 receiving anything and exits 0); for any other command the signal acts as usual once
 the command line is parsed.
-Standard library only, and imported without the package's other modules.
+Standard library only (signals.py), and imported without the package's other modules.
 """
 
 from __future__ import annotations
 
-import signal
 from collections.abc import Sequence
-from types import FrameType
 from typing import TYPE_CHECKING
+
+from .signals import keep_stop_signals
 
 if TYPE_CHECKING:
     from .settings import ServiceDefaults
-
-_early: list[int] = []
-
-
-def _keep(signum: int, _frame: FrameType | None) -> None:
-    _early.append(signum)
-
-
-def keep_stop_signals() -> None:
-    """Hold SIGTERM/SIGINT until the worker installs its own handlers."""
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, _keep)
-
-
-def take_early_signal() -> int | None:
-    """The first stop signal that arrived before the worker listened, if any (once)."""
-    if not _early:
-        return None
-    first = _early[0]
-    _early.clear()
-    return first
-
-
-def restore_default_signals() -> None:
-    """For commands other than `run`: signals act as usual again (a kept one now)."""
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    early = take_early_signal()
-    if early is not None:
-        signal.raise_signal(early)
 
 
 def main(service: ServiceDefaults | str | None = None, argv: Sequence[str] | None = None) -> int:

@@ -28,8 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextlib
-import contextvars
 import dataclasses
 import logging
 import threading
@@ -41,9 +39,8 @@ from typing import Any
 from . import clock, tracing
 from .admission import Admission, Ticket
 from .backoff import Backoff
-from .batches import Collector
+from .calls import HandlerCalls
 from .decisions import (
-    DeadLetter,
     Facts,
     Release,
     RetryAfter,
@@ -56,7 +53,7 @@ from .decisions import (
 )
 from .delivery import Delivery, LeaseBook, State
 from .envelopes import ControlMessage, read_payload
-from .errors import DownstreamUnavailable, PayloadError, RetryLater
+from .errors import DownstreamUnavailable, PayloadError
 from .events import Events
 from .health import Health
 from .job import Job
@@ -64,10 +61,10 @@ from .lease import LeaseKeeper
 from .limits import MAX_RECEIVE_BATCH
 from .logs import bind_job, get_logger
 from .offload import PayloadStore, S3Pointer, pointer_of, pointer_problem
-from .outcomes import Ending, classify, describe
+from .outcomes import Ending, describe
 from .prefetch import Pace, prefetch_target
 from .reporting import QueueReport
-from .router import HandlerSpec, call_sync
+from .router import HandlerSpec
 from .settling import Polls, Settler
 from .signatures import SnsSignatures
 from .sqs import QueueInfo, SqsApi
@@ -79,7 +76,6 @@ RESPONSE_ALLOWANCE = 1.0  # seconds a ReceiveMessage response may spend in trans
 # With WORKER_WAIT_TIME_SECONDS=0 an empty queue answers at once; a poller waits this long
 # before asking again (a long poll would wait up to 20 s on SQS's side instead).
 EMPTY_SHORT_POLL_PAUSE = 1.0
-CUT_GRACE = 0.5  # seconds a job cut off at the shutdown deadline gets to react to its cancellation
 
 
 @dataclass(frozen=True)
@@ -150,7 +146,6 @@ class QueuePool:
         self.options = options
         self.worker_id = worker_id
         self.health = health
-        self.process_pool = process_pool
         self.report = QueueReport(info.name, worker_id, events, health, options.concurrency)
         cap = None if info.fifo else options.group_concurrency
         self.admission = Admission(
@@ -180,25 +175,12 @@ class QueuePool:
             worker_id=worker_id,
             on_sqs=self._sqs_answered,
         )
-        self.thread_pool = (
-            concurrent.futures.ThreadPoolExecutor(options.concurrency, thread_name_prefix=f"job-{info.name}")
-            if spec.mode == "thread"
-            else None
-        )
-        self.collector = (
-            None
-            if spec.batch is None
-            else Collector(
-                self._call_batch, min(spec.batch.size, options.concurrency), spec.batch.wait, self._lease_held
-            )
-        )
-        self._batched: dict[str, Delivery] = {}  # batch handlers: the delivery of each job waiting for company
+        self.calls = HandlerCalls(spec, options.concurrency, self.report, process_pool, self._lease_held)
         self.runs: set[Run] = set()
         self.stopping = False
         self._stopped = asyncio.Event()
         self.received_oldest_age = 0.0  # max age at receive since the last backlog sample
         self.received_since_sample = 0  # lets the backlog sampler skip an idle queue
-        self.handlers_running = 0  # handler calls not yet returned, settled or not
         self._pollers: list[asyncio.Task[None]] = []
         # Set while the queue has work: the pollers beyond the first wait for it while the
         # queue is empty, so an idle queue costs one long poll at a time, not one per poller.
@@ -230,8 +212,7 @@ class QueuePool:
         self.admission.stop()
         self._stopped.set()
         self._has_work.set()  # the idle pollers wake, to see that they are done
-        if self.collector is not None:
-            self.collector.close()  # no more jobs are coming to fill a batch
+        self.calls.close()  # no more jobs are coming to fill a batch
         for run in list(self.runs):
             if run.job is not None:
                 run.job._request_stop()
@@ -268,12 +249,11 @@ class QueuePool:
         if self._keeper_task is not None:
             self._keeper_task.cancel()
             await asyncio.gather(self._keeper_task, return_exceptions=True)
-        if self.thread_pool is not None:
-            self.thread_pool.shutdown(wait=False, cancel_futures=True)
+        self.calls.shutdown()
 
     @property
     def active(self) -> int:
-        return self.handlers_running
+        return self.calls.running
 
     @property
     def deferred(self) -> list[Any]:
@@ -286,7 +266,7 @@ class QueuePool:
     def stuck_threads(self) -> int:
         """Handler calls still running after the drain (a thread cannot be interrupted):
         they would hold the interpreter's exit."""
-        return self.handlers_running
+        return self.calls.running
 
     # -- 1. receive ------------------------------------------------------------
 
@@ -551,71 +531,33 @@ class QueuePool:
         self.report.started(job.id)
         if run.delivery.state is State.RECEIVED:
             self.book.start(run.delivery)
-        started = clock.now()
-        with run.span or contextlib.nullcontext():  # the span is current in the handler's task or thread
-            work, ended = self._invoke(job, run)
-        lost, cut = run.delivery.lost(), run.cut
-        await asyncio.wait({work, lost, cut}, timeout=self.options.job_timeout, return_when=asyncio.FIRST_COMPLETED)
-        if work.done() and run.delivery.state is State.LOST:
-            return Ending("lease_lost", None, clock.now() - started)  # whatever it did: not ours now
-        if work.done():
-            error = asyncio.CancelledError() if work.cancelled() else work.exception()
-            requested = error.seconds if isinstance(error, RetryLater) else None
-            return Ending(classify(error), error, clock.now() - started, requested)
-        reason = "shutdown" if cut.done() else "lease_lost" if lost.done() else "timeout"
-        if run.span is not None:
-            run.span.event("cancelled", reason=reason, job_timeout_seconds=self.options.job_timeout)
-        job._cancel(reason)
-        work.cancel()
-        # A job that cannot be interrupted keeps its lease and slot until its work
-        # returns: released now, it could run twice at once. Only the shutdown cut
-        # stops this wait (its message is released at exit, the process ends).
-        if reason == "shutdown":
-            await asyncio.wait({ended}, timeout=CUT_GRACE)
-        elif not ended.done():
-            either: set[asyncio.Future[Any]] = {ended, cut}
-            await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
-            if not ended.done():
-                await asyncio.wait({ended}, timeout=CUT_GRACE)
-        duration = clock.now() - started
-        if reason == "timeout" and run.delivery.state is not State.LOST:
-            if not ended.done():  # cut off at shutdown while its work still runs
-                return Ending("released", None, duration)
-            error = TimeoutError(f"job exceeded its timeout of {self.options.job_timeout:g} s")
-            return Ending("timeout", error, duration)
-        if run.delivery.state is State.LOST:
-            return Ending("lease_lost", None, duration)
-        return Ending("released", None, duration)
+        return await self.calls.call(
+            job,
+            lost=run.delivery.lost(),
+            cut=run.cut,
+            job_timeout=self.options.job_timeout,
+            lease_gone=lambda: run.delivery.state is State.LOST,
+            span=run.span,
+            on_ended=lambda: self.admission.work_ended(run.ticket),
+        )
 
     def _start_span(self, run: Run) -> None:
-        if not self.tracing:
-            return
-        run.span = tracing.JobSpan(
-            self.name, run.delivery.message, self.worker_id, run.attempt, self.options.trace_parent
-        )
-        run.delivery.observer = run.span.note
-        # None for a span not sampled: the log formatter drops None, so no earlier job's
-        # trace lingers on this one's lines (one task runs a FIFO group's jobs in turn).
-        ids: dict[str, str | None] = {"trace_id": None, "span_id": None}
-        bind_job(**(ids | run.span.ids))
+        if self.tracing:
+            run.span = tracing.JobSpan(
+                self.name, run.delivery.message, self.worker_id, run.attempt, self.options.trace_parent
+            )
+            run.delivery.observer = run.span.note
+            bind_job(**run.span.log_ids())
 
     def _trace_ids(self, run: Run) -> dict[str, str] | None:
         return run.span.ids if run.span is not None else None
 
     @staticmethod
     def _end_span(run: Run, settlement: Settlement, ending: Ending) -> None:
-        """What became of the message, on the attempt's span; then the span ends."""
         span, run.span = run.span, None
-        if span is None:
-            return
-        run.delivery.observer = None
-        if isinstance(settlement, RetryAfter | RetryInPlace):
-            span.event("retry", delay_seconds=settlement.seconds, in_place=isinstance(settlement, RetryInPlace))
-        elif isinstance(settlement, DeadLetter):
-            span.event("dead_letter", reason=settlement.why[:1024])
-        elif isinstance(settlement, Release):
-            span.event("released", reason="shutdown" if ending.outcome == "released" else ending.outcome)
-        span.end(ending.outcome, ending.error)
+        if span is not None:
+            run.delivery.observer = None
+            span.settled(settlement, ending)
 
     async def _body(self, run: Run) -> str:
         """The message's payload text: its body, or for an offloaded payload the S3 object
@@ -638,66 +580,9 @@ class QueuePool:
             run.body = fetch.result()
         return run.body
 
-    def _invoke(self, job: Job[Any], run: Run) -> tuple[asyncio.Future[Any], asyncio.Future[None]]:
-        """Start the handler. Returns its result, and a future that is done when the work
-        has really ended (a thread's call returned), which frees the handler slot."""
-        loop = asyncio.get_running_loop()
-        ended: asyncio.Future[None] = loop.create_future()
-
-        def finished(_: object = None) -> None:
-            if not ended.done():
-                ended.set_result(None)
-                self.handlers_running -= 1
-                self.report.running(-1)
-                self.admission.work_ended(run.ticket)
-
-        self.handlers_running += 1
-        self.report.running(+1)
-        if self.collector is not None:
-            self._batched[job.id] = run.delivery
-            result, call_ended = self.collector.submit(job)
-            result.add_done_callback(lambda _r: self._batched.pop(job.id, None))
-            call_ended.add_done_callback(finished)
-            return result, ended
-        if self.spec.mode == "async":
-            task = asyncio.ensure_future(self.spec.fn(job))
-            task.add_done_callback(finished)
-            return task, ended
-        if self.spec.mode == "thread":
-            assert self.thread_pool is not None
-            cf = self.thread_pool.submit(contextvars.copy_context().run, call_sync, self.spec.fn, job)
-        else:
-            assert self.process_pool is not None
-            cf = self.process_pool.submit(call_sync, self.spec.fn, job)
-        cf.add_done_callback(lambda _f: loop.call_soon_threadsafe(finished))
-        return asyncio.wrap_future(cf, loop=loop), ended
-
-    def _lease_held(self, job: Job[Any]) -> bool:
-        delivery = self._batched.get(job.id)
-        return delivery is not None and delivery.state is State.RUNNING
-
-    def _call_batch(self, jobs: list[Job[Any]]) -> tuple[asyncio.Future[Any], asyncio.Future[None]]:
-        """Start a batch handler (batches.Collector calls this): its response, and a future
-        done once its work has ended (a thread's call returned, even if given up). In a
-        context of its own: its log lines must not carry the first job's id or span."""
-        loop = asyncio.get_running_loop()
-        ended: asyncio.Future[None] = loop.create_future()
-        self.report.batch(len(jobs))
-
-        def done(_: object = None) -> None:
-            if not ended.done():
-                ended.set_result(None)
-
-        response: asyncio.Future[Any]
-        if self.spec.mode == "async":
-            response = loop.create_task(self.spec.fn(jobs), context=contextvars.Context())
-            response.add_done_callback(done)
-        else:
-            assert self.thread_pool is not None
-            cf = self.thread_pool.submit(contextvars.Context().run, call_sync, self.spec.fn, jobs)
-            cf.add_done_callback(lambda _f: loop.call_soon_threadsafe(done))
-            response = asyncio.wrap_future(cf, loop=loop)
-        return response, ended
+    def _lease_held(self, job_id: str) -> bool:
+        """A batch job that waited for company may still run: its lease is held."""
+        return any(r.delivery.state is State.RUNNING for r in self.runs if r.delivery.message_id == job_id)
 
     def _size_prefetch(self) -> None:
         self.admission.set_prefetch(

@@ -30,6 +30,9 @@ from opentelemetry import trace
 from opentelemetry.trace import Link, NonRecordingSpan, Span, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+from .decisions import DeadLetter, Release, RetryAfter, RetryInPlace, Settlement
+from .outcomes import Ending
+
 log = logging.getLogger(__name__)
 TRACEPARENT = "traceparent"
 TRACESTATE = "tracestate"
@@ -191,6 +194,23 @@ class JobSpan:
     def note(self, name: str, attributes: Mapping[str, Any]) -> None:
         """A span event (the lease book's observer has this shape)."""
         self.span.add_event(name, {k: v for k, v in attributes.items() if v is not None})
+
+    def log_ids(self) -> dict[str, str | None]:
+        """Its trace and span ids for the job's log lines; None for a span not sampled: the
+        log formatter drops None, so no earlier job's trace lingers on this one's lines
+        (one task runs a FIFO group's jobs in turn)."""
+        ids: dict[str, str | None] = {"trace_id": None, "span_id": None}
+        return ids | self.ids
+
+    def settled(self, settlement: Settlement, ending: Ending) -> None:
+        """What became of the message, as an event; then the span ends."""
+        if isinstance(settlement, RetryAfter | RetryInPlace):
+            self.event("retry", delay_seconds=settlement.seconds, in_place=isinstance(settlement, RetryInPlace))
+        elif isinstance(settlement, DeadLetter):
+            self.event("dead_letter", reason=settlement.why[:1024])
+        elif isinstance(settlement, Release):
+            self.event("released", reason="shutdown" if ending.outcome == "released" else ending.outcome)
+        self.end(ending.outcome, ending.error)
 
     def end(self, outcome: str, error: BaseException | None) -> None:
         self.span.set_attribute("sqs_worker.outcome", outcome)

@@ -26,7 +26,7 @@ from contextlib import AsyncExitStack
 from enum import StrEnum
 from typing import Any
 
-from . import clock, entry, metrics, tracing
+from . import clock, metrics, signals, tracing
 from ._version import ENGINE_VERSION
 from .backoff import Backoff
 from .ecs import ScaleInProtection
@@ -155,7 +155,7 @@ class Worker:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, self._on_signal, sig)
             # A platform may stop a task that is still importing; the entry point kept the signal.
-            early = entry.take_early_signal()
+            early = signals.take_early_signal()
             if early is not None:
                 self._on_signal(signal.Signals(early))
         try:
