@@ -102,11 +102,10 @@ def cmd_run(config: WorkerConfig, args: argparse.Namespace) -> int:
     from . import logs, tracing
     from .worker import StartupError, Worker, load_router
 
-    if not config.settings.handlers:
-        raise ConfigError([("WORKER_HANDLERS", "name the Router to serve, as package.module:attribute")])
+    handlers = _handlers(config)
     logs.configure(config.settings.service_name, config.settings.log_level)
     provider = tracing.configure(config.settings.service_name)
-    router = load_router(config.settings.handlers)
+    router = load_router(handlers)
     worker = Worker(config, router)
     try:
         run_until_stopped(worker.run(handle_signals=True))
@@ -128,6 +127,12 @@ def cmd_run(config: WorkerConfig, args: argparse.Namespace) -> int:
         sys.stdout.flush()
         os._exit(0)
     return 0
+
+
+def _handlers(config: WorkerConfig) -> str:
+    if not config.settings.handlers:
+        raise ConfigError([("WORKER_HANDLERS", "name the Router to serve, as package.module:attribute")])
+    return config.settings.handlers
 
 
 def run_until_stopped(main: Coroutine[Any, Any, None]) -> None:
@@ -223,6 +228,10 @@ def cmd_bootstrap(config: WorkerConfig, args: argparse.Namespace) -> int:
 
 
 def cmd_config(config: WorkerConfig, args: argparse.Namespace) -> int:
+    from .worker import check_handlers, load_router
+
+    # What `run` would refuse, `config` refuses too: it is how an operator checks a change.
+    check_handlers(config, load_router(_handlers(config)))
     print(json.dumps(config.describe(), indent=2, sort_keys=True))
     return 0
 

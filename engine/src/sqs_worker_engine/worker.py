@@ -90,11 +90,7 @@ class Worker:
         event handlers there (tracing, request accounting). `client` replaces the
         aiobotocore clients (the in-memory model in tests); `payloads`, the S3 store of
         offloaded payloads (made from the settings by default)."""
-        missing = [q.name for q in config.queues if router.get(q.name) is None]
-        if missing:
-            raise ConfigError(
-                [("WORKER_QUEUES", f"no handler registered for {', '.join(missing)} in {config.settings.handlers}")]
-            )
+        check_handlers(config, router)
         self.config = config
         self.settings = config.settings
         self.router = router
@@ -435,6 +431,22 @@ class Worker:
                 pool.received_oldest_age = 0.0
                 metrics.OLDEST_MESSAGE.labels(pool.name).set(oldest[pool.name])
             await asyncio.sleep(interval)
+
+
+def check_handlers(config: WorkerConfig, router: Router) -> None:
+    """Refuse a configuration naming a queue the router has no handler for (`run` and `config`)."""
+    missing = [q.name for q in config.queues if router.get(q.name) is None]
+    if missing:
+        served = ", ".join(router.queues) or "none"
+        raise ConfigError(
+            [
+                (
+                    "WORKER_QUEUES",
+                    f"no handler registered for {', '.join(missing)} in {config.settings.handlers} "
+                    f"(it serves: {served})",
+                )
+            ]
+        )
 
 
 def load_router(path: str) -> Router:

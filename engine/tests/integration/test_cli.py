@@ -115,3 +115,18 @@ def test_healthcheck_exit_codes(tmp_path: Path) -> None:
     assert stale.returncode == 1 and "stalled" in stale.stderr
     progress.write_text(f"{time.time()}\n")
     assert cli("healthcheck", "--stalled-after=300", WORKER_HEALTH_FILE=str(progress)).returncode == 0
+
+
+def test_config_refuses_a_queue_without_a_handler_as_run_does() -> None:
+    """`config` is how an operator checks a change before it ships: it must not pass what `run` refuses."""
+    for command in ("config", "run"):
+        result = cli(command, WORKER_QUEUES="test-queue,no-handler-here", WORKER_METRICS_PORT="0")
+        assert result.returncode == 2, f"{command}: exit {result.returncode}\n{result.stdout}{result.stderr}"
+        assert "WORKER_QUEUES" in result.stderr and "no-handler-here" in result.stderr, result.stderr
+        assert "Traceback" not in result.stderr
+
+
+def test_a_misspelt_variable_refuses_to_boot() -> None:
+    result = cli("config", WORKER_CONCURENCY="4")
+    assert result.returncode == 2
+    assert "WORKER_CONCURENCY: unknown setting; did you mean WORKER_CONCURRENCY?" in result.stderr, result.stderr
