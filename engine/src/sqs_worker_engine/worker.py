@@ -1,7 +1,8 @@
 """The worker's lifecycle: start, run one pool per queue, and drain on SIGTERM.
 
 Shutdown sequence (SIGTERM or SIGINT; a second signal flushes decided deletes for up to
-FINAL_FLUSH_SECONDS and exits, a third exits at once):
+FINAL_FLUSH_SECONDS and exits, a third exits at once; the same signal again within
+SIGNAL_ECHO_SECONDS is one signal, see `is_echo`):
 1. stop fetching: no new receive is sent, and running jobs see `job.stopping`;
 2. what is given back (received but not started, handed back at a checkpoint, a poll's
    late answer) is released at once, unless a long poll of ours is still out: then once
@@ -55,6 +56,10 @@ log = logging.getLogger(__name__)
 RELEASE_MARGIN_SECONDS = 10.0
 # A second signal means now: pending deletes get this long to go out, then the process exits.
 FINAL_FLUSH_SECONDS = 2.0
+# Ctrl-C signals the terminal's whole process group, and a wrapper in it (`uv run`, a
+# shell, a process manager) may pass the same signal on a moment later: that echo is not
+# an operator asking to exit without draining. A second Ctrl-C takes longer than this.
+SIGNAL_ECHO_SECONDS = 1.0
 POLL_READ_MARGIN = 10  # seconds past WaitTimeSeconds before the client gives up on a poll
 CONTROL_READ_TIMEOUT = 10.0  # heartbeats, deletes, DLQ sends: also bounded by each lease
 
@@ -103,6 +108,7 @@ class Worker:
         self._stop_requested: asyncio.Event | None = None
         self._stop_reason = ""
         self._signals = 0
+        self._last_signal: tuple[signal.Signals, float] | None = None  # the last one counted, and when
         self._exit_task: asyncio.Task[None] | None = None  # the second signal's final flush
         self._tasks: list[asyncio.Task[Any]] = []
         self._stack = AsyncExitStack()
@@ -155,6 +161,11 @@ class Worker:
             await self.shutdown()
 
     def _on_signal(self, sig: signal.Signals) -> None:
+        now = clock.now()
+        if is_echo(self._last_signal, sig, now):
+            log.info("%s again within %g s: the same stop, still draining", sig.name, SIGNAL_ECHO_SECONDS)
+            return
+        self._last_signal = (sig, now)
         self._signals += 1
         if self._signals == 2:
             # Running jobs are abandoned (their messages come back after their visibility
@@ -431,6 +442,12 @@ class Worker:
                 pool.received_oldest_age = 0.0
                 metrics.OLDEST_MESSAGE.labels(pool.name).set(oldest[pool.name])
             await asyncio.sleep(interval)
+
+
+def is_echo(last: tuple[signal.Signals, float] | None, sig: signal.Signals, now: float) -> bool:
+    """Is `sig` at `now` the same stop as the last signal counted (the same signal, within
+    SIGNAL_ECHO_SECONDS of it)? A different signal, or one later, always counts."""
+    return last is not None and last[0] == sig and now - last[1] < SIGNAL_ECHO_SECONDS
 
 
 def check_handlers(config: WorkerConfig, router: Router) -> None:

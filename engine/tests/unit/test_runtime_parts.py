@@ -253,3 +253,23 @@ def test_a_plain_handler_that_returns_a_coroutine_is_retried_with_the_reason() -
     result = run_handler(router, "q", {"n": 1})
     assert result.outcome == "retry"
     assert "returned coroutine instead of doing its work" in result.reason
+
+
+@pytest.mark.parametrize(
+    ("last", "sig", "now", "echo"),
+    [
+        (None, "SIGINT", 0.0, False),  # the first signal always counts
+        (("SIGINT", 10.0), "SIGINT", 10.2, True),  # a wrapper passing Ctrl-C on: the same stop
+        (("SIGINT", 10.0), "SIGINT", 11.0, False),  # a second Ctrl-C, a second later: exit now
+        (("SIGINT", 10.0), "SIGTERM", 10.2, False),  # another signal is another request
+    ],
+)
+def test_a_repeat_of_the_same_signal_within_a_second_is_an_echo(
+    last: tuple[str, float] | None, sig: str, now: float, echo: bool
+) -> None:
+    import signal
+
+    from sqs_worker_engine.worker import is_echo
+
+    previous = None if last is None else (signal.Signals[last[0]], last[1])
+    assert is_echo(previous, signal.Signals[sig], now) is echo
