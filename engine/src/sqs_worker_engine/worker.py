@@ -27,7 +27,7 @@ from contextlib import AsyncExitStack
 from enum import StrEnum
 from typing import Any
 
-from . import clock, entry, metrics, tracing
+from . import clock, entry, job, metrics, tracing
 from ._version import ENGINE_VERSION
 from .backoff import Backoff
 from .ecs import ScaleInProtection
@@ -118,6 +118,7 @@ class Worker:
         self._client: SqsApi | None = client
         self.payloads = payloads or PayloadStore(self.settings.aws_region, self.settings.aws_endpoint_url)
         self._control: SqsApi | None = None
+        self.resources: Any = None  # what the router's lifespan yielded, once started
 
     # -- the SDK-style surface -------------------------------------------------
 
@@ -291,11 +292,19 @@ class Worker:
                 payloads=self.payloads,
             )
             self.pools.append(pool)
+        # The service's shared resources: opened before the first receive, closed by the
+        # stack after the drain (after the pools, before the SQS clients it was opened after).
+        try:
+            self.resources = await self._stack.enter_async_context(self.router.open_resources())
+        except Exception as exc:
+            log.error("the lifespan failed to open the resources", exc_info=True)
+            raise StartupError(f"the lifespan failed: {type(exc).__name__}: {exc}") from exc
+        job.RESOURCES.set(self.resources)
         self.health.track([pool.name for pool in self.pools])
         self._tasks.append(asyncio.create_task(self.health.write_file_forever(), name="health-file"))
         self._tasks.append(asyncio.create_task(self._sample_backlog(), name="backlog-sampler"))
         if s.metrics_port:
-            checks = self.router.readiness_checks
+            checks = self.router.readiness_checks_with(self.resources)
             if s.database_url is not None:
                 checks.append(("database", database_check(s.database_url.get_secret_value())))
             try:

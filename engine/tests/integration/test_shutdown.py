@@ -322,6 +322,21 @@ def test_invalid_configuration_refuses_to_boot(tmp_path: Path) -> None:
     assert "Traceback" not in output
 
 
+def test_a_failing_lifespan_refuses_to_boot_with_the_reason_and_receives_nothing(
+    sqs: Sqs, localstack_endpoint: str, tmp_path: Path
+) -> None:
+    queue = sqs.create()
+    sqs.send(queue, [{"id": "untouched"}])
+    env = env_for(localstack_endpoint, queue.name, str(tmp_path / "progress"), TEST_QUEUE=queue.name)
+    log = tmp_path / "worker.log"
+    proc = worker_process(env, log, handlers="tests.integration.failing_lifespan_app:router")
+    assert proc.wait(60) == 3, log.read_text()[-3000:]
+    text = log.read_text()
+    assert "cannot start: the lifespan failed: ConnectionRefusedError: database at db:5432 refused" in text, text
+    [message] = sqs.receive_all(queue.url)
+    assert message["Attributes"]["ApproximateReceiveCount"] == "1", "the worker received nothing"
+
+
 def test_missing_queue_is_a_clear_startup_error(localstack_endpoint: str, tmp_path: Path) -> None:
     env = env_for(localstack_endpoint, "no-such-queue-here", str(tmp_path / "p"), TEST_QUEUE="no-such-queue-here")
     proc = worker_process(env, tmp_path / "log")
