@@ -24,8 +24,8 @@ A router with a lifespan (`@router.lifespan`) has it entered around each call, a
 worker does, so `job.resources` is what it yields; `resources=` gives a stand-in instead
 (a fake client, a test database), and the lifespan is not run.
 
-`sqs_worker_engine.testing.end_to_end` runs a whole service against the SQS emulator,
-driven by the examples its payload models declare.
+`check_service(SERVICE, endpoint, tmp_path)` runs a whole service against an SQS emulator,
+driven by the examples its payload models declare (see `end_to_end.py`).
 """
 
 from __future__ import annotations
@@ -285,3 +285,12 @@ async def _run_batch(
 def run_batch(router: Router, queue: str, messages: Sequence[Any], **options: Any) -> list[HandlerResult]:
     """`run_batch_async` from synchronous test code (starts its own event loop)."""
     return asyncio.run(run_batch_async(router, queue, messages, **options))
+
+
+def __getattr__(name: str) -> Any:
+    # The end-to-end check imports the worker and the producer: only for the tests that use it.
+    if name == "check_service":
+        from .end_to_end import check_service
+
+        return check_service
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
