@@ -38,7 +38,7 @@ import threading
 import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
@@ -49,9 +49,13 @@ from .job import Job
 from .outcomes import Outcome, classify
 from .router import Router, call_sync
 
+if TYPE_CHECKING:
+    from .end_to_end import check_service
+
 __all__ = [
     "FROM_LIFESPAN",
     "HandlerResult",
+    "check_service",
     "make_job",
     "run_batch",
     "run_batch_async",
