@@ -382,7 +382,8 @@ class Worker:
         self.health.write_file()
         if self._protection is not None:
             await self._protection.release()
-        await self._stack.aclose()
+        await self._stack.aclose()  # the lifespan's exit among them: after the drain
+        job.RESOURCES.set(None)
         if self._process_pool is not None:
             self._process_pool.shutdown(wait=False, cancel_futures=True)
         self.state = WorkerState.ERROR if failed else WorkerState.STOPPED
