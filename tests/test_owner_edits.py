@@ -21,7 +21,7 @@ import pytest
 from conftest import bake, tool_env
 from test_bake import pytest_summary
 
-pytestmark = pytest.mark.xdist_group("owned-service")  # one bake, its tests in order
+pytestmark = pytest.mark.xdist_group("owned-service")  # one bake for the module
 
 OWN_HANDLERS = '''\
 """Invoices: what this service does, written by its owner."""
@@ -117,11 +117,25 @@ def wait_until(predicate: Callable[[], bool], what: str, timeout: float = 120) -
 
 @pytest.fixture(scope="module")
 def owned(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A default bake, with no uv.lock (as on a machine without uv), made the owner's own."""
+    """A default bake made the owner's own, installed on a machine without uv (so with no
+    uv.lock from the bake): `make install` brings uv into .uv/ first."""
     project = bake(tmp_path_factory.mktemp("owned"))
     package = project / "src" / "orders_worker"
     (package / "handlers.py").write_text(OWN_HANDLERS)
     (project / "tests" / "test_handlers.py").write_text(OWN_TESTS)
+    installed = subprocess.run(
+        ["make", "install"],
+        cwd=project,
+        env=without_uv(tool_env()),
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    output = installed.stdout + installed.stderr
+    assert installed.returncode == 0, output[-3000:]
+    assert "uv is not on PATH: installing it into .uv/" in output, output[-3000:]
+    assert (project / ".uv" / "bin" / "uv").is_file() and (project / "uv.lock").is_file()
     return project
 
 
@@ -132,8 +146,6 @@ def test_replaced_handlers_keep_make_test_green_on_a_machine_without_uv(owned: P
     )
     output = result.stdout + result.stderr
     assert result.returncode == 0, f"`make test` failed after the owner's edits:\n{output[-6000:]}"
-    assert "uv is not on PATH: installing it into .uv/" in output, output[-3000:]
-    assert (owned / ".uv" / "bin" / "uv").is_file() and (owned / "uv.lock").is_file()
     counts = pytest_summary(output)
     assert counts == {"passed": 3}, counts  # the owner's two tests and the end-to-end check
 
@@ -141,8 +153,6 @@ def test_replaced_handlers_keep_make_test_green_on_a_machine_without_uv(owned: P
 def test_ctrl_c_under_make_run_drains_the_running_job(owned: Path, localstack_endpoint: str) -> None:
     """Ctrl-C signals the terminal's whole foreground process group: make, and whatever
     runs the worker. The worker must take that as one request to drain."""
-    if not (owned / ".venv" / "bin" / "python").exists():
-        pytest.fail("the service was not installed: run the `make test` test first (same module)")
     sqs: Any = boto3.client("sqs", endpoint_url=localstack_endpoint, region_name="us-east-1")
     name = f"ctrl-c-{uuid.uuid4().hex[:12]}"
     url = sqs.create_queue(QueueName=name, Attributes={"VisibilityTimeout": "60"})["QueueUrl"]
