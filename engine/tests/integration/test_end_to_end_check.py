@@ -64,3 +64,25 @@ def test_examples_are_read_from_the_models_json_schema_extra() -> None:
     assert '"detail": {"parcel": "p-9"}' in body, "wrapped as EventBridge delivers it"
     assert REJECTED_BODY != PROBE_BODY
     assert Router().get("x") is None
+
+
+def test_an_example_its_own_model_refuses_is_named_before_anything_runs() -> None:
+    from pydantic import BaseModel, ConfigDict
+
+    from sqs_worker_engine import Job
+    from sqs_worker_engine.end_to_end import example_problem
+
+    router = Router()
+
+    class Refund(BaseModel):
+        model_config = ConfigDict(json_schema_extra={"examples": [{"refund_id": 7}]})
+
+        refund_id: str
+
+    @router.handler("refunds", payload=Refund)
+    async def refund(job: Job[Refund]) -> None: ...
+
+    spec = router.get("refunds")
+    assert spec is not None
+    problem = example_problem(spec, message_body(spec, examples_of(Refund)[0]))
+    assert problem is not None and "refund_id" in problem, problem
