@@ -87,9 +87,12 @@ def record_origin(root: Path, answers: dict[str, object]) -> None:
 def lock_dependencies(root: Path) -> None:
     """Pin every dependency in uv.lock now, so the first build is reproducible (the Dockerfile
     and `make install` then install exactly it). Needs uv and the package index; skipped
-    without them, or with SQS_WORKER_TEMPLATE_LOCK=0."""
+    without them (saying so), or with SQS_WORKER_TEMPLATE_LOCK=0."""
     uv = shutil.which("uv")
-    if uv is None or os.environ.get("SQS_WORKER_TEMPLATE_LOCK") == "0" or not (root / "pyproject.toml").is_file():
+    if os.environ.get("SQS_WORKER_TEMPLATE_LOCK") == "0" or not (root / "pyproject.toml").is_file():
+        return
+    if uv is None:
+        warn("uv is not on PATH, so no uv.lock was written: `make install` installs uv and writes it")
         return
     result = subprocess.run([uv, "lock", "--quiet"], cwd=root, capture_output=True, text=True, timeout=300, check=False)
     if result.returncode != 0:
@@ -101,7 +104,7 @@ def next_steps(root: Path, answers: dict[str, object]) -> str:
         "",
         f"Created {answers.get('project_slug', root.name)}. Next steps:",
         f"  cd {root}",
-        "  make install   # .venv with the service and its dev tools (needs uv)",
+        "  make install   # .venv with the service and its dev tools (installs uv if it is missing)",
         "  make test      # lint, types, unit and integration tests (LocalStack is started automatically)",
         "  make dev       # LocalStack + queue bootstrap + the worker",
         "  make up        # the same with Docker Compose",

@@ -272,3 +272,28 @@ def test_post_hook_never_fails_on_malformed_answers(tmp_path: Path) -> None:
     assert "Traceback" not in result.stderr
     assert empty_dirs(project) == []
     assert (project / "src" / "svc" / "idempotency.py").is_file()  # only removed when "no" is explicit
+
+
+def test_a_bake_without_uv_says_that_it_wrote_no_lock(tmp_path: Path) -> None:
+    """A new user who has not installed uv yet is told why uv.lock is missing, and what
+    writes it, instead of finding out at the first locked install."""
+    project = tmp_path / "project"
+    make_project(project, "svc")
+    (project / "pyproject.toml").write_text('[project]\nname = "svc"\nversion = "0.1.0"\n', encoding="utf-8")
+    hook = render_hook(tmp_path, "post_gen_project.py", {**VALID, "package_name": "svc"})
+    no_uv = tmp_path / "bin"  # a PATH on which there is no uv
+    no_uv.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "SQS_WORKER_TEMPLATE_LOCK"}
+    result = subprocess.run(
+        [sys.executable, str(hook)],
+        cwd=project,
+        env={**env, "PATH": str(no_uv)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert not (project / "uv.lock").exists()
+    assert "uv is not on PATH, so no uv.lock was written" in result.stderr, result.stderr
+    assert "make install" in result.stderr

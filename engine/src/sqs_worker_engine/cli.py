@@ -1,7 +1,9 @@
 """The service's command line, built for it: `python -m <service> <command>`.
 
-A service's `__main__` is `sys.exit(cli.main(SERVICE))`, where SERVICE is its
-`ServiceDefaults` (name, version, command and the defaults of its environment).
+A service's `__main__` is `sys.exit(entry.main("<package>.service:SERVICE"))`, where
+SERVICE is its `ServiceDefaults` (name, version, command and the defaults of its
+environment). What `--help` shows is written for the people who operate the service
+(`DESCRIPTION`), not this docstring.
 
 run          run the worker until SIGTERM/SIGINT
 send         enqueue test messages
@@ -36,12 +38,39 @@ from .settings import ConfigError, ServiceDefaults, WorkerConfig, load_settings
 
 EXIT_CONFIG = 2
 EXIT_STARTUP = 3
+DEMO_COUNT = 10  # `send` without a body: this many demo tasks
+
+DESCRIPTION = """\
+Run and operate {name}: the worker, messages for its queues, the queues themselves, its
+configuration and health, and its dead-letter queue.
+
+Settings are environment variables (WORKER_QUEUES, WORKER_CONCURRENCY, AWS_REGION,
+AWS_ENDPOINT_URL...; the README's "Configuration" lists them); `config` prints what is in
+effect. Exit codes: 0 done, 1 the command failed, 2 bad configuration or arguments,
+3 the worker cannot start (a missing queue, a port in use, a failed startup)."""
+
+
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """Shows each option's default, except where there is none to show (unset, off)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default is None or action.default is False or action.default in ([], argparse.SUPPRESS):
+            return action.help
+        return super()._get_help_string(action)
+
+
+class _Parser(argparse.ArgumentParser):
+    """Every parser and subparser formats its help the same way."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", _HelpFormatter)
+        super().__init__(*args, **kwargs)
 
 
 def main(service: ServiceDefaults | None = None, argv: Sequence[str] | None = None) -> int:
     """Parse `argv`, load the settings over `service`'s defaults, run the command; the exit code."""
     service = service or ServiceDefaults()
-    parser = build_parser(service.command)
+    parser = build_parser(service.command, service.name)
     args = parser.parse_args(argv)
     if args.command != "run":
         signals.restore_default_signals()  # only `run` drains; anything else just stops
@@ -61,19 +90,32 @@ def main(service: ServiceDefaults | None = None, argv: Sequence[str] | None = No
         return 1
 
 
-def build_parser(prog: str) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+def build_parser(prog: str, name: str = "this service") -> argparse.ArgumentParser:
+    parser = _Parser(prog=prog, description=DESCRIPTION.format(name=name))
+    sub = parser.add_subparsers(dest="command", required=True, metavar="command")
+    sub.add_parser(
+        "run",
+        help="run the worker until SIGTERM/SIGINT",
+        description="Run the worker. The first SIGTERM or SIGINT (Ctrl-C) drains: nothing new is received,\n"
+        "running jobs get WORKER_SHUTDOWN_TIMEOUT_MS to finish, and the worker exits 0. Another signal\n"
+        "a second or more later exits at once (128 + the signal).",
     )
-    sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("run", help="run the worker until SIGTERM/SIGINT")
-    send = sub.add_parser("send", help="enqueue test messages")
+    send = sub.add_parser(
+        "send",
+        help="send messages to a queue",
+        description="Send messages to a queue: the --body (or --body-file) message once, or demo tasks\n"
+        '({"task_id": ..., "work_ms": ...}) when no body is given.',
+    )
     send.add_argument("--queue", help="queue name (default: the first of WORKER_QUEUES)")
-    send.add_argument("--count", type=int, default=10)
-    send.add_argument("--body", help="message body; default: a demo task as JSON")
-    send.add_argument("--work-ms", type=int, default=200, help="demo task duration")
+    send.add_argument(
+        "--count", type=int, help=f"how many copies to send (default: 1 with --body or --body-file, else {DEMO_COUNT})"
+    )
+    send.add_argument("--body", help="the message body (default: a demo task as JSON)")
+    send.add_argument("--work-ms", type=int, default=200, help="the demo task's duration")
     send.add_argument("--body-file", help="read the message body from this file (large payloads go through S3)")
-    send.add_argument("--group", default="demo", help="MessageGroupId (FIFO queues)")
+    send.add_argument(
+        "--group", help="MessageGroupId: required on a FIFO queue; on a standard queue, the tenant (fair queues)"
+    )
     send.add_argument("--delay", type=int, default=0, help="DelaySeconds, 0-900 (standard queues)")
     send.add_argument(
         "--attribute", action="append", default=[], metavar="NAME=VALUE", help="a String message attribute (repeatable)"
@@ -144,11 +186,10 @@ def cmd_run(config: WorkerConfig, args: argparse.Namespace) -> int:
     from . import logs, tracing
     from .worker import StartupError, Worker, load_router
 
-    if not config.settings.handlers:
-        raise ConfigError([("WORKER_HANDLERS", "name the Router to serve, as package.module:attribute")])
+    handlers = _handlers(config)
     logs.configure(config.settings.service_name, config.settings.log_level)
     provider = tracing.configure(config.settings.service_name)
-    router = load_router(config.settings.handlers)
+    router = load_router(handlers)
     worker = Worker(config, router)
     try:
         run_until_stopped(worker.run(handle_signals=True))
@@ -170,6 +211,12 @@ def cmd_run(config: WorkerConfig, args: argparse.Namespace) -> int:
         sys.stdout.flush()
         os._exit(0)
     return 0
+
+
+def _handlers(config: WorkerConfig) -> str:
+    if not config.settings.handlers:
+        raise ConfigError([("WORKER_HANDLERS", "name the Router to serve, as package.module:attribute")])
+    return config.settings.handlers
 
 
 def run_until_stopped(main: Coroutine[Any, Any, None]) -> None:
@@ -206,6 +253,12 @@ def cmd_send(config: WorkerConfig, args: argparse.Namespace) -> int:
     queue = args.queue or config.queues[0].name
     fifo = queue.endswith(".fifo")
     s = config.settings
+    if fifo and not args.group:
+        raise ConfigError([("--group", f"{queue} is a FIFO queue: name the MessageGroupId its messages go in")])
+    given = args.body is not None or args.body_file is not None
+    count = args.count if args.count is not None else (1 if given else DEMO_COUNT)
+    if count < 1:
+        raise ConfigError([("--count", f"must be at least 1, got {count}")])
     if args.body_file:
         with open(args.body_file, encoding="utf-8") as f:
             args.body = f.read()
@@ -224,13 +277,13 @@ def cmd_send(config: WorkerConfig, args: argparse.Namespace) -> int:
         ) as producer:
             messages = [
                 Message(
-                    args.body or {"task_id": f"demo-{i}", "work_ms": args.work_ms},
-                    group_id=args.group if fifo else None,
+                    args.body if given else {"task_id": f"demo-{i}", "work_ms": args.work_ms},
+                    group_id=args.group,
                     dedup_id=uuid.uuid4().hex if fifo else None,
                     delay=args.delay,
                     attributes=attributes,
                 )
-                for i in range(args.count)
+                for i in range(count)
             ]
             result = await producer.send_batch(messages)
         for failure in result.failed:
@@ -265,6 +318,10 @@ def cmd_bootstrap(config: WorkerConfig, args: argparse.Namespace) -> int:
 
 
 def cmd_config(config: WorkerConfig, args: argparse.Namespace) -> int:
+    from .worker import check_handlers, load_router
+
+    # What `run` would refuse, `config` refuses too: it is how an operator checks a change.
+    check_handlers(config, load_router(_handlers(config)))
     print(json.dumps(config.describe(), indent=2, sort_keys=True))
     return 0
 

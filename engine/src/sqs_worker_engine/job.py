@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import threading
 from collections.abc import Callable
@@ -16,6 +17,11 @@ if TYPE_CHECKING:
     from .offload import S3Pointer
 
 P = TypeVar("P")
+
+# What the router's lifespan yielded, set by the worker (and by `testing.run_handler`) before
+# its first receive; a Job takes it when it is made, so it reaches the handler in whatever
+# task or thread runs it.
+RESOURCES: contextvars.ContextVar[Any] = contextvars.ContextVar("sqs_worker_engine.resources", default=None)
 
 
 @dataclass(eq=False)
@@ -51,6 +57,9 @@ class Job(Generic[P]):
     # Where the payload was, for a message a producer offloaded to S3 (the extended client's
     # format); `body` is then the payload read from there.
     large_payload: S3Pointer | None = None
+    # What the router's lifespan yielded (`@router.lifespan`): the database pool, the HTTP
+    # client... handlers share. None without a lifespan, and in `executor="process"` handlers.
+    resources: Any = field(default_factory=RESOURCES.get, repr=False)
     logger: logging.Logger | Any = field(repr=False, default=None)
     _cancel_flag: threading.Event | None = field(default=None, repr=False)
     _cancel_reason: str | None = field(default=None, repr=False)
@@ -137,6 +146,14 @@ class Job(Generic[P]):
     def __getstate__(self) -> dict[str, Any]:
         # Sent to a worker process: keep the data, drop loop- and thread-bound parts.
         state = dict(self.__dict__)
-        for key in ("logger", "_cancel_flag", "_cancel_event", "_on_progress", "_stop_flag", "_stop_event"):
+        for key in (
+            "resources",
+            "logger",
+            "_cancel_flag",
+            "_cancel_event",
+            "_on_progress",
+            "_stop_flag",
+            "_stop_event",
+        ):
             state[key] = None
         return state

@@ -1,9 +1,13 @@
-"""Maps queues to handlers: the one registry `handlers.py` fills in."""
+"""Maps queues to handlers: the one registry `handlers.py` fills in (handlers, readiness
+checks, and the lifespan that opens and closes what handlers share)."""
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import inspect
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
@@ -13,7 +17,13 @@ from .envelopes import ENVELOPES, EnvelopeKind
 
 Executor = Literal["auto", "async", "thread", "process"]
 F = TypeVar("F", bound=Callable[..., Any])
-ReadinessCheck = Callable[[], Awaitable[bool]]
+# A check takes no argument, or one: what the lifespan yielded (the shared resources).
+ReadinessCheck = Callable[[], Awaitable[bool]] | Callable[[Any], Awaitable[bool]]
+R = TypeVar("R", bound=ReadinessCheck)
+# What `@router.lifespan` takes: an async generator function that yields once (what it
+# yields is `job.resources`), or a function returning an async context manager.
+Lifespan = Callable[[], AsyncIterator[Any]] | Callable[[], AbstractAsyncContextManager[Any]]
+L = TypeVar("L", bound=Lifespan)
 
 
 def is_coroutine_callable(fn: Callable[..., Any]) -> bool:
@@ -81,6 +91,7 @@ class Router:
     def __init__(self) -> None:
         self._handlers: dict[str, HandlerSpec] = {}
         self._readiness: list[tuple[str, ReadinessCheck]] = []
+        self._lifespan: Lifespan | None = None
 
     def handler(
         self,
@@ -147,14 +158,46 @@ class Router:
 
         return register
 
-    def readiness_check(self, name: str) -> Callable[[ReadinessCheck], ReadinessCheck]:
-        """Add a check to /readyz (e.g. the database answers). Never used for liveness."""
+    def readiness_check(self, name: str) -> Callable[[R], R]:
+        """Add a check to /readyz (e.g. the database answers). Never used for liveness. A
+        check that takes an argument is called with the lifespan's resources."""
 
-        def register(fn: ReadinessCheck) -> ReadinessCheck:
+        def register(fn: R) -> R:
             self._readiness.append((name, fn))
             return fn
 
         return register
+
+    def lifespan(self, fn: L) -> L:
+        """Register what opens and closes the resources handlers share (a database pool, an
+        HTTP client): an async generator function that opens them, yields them once, and
+        closes them after (or a function returning an async context manager). The worker
+        enters it before its first receive and leaves it after the drain; what it yields is
+        `job.resources` in every handler (not in `executor="process"` ones) and the argument
+        of readiness checks that take one. If it raises before yielding, the worker refuses
+        to start (exit 3) with the reason, having received nothing."""
+        if self._lifespan is not None:
+            raise ValueError(f"the router already has a lifespan: {getattr(self._lifespan, '__qualname__', '?')}")
+        self._lifespan = fn
+        return fn
+
+    def open_resources(self) -> AbstractAsyncContextManager[Any]:
+        """The lifespan as a context manager that gives the resources (None without one)."""
+        if self._lifespan is None:
+            return contextlib.nullcontext(None)
+        if inspect.isasyncgenfunction(inspect.unwrap(self._lifespan)):
+            return contextlib.asynccontextmanager(self._lifespan)()  # type: ignore[arg-type]
+        opened = self._lifespan()
+        if not isinstance(opened, AbstractAsyncContextManager):
+            raise TypeError(
+                f"lifespan {getattr(self._lifespan, '__qualname__', '?')} must be an async generator function "
+                f"(yield the resources once) or return an async context manager, not {type(opened).__name__}"
+            )
+        return opened
+
+    def readiness_checks_with(self, resources: Any) -> list[tuple[str, Callable[[], Awaitable[bool]]]]:
+        """The readiness checks, those that take the resources given them."""
+        return [(name, _bind(fn, resources)) for name, fn in self._readiness]
 
     def get(self, queue: str) -> HandlerSpec | None:
         return self._handlers.get(queue)
@@ -166,3 +209,17 @@ class Router:
     @property
     def readiness_checks(self) -> list[tuple[str, ReadinessCheck]]:
         return list(self._readiness)
+
+    @property
+    def has_lifespan(self) -> bool:
+        return self._lifespan is not None
+
+
+def _bind(fn: ReadinessCheck, resources: Any) -> Callable[[], Awaitable[bool]]:
+    try:
+        takes = len(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):  # a callable inspect cannot read: call it as it is
+        takes = 0
+    if not takes:
+        return fn  # type: ignore[return-value]
+    return functools.partial(fn, resources)  # type: ignore[call-arg]

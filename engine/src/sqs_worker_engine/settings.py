@@ -13,6 +13,7 @@ VISIBILITY_TIMEOUT_SECONDS, POLLERS, RATE_LIMIT, GROUP_CONCURRENCY.
 
 from __future__ import annotations
 
+import difflib
 import math
 import os
 import re
@@ -425,13 +426,14 @@ def load_settings(environ: Mapping[str, str] | None = None, service: ServiceDefa
     if "AWS_DEFAULT_REGION" in given:
         defaults.pop("AWS_REGION", None)  # a region the environment gives beats the service's default
     env = {**defaults, **given}
-    problems: list[tuple[str, str]] = []
+    # A misspelt variable would otherwise be ignored without a word, and its default used.
+    problems: list[tuple[str, str]] = [(var, unknown_setting(var)) for var in sorted(env) if _is_unknown(var, env[var])]
     values: dict[str, Any] = {k: v for k, v in env.items() if k in _ALIASES}
     values.setdefault("OTEL_SERVICE_NAME", service.name)
     try:
         settings = Settings.model_validate(values)
     except ValidationError as exc:
-        raise ConfigError(_explain(exc, env)) from None
+        raise ConfigError(problems + _explain(exc, env)) from None
 
     by_key = {queue_env_key(name): name for name in settings.queues}
     overrides: dict[str, dict[str, str]] = {name: {} for name in settings.queues}
@@ -442,7 +444,10 @@ def load_settings(environ: Mapping[str, str] | None = None, service: ServiceDefa
         # GROUP_CONCURRENCY ends in CONCURRENCY: of the readings, the one naming a queue wins.
         readings = [(rest[: -len(s) - 1], s) for s in QUEUE_OVERRIDES if rest.endswith("_" + s)]
         if not readings:
-            problems.append((var, f"unknown per-queue setting; use one of {', '.join(QUEUE_OVERRIDES)}"))
+            known_vars = [f"{QUEUE_OVERRIDE_PREFIX}{k}_{s}" for k in by_key for s in QUEUE_OVERRIDES]
+            close = difflib.get_close_matches(var, known_vars, n=1, cutoff=0.8)
+            hint = f"; did you mean {close[0]}?" if close else ""
+            problems.append((var, f"unknown per-queue setting; use one of {', '.join(QUEUE_OVERRIDES)}{hint}"))
             continue
         known = [(k, s) for k, s in readings if k in by_key]
         if len(known) > 1:
@@ -595,6 +600,28 @@ for _name, _field in Settings.model_fields.items():
     for _choice in _alias.choices if isinstance(_alias, AliasChoices) else [_alias]:
         if isinstance(_choice, str):
             _ALIASES[_choice] = _name
+
+
+# What Kubernetes injects for a Service in the namespace named "worker-..." (service links:
+# WORKER_SERVICE_HOST, WORKER_PORT=tcp://..., WORKER_PORT_9102_TCP_ADDR...): not settings.
+_SERVICE_LINK = re.compile(r"^[A-Z0-9_]*_(SERVICE_HOST|SERVICE_PORT(_[A-Z0-9_]+)?|PORT_\d+_(TCP|UDP|SCTP)(_[A-Z]+)?)$")
+
+
+def _is_unknown(var: str, value: str) -> bool:
+    """A WORKER_ variable the engine does not read (per-queue ones are checked by name later)."""
+    if not var.startswith("WORKER_") or var in _ALIASES or var.startswith(QUEUE_OVERRIDE_PREFIX):
+        return False
+    link = _SERVICE_LINK.match(var) or (var.endswith("_PORT") and re.match(r"^(tcp|udp|sctp)://", value))
+    return not link
+
+
+def unknown_setting(var: str) -> str:
+    """What to say about an unknown WORKER_ variable: the closest known one, if any is close."""
+    known = [alias for alias in _ALIASES if alias.startswith("WORKER_")]
+    close = difflib.get_close_matches(var, known, n=1, cutoff=0.75)
+    if close:
+        return f"unknown setting; did you mean {close[0]}?"
+    return "unknown setting (the README's Configuration lists them; per queue: WORKER_QUEUE_<KEY>_<SETTING>)"
 
 
 def _explain(exc: ValidationError, env: Mapping[str, str]) -> list[tuple[str, str]]:

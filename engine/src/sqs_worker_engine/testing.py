@@ -19,18 +19,26 @@ from the same decision the worker makes (`outcomes.classify`): "success" (delete
 A batch handler (`Router.batch_handler`) runs with `run_batch(router, QUEUE, [m1, m2])`,
 which returns one HandlerResult per message, in order: the jobs the response names are
 "retry", as in the worker.
+
+A router with a lifespan (`@router.lifespan`) has it entered around each call, as the
+worker does, so `job.resources` is what it yields; `resources=` gives a stand-in instead
+(a fake client, a test database), and the lifespan is not run.
+
+`check_service(SERVICE, endpoint, tmp_path)` runs a whole service against an SQS emulator,
+driven by the examples its payload models declare (see `end_to_end.py`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import threading
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
@@ -41,7 +49,19 @@ from .job import Job
 from .outcomes import Outcome, classify
 from .router import Router, call_sync
 
-__all__ = ["HandlerResult", "make_job", "run_batch", "run_batch_async", "run_handler", "run_handler_async"]
+if TYPE_CHECKING:
+    from .end_to_end import check_service
+
+__all__ = [
+    "FROM_LIFESPAN",
+    "HandlerResult",
+    "check_service",
+    "make_job",
+    "run_batch",
+    "run_batch_async",
+    "run_handler",
+    "run_handler_async",
+]
 
 
 def _body(value: str | bytes | BaseModel | Any) -> str:
@@ -67,8 +87,10 @@ def make_job(
     message_attributes: Mapping[str, Any] | None = None,
     worker_id: str = "test-worker",
     envelope: Envelope | None = None,
+    resources: Any = None,
 ) -> Job[Any]:
-    """A `Job` as a handler receives it, carrying `payload` as given (no validation)."""
+    """A `Job` as a handler receives it, carrying `payload` as given (no validation), and
+    `resources` as `job.resources`."""
     attrs = {"ApproximateReceiveCount": str(receive_count), **(attributes or {})}
     if group_id is not None:
         attrs["MessageGroupId"] = group_id
@@ -83,10 +105,30 @@ def make_job(
         max_retries=max_retries,
         worker_id=worker_id,
         envelope=envelope,
+        resources=resources,
         logger=logging.getLogger(f"sqs_worker_engine.testing.{queue}"),
         _cancel_flag=threading.Event(),
         _stop_flag=threading.Event(),
     )
+
+
+class _FromLifespan:
+    """The default of `resources=`: open the router's lifespan around the call."""
+
+    def __repr__(self) -> str:
+        return "FROM_LIFESPAN"
+
+
+FROM_LIFESPAN: Any = _FromLifespan()
+
+
+@contextlib.asynccontextmanager
+async def _resources(router: Router, given: Any) -> AsyncIterator[Any]:
+    if given is not FROM_LIFESPAN:
+        yield given
+        return
+    async with router.open_resources() as opened:
+        yield opened
 
 
 @dataclass
@@ -115,13 +157,29 @@ async def run_handler_async(
     *,
     timeout: float | None = None,  # noqa: ASYNC109 - stands for the job timeout, as the worker applies it
     stopping: bool = False,
+    resources: Any = FROM_LIFESPAN,
     **job_fields: Any,
 ) -> HandlerResult:
     """Run `queue`'s handler on `message` (a body string, a model, or a JSON-able value).
 
     `timeout` stands for the job timeout; `stopping=True` runs it as during a SIGTERM
-    drain (`job.stopping` set). `job_fields` go to `make_job` (receive_count, group_id...).
+    drain (`job.stopping` set). `resources` is `job.resources` (default: the router's
+    lifespan is entered around the call). `job_fields` go to `make_job` (receive_count,
+    group_id...).
     """
+    async with _resources(router, resources) as shared:
+        return await _run_one(router, queue, message, timeout, stopping, shared, job_fields)
+
+
+async def _run_one(
+    router: Router,
+    queue: str,
+    message: str | bytes | BaseModel | Any,
+    timeout: float | None,  # noqa: ASYNC109
+    stopping: bool,
+    resources: Any,
+    job_fields: dict[str, Any],
+) -> HandlerResult:
     spec = router.get(queue)
     if spec is None:
         raise LookupError(f"no handler for queue {queue!r}; the router serves {router.queues}")
@@ -134,7 +192,7 @@ async def run_handler_async(
         return HandlerResult("dropped", None, exc)
     except PayloadError as exc:
         return HandlerResult("dead_letter", None, exc)
-    job = make_job(payload, queue=queue, body=body, envelope=envelope, **job_fields)
+    job = make_job(payload, queue=queue, body=body, envelope=envelope, resources=resources, **job_fields)
     if stopping:
         job._request_stop()
     if spec.mode == "async":
@@ -167,10 +225,24 @@ async def run_batch_async(
     messages: Sequence[str | bytes | BaseModel | Any],
     *,
     timeout: float | None = None,  # noqa: ASYNC109 - stands for the job timeout, as the worker applies it
+    resources: Any = FROM_LIFESPAN,
     **job_fields: Any,
 ) -> list[HandlerResult]:
     """Run `queue`'s batch handler once on `messages`; one result per message, in order.
-    A body that fails the envelope or the model is dead-lettered and left out of the call."""
+    A body that fails the envelope or the model is dead-lettered and left out of the call.
+    `resources` as for `run_handler_async`."""
+    async with _resources(router, resources) as shared:
+        return await _run_batch(router, queue, messages, timeout, shared, job_fields)
+
+
+async def _run_batch(
+    router: Router,
+    queue: str,
+    messages: Sequence[str | bytes | BaseModel | Any],
+    timeout: float | None,  # noqa: ASYNC109
+    resources: Any,
+    job_fields: dict[str, Any],
+) -> list[HandlerResult]:
     spec = router.get(queue)
     if spec is None:
         raise LookupError(f"no handler for queue {queue!r}; the router serves {router.queues}")
@@ -188,7 +260,9 @@ async def run_batch_async(
         except PayloadError as exc:
             results[i] = HandlerResult("dead_letter", None, exc)
             continue
-        jobs.append((i, make_job(payload, queue=queue, body=body, envelope=envelope, **job_fields)))
+        jobs.append(
+            (i, make_job(payload, queue=queue, body=body, envelope=envelope, resources=resources, **job_fields))
+        )
     batch = [job for _, job in jobs]
     if batch:
         work: Any = spec.fn(batch) if spec.mode == "async" else asyncio.to_thread(call_sync, spec.fn, batch)
@@ -215,3 +289,12 @@ async def run_batch_async(
 def run_batch(router: Router, queue: str, messages: Sequence[Any], **options: Any) -> list[HandlerResult]:
     """`run_batch_async` from synchronous test code (starts its own event loop)."""
     return asyncio.run(run_batch_async(router, queue, messages, **options))
+
+
+def __getattr__(name: str) -> Any:
+    # The end-to-end check imports the worker and the producer: only for the tests that use it.
+    if name == "check_service":
+        from .end_to_end import check_service
+
+        return check_service
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

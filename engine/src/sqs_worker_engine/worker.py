@@ -1,7 +1,8 @@
 """The worker's lifecycle: start, run one pool per queue, and drain on SIGTERM.
 
 Shutdown sequence (SIGTERM or SIGINT; a second signal flushes decided deletes for up to
-FINAL_FLUSH_SECONDS and exits, a third exits at once):
+FINAL_FLUSH_SECONDS and exits, a third exits at once; the same signal again within
+SIGNAL_ECHO_SECONDS is one signal, see `is_echo`):
 1. stop fetching: no new receive is sent, and running jobs see `job.stopping`;
 2. what is given back (received but not started, handed back at a checkpoint, a poll's
    late answer) is released at once, unless a long poll of ours is still out: then once
@@ -26,7 +27,7 @@ from contextlib import AsyncExitStack
 from enum import StrEnum
 from typing import Any
 
-from . import clock, metrics, signals, tracing
+from . import clock, job, metrics, signals, tracing
 from ._version import ENGINE_VERSION
 from .backoff import Backoff
 from .ecs import ScaleInProtection
@@ -56,6 +57,10 @@ log = logging.getLogger(__name__)
 RELEASE_MARGIN_SECONDS = 10.0
 # A second signal means now: pending deletes get this long to go out, then the process exits.
 FINAL_FLUSH_SECONDS = 2.0
+# Ctrl-C signals the terminal's whole process group, and a wrapper in it (`uv run`, a
+# shell, a process manager) may pass the same signal on a moment later: that echo is not
+# an operator asking to exit without draining. A second Ctrl-C takes longer than this.
+SIGNAL_ECHO_SECONDS = 1.0
 POLL_READ_MARGIN = 10  # seconds past WaitTimeSeconds before the client gives up on a poll
 CONTROL_READ_TIMEOUT = 10.0  # heartbeats, deletes, DLQ sends: also bounded by each lease
 
@@ -91,11 +96,7 @@ class Worker:
         event handlers there (tracing, request accounting). `client` replaces the
         aiobotocore clients (the in-memory model in tests); `payloads`, the S3 store of
         offloaded payloads (made from the settings by default)."""
-        missing = [q.name for q in config.queues if router.get(q.name) is None]
-        if missing:
-            raise ConfigError(
-                [("WORKER_QUEUES", f"no handler registered for {', '.join(missing)} in {config.settings.handlers}")]
-            )
+        check_handlers(config, router)
         self.config = config
         self.settings = config.settings
         self.router = router
@@ -108,6 +109,7 @@ class Worker:
         self._stop_requested: asyncio.Event | None = None
         self._stop_reason = ""
         self._signals = 0
+        self._last_signal: tuple[signal.Signals, float] | None = None  # the last one counted, and when
         self._exit_task: asyncio.Task[None] | None = None  # the second signal's final flush
         self._tasks: list[asyncio.Task[Any]] = []
         self._stack = AsyncExitStack()
@@ -124,6 +126,7 @@ class Worker:
         )
         self._control: SqsApi | None = None
         self.signatures = SnsSignatures(self.settings.aws_endpoint_url) if self.settings.sns_verify_signatures else None
+        self.resources: Any = None  # what the router's lifespan yielded, once started
 
     # -- the SDK-style surface -------------------------------------------------
 
@@ -167,6 +170,11 @@ class Worker:
             await self.shutdown()
 
     def _on_signal(self, sig: signal.Signals) -> None:
+        now = clock.now()
+        if is_echo(self._last_signal, sig, now):
+            log.info("%s again within %g s: the same stop, still draining", sig.name, SIGNAL_ECHO_SECONDS)
+            return
+        self._last_signal = (sig, now)
         self._signals += 1
         if self._signals == 2:
             # Running jobs are abandoned (their messages come back after their visibility
@@ -297,11 +305,19 @@ class Worker:
                 signatures=self.signatures,
             )
             self.pools.append(pool)
+        # The service's shared resources: opened before the first receive, closed by the
+        # stack after the drain (after the pools, before the SQS clients it was opened after).
+        try:
+            self.resources = await self._stack.enter_async_context(self.router.open_resources())
+        except Exception as exc:
+            log.error("the lifespan failed to open the resources", exc_info=True)
+            raise StartupError(f"the lifespan failed: {type(exc).__name__}: {exc}") from exc
+        job.RESOURCES.set(self.resources)
         self.health.track([pool.name for pool in self.pools])
         self._tasks.append(asyncio.create_task(self.health.write_file_forever(), name="health-file"))
         self._tasks.append(asyncio.create_task(self._sample_backlog(), name="backlog-sampler"))
         if s.metrics_port:
-            checks = self.router.readiness_checks
+            checks = self.router.readiness_checks_with(self.resources)
             if s.database_url is not None:
                 checks.append(("database", database_check(s.database_url.get_secret_value())))
             try:
@@ -379,7 +395,8 @@ class Worker:
         self.health.write_file()
         if self._protection is not None:
             await self._protection.release()
-        await self._stack.aclose()
+        await self._stack.aclose()  # the lifespan's exit among them: after the drain
+        job.RESOURCES.set(None)
         if self._process_pool is not None:
             self._process_pool.shutdown(wait=False, cancel_futures=True)
         self.state = WorkerState.ERROR if failed else WorkerState.STOPPED
@@ -448,6 +465,28 @@ class Worker:
                 pool.received_oldest_age = 0.0
                 metrics.OLDEST_MESSAGE.labels(pool.name).set(oldest[pool.name])
             await asyncio.sleep(interval)
+
+
+def is_echo(last: tuple[signal.Signals, float] | None, sig: signal.Signals, now: float) -> bool:
+    """Is `sig` at `now` the same stop as the last signal counted (the same signal, within
+    SIGNAL_ECHO_SECONDS of it)? A different signal, or one later, always counts."""
+    return last is not None and last[0] == sig and now - last[1] < SIGNAL_ECHO_SECONDS
+
+
+def check_handlers(config: WorkerConfig, router: Router) -> None:
+    """Refuse a configuration naming a queue the router has no handler for (`run` and `config`)."""
+    missing = [q.name for q in config.queues if router.get(q.name) is None]
+    if missing:
+        served = ", ".join(router.queues) or "none"
+        raise ConfigError(
+            [
+                (
+                    "WORKER_QUEUES",
+                    f"no handler registered for {', '.join(missing)} in {config.settings.handlers} "
+                    f"(it serves: {served})",
+                )
+            ]
+        )
 
 
 def load_router(path: str) -> Router:

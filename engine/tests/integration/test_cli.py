@@ -115,3 +115,55 @@ def test_healthcheck_exit_codes(tmp_path: Path) -> None:
     assert stale.returncode == 1 and "stalled" in stale.stderr
     progress.write_text(f"{time.time()}\n")
     assert cli("healthcheck", "--stalled-after=300", WORKER_HEALTH_FILE=str(progress)).returncode == 0
+
+
+def test_config_refuses_a_queue_without_a_handler_as_run_does() -> None:
+    """`config` is how an operator checks a change before it ships: it must not pass what `run` refuses."""
+    for command in ("config", "run"):
+        result = cli(command, WORKER_QUEUES="test-queue,no-handler-here", WORKER_METRICS_PORT="0")
+        assert result.returncode == 2, f"{command}: exit {result.returncode}\n{result.stdout}{result.stderr}"
+        assert "WORKER_QUEUES" in result.stderr and "no-handler-here" in result.stderr, result.stderr
+        assert "Traceback" not in result.stderr
+
+
+def test_a_misspelt_variable_refuses_to_boot() -> None:
+    result = cli("config", WORKER_CONCURENCY="4")
+    assert result.returncode == 2
+    assert "WORKER_CONCURENCY: unknown setting; did you mean WORKER_CONCURRENCY?" in result.stderr, result.stderr
+
+
+def test_send_with_a_body_sends_it_once_unless_a_count_is_given(sqs: Sqs, localstack_endpoint: str) -> None:
+    queue = sqs.create()
+    env = {"AWS_ENDPOINT_URL": localstack_endpoint, "WORKER_QUEUES": queue.name}
+    once = cli("send", "--body", '{"id": "one"}', **env)
+    assert once.returncode == 0, once.stderr
+    assert "sent 1 message(s)" in once.stdout, once.stdout
+    thrice = cli("send", "--body", '{"id": "three"}', "--count", "3", **env)
+    assert thrice.returncode == 0, thrice.stderr
+    bodies = sorted(m["Body"] for m in sqs.receive_all(queue.url))
+    assert bodies == ['{"id": "one"}'] + ['{"id": "three"}'] * 3
+
+
+def test_send_to_a_fifo_queue_needs_a_group(sqs: Sqs, localstack_endpoint: str) -> None:
+    queue = sqs.create(fifo=True)
+    env = {"AWS_ENDPOINT_URL": localstack_endpoint, "WORKER_QUEUES": queue.name}
+    refused = cli("send", "--body", '{"id": "x"}', **env)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert "--group" in refused.stderr and "FIFO" in refused.stderr and "Traceback" not in refused.stderr
+    sent = cli("send", "--body", '{"id": "x"}', "--group", "customer-7", **env)
+    assert sent.returncode == 0, sent.stderr
+    [message] = sqs.receive_all(queue.url)
+    assert message["Attributes"]["MessageGroupId"] == "customer-7"
+
+
+def test_help_is_written_for_operators_and_shows_the_defaults() -> None:
+    main = cli("--help")
+    send = cli("send", "--help")
+    assert main.returncode == 0 and send.returncode == 0
+    for text in (main.stdout, send.stdout):
+        assert "sys.exit" not in text and "cli.main" not in text and "ServiceDefaults" not in text, text
+    assert "test-service" in main.stdout and "Exit codes" in main.stdout, main.stdout
+    flat = " ".join(send.stdout.split())
+    assert "(default: 1 with --body or --body-file, else 10)" in flat, flat
+    assert "(default: 200)" in flat and "(default: 0)" in flat, flat
+    assert "required on a FIFO queue" in flat, flat

@@ -19,6 +19,7 @@ import pytest
 
 from sqs_worker_engine import Job, Router, Worker, WorkerState
 from sqs_worker_engine.settings import load_settings
+from sqs_worker_engine.worker import SIGNAL_ECHO_SECONDS
 
 from ..support import (
     PACKAGE,
@@ -208,14 +209,24 @@ def test_a_thread_started_with_to_thread_does_not_hold_the_exit(
         time.sleep(0.2)
 
 
+def second_signal(proc: subprocess.Popen[bytes], log: Path, sig: signal.Signals = signal.SIGTERM) -> None:
+    """A second signal as an operator gives it: once the worker took the first (it logged
+    that it drains), and longer after it than an echo of it would come."""
+    deadline = time.monotonic() + 30
+    while not any("draining" in str(line.get("message")) for line in log_lines(log)):
+        assert time.monotonic() < deadline, f"the worker never took the first signal:\n{log.read_text()[-3000:]}"
+        time.sleep(0.05)
+    time.sleep(SIGNAL_ECHO_SECONDS + 0.2)  # a lower bound, not a race: later is just as good
+    proc.send_signal(sig)
+
+
 def test_second_signal_exits_at_once(sqs: Sqs, localstack_endpoint: str, tmp_path: Path) -> None:
     queue = sqs.create(visibility=300)
     sqs.send(queue, [{"id": "slow", "seconds": 60}])
-    proc, records, _ = start(sqs, localstack_endpoint, tmp_path, queue.name)
+    proc, records, log = start(sqs, localstack_endpoint, tmp_path, queue.name)
     wait_records(records, lambda r: len(events(r, "start")) == 1)
     proc.send_signal(signal.SIGTERM)
-    time.sleep(0.5)
-    proc.send_signal(signal.SIGTERM)
+    second_signal(proc, log)
     assert proc.wait(30) == 128 + signal.SIGTERM
     assert events(read_records(records), "done") == []
 
@@ -232,10 +243,24 @@ def test_second_signal_still_sends_the_deletes_of_finished_jobs(
     )
     wait_records(records, lambda r: len(events(r, "done")) == 1 and len(events(r, "start")) == 2)
     proc.send_signal(signal.SIGTERM)
-    time.sleep(0.5)
-    proc.send_signal(signal.SIGTERM)
+    second_signal(proc, log)
     assert proc.wait(30) == 128 + signal.SIGTERM, log.read_text()
     assert sum(sqs.counts(queue.url)) == 1, "only the unfinished job is left; the finished one was deleted"
+
+
+def test_the_same_signal_again_within_a_second_is_one_stop(sqs: Sqs, localstack_endpoint: str, tmp_path: Path) -> None:
+    """Ctrl-C signals the terminal's whole process group; a wrapper in it (`uv run`) passes
+    the SIGINT on again some 200 ms later. That echo must not cut the drain short."""
+    queue = sqs.create(visibility=300)
+    sqs.send(queue, [{"id": "slow", "seconds": 3}])
+    proc, records, log = start(sqs, localstack_endpoint, tmp_path, queue.name, **SHORT_POLLS)
+    wait_records(records, lambda r: len(events(r, "start")) == 1)
+    proc.send_signal(signal.SIGINT)
+    time.sleep(0.1)  # what the echo comes after; the worker must take both as one
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(60) == 0, log.read_text()[-3000:]
+    assert events(read_records(records), "done") == ["slow"], "the running job finished"
+    assert sqs.counts(queue.url) == (0, 0), "and was deleted"
 
 
 def test_sigkill_mid_job_is_survivable(sqs: Sqs, localstack_endpoint: str, tmp_path: Path) -> None:
@@ -295,6 +320,21 @@ def test_invalid_configuration_refuses_to_boot(tmp_path: Path) -> None:
     for variable in ("WORKER_CONCURRENCY", "WORKER_JOB_TIMEOUT_MS", "WORKER_QUEUES"):
         assert variable in output
     assert "Traceback" not in output
+
+
+def test_a_failing_lifespan_refuses_to_boot_with_the_reason_and_receives_nothing(
+    sqs: Sqs, localstack_endpoint: str, tmp_path: Path
+) -> None:
+    queue = sqs.create()
+    sqs.send(queue, [{"id": "untouched"}])
+    env = env_for(localstack_endpoint, queue.name, str(tmp_path / "progress"), TEST_QUEUE=queue.name)
+    log = tmp_path / "worker.log"
+    proc = worker_process(env, log, handlers="tests.integration.failing_lifespan_app:router")
+    assert proc.wait(60) == 3, log.read_text()[-3000:]
+    text = log.read_text()
+    assert "cannot start: the lifespan failed: ConnectionRefusedError: database at db:5432 refused" in text, text
+    [message] = sqs.receive_all(queue.url)
+    assert message["Attributes"]["ApproximateReceiveCount"] == "1", "the worker received nothing"
 
 
 def test_missing_queue_is_a_clear_startup_error(localstack_endpoint: str, tmp_path: Path) -> None:

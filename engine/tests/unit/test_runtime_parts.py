@@ -252,3 +252,80 @@ def test_a_plain_handler_that_returns_a_coroutine_is_retried_with_the_reason() -
     result = run_handler(router, "q", {"n": 1})
     assert result.outcome == "retry"
     assert "returned coroutine instead of doing its work" in result.reason
+
+
+@pytest.mark.parametrize(
+    ("last", "sig", "now", "echo"),
+    [
+        (None, "SIGINT", 0.0, False),  # the first signal always counts
+        (("SIGINT", 10.0), "SIGINT", 10.2, True),  # a wrapper passing Ctrl-C on: the same stop
+        (("SIGINT", 10.0), "SIGINT", 11.0, False),  # a second Ctrl-C, a second later: exit now
+        (("SIGINT", 10.0), "SIGTERM", 10.2, False),  # another signal is another request
+    ],
+)
+def test_a_repeat_of_the_same_signal_within_a_second_is_an_echo(
+    last: tuple[str, float] | None, sig: str, now: float, echo: bool
+) -> None:
+    import signal
+
+    from sqs_worker_engine.worker import is_echo
+
+    previous = None if last is None else (signal.Signals[last[0]], last[1])
+    assert is_echo(previous, signal.Signals[sig], now) is echo
+
+
+def lifespan_router(log: list[str]) -> Router:
+    from collections.abc import AsyncIterator
+
+    router = Router()
+
+    @router.lifespan
+    async def shared() -> AsyncIterator[dict[str, str]]:
+        log.append("open")
+        yield {"client": "real"}
+        log.append("close")
+
+    @router.handler("q", payload=str)
+    async def handle(job: Job[str]) -> None:
+        log.append(job.resources["client"])
+
+    @router.batch_handler("b", payload=str)
+    def load(jobs: list[Job[str]]) -> None:
+        log.extend(job.resources["client"] for job in jobs)
+
+    return router
+
+
+def test_run_handler_enters_the_lifespan_around_the_call_as_the_worker_does() -> None:
+    from sqs_worker_engine.testing import run_batch, run_handler
+
+    log: list[str] = []
+    router = lifespan_router(log)
+    assert run_handler(router, "q", "x").outcome == "success"
+    assert log == ["open", "real", "close"]
+    log.clear()
+    assert [r.outcome for r in run_batch(router, "b", ["x", "y"])] == ["success", "success"]
+    assert log == ["open", "real", "real", "close"]
+
+
+def test_run_handler_takes_a_stand_in_for_the_resources_and_skips_the_lifespan() -> None:
+    from sqs_worker_engine.testing import make_job, run_handler
+
+    log: list[str] = []
+    router = lifespan_router(log)
+    assert run_handler(router, "q", "x", resources={"client": "fake"}).outcome == "success"
+    assert log == ["fake"]
+    assert make_job("x", resources={"client": "fake"}).resources == {"client": "fake"}
+
+
+def test_a_lifespan_must_be_an_async_generator_or_give_a_context_manager() -> None:
+    router = Router()
+
+    @router.lifespan
+    def wrong() -> Any:  # a plain function returning neither
+        return 42
+
+    with pytest.raises(TypeError, match="async generator function"):
+        router.open_resources()
+    with pytest.raises(ValueError, match="already has a lifespan"):
+        router.lifespan(wrong)

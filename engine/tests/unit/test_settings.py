@@ -266,3 +266,36 @@ def test_a_queue_whose_key_ends_in_group_is_told_apart_from_a_group_cap() -> Non
 )
 def test_redact_url_hides_every_password_and_every_parameter_not_known_to_be_safe(url: str, shown: str) -> None:
     assert redact_url(url) == shown
+
+
+@pytest.mark.parametrize(
+    ("variable", "closest"),
+    [
+        ("WORKER_CONCURENCY", "WORKER_CONCURRENCY"),
+        ("WORKER_QUEUE", "WORKER_QUEUES"),
+        ("WORKER_SHUTDOWN_TIMEOUT", "WORKER_SHUTDOWN_TIMEOUT_MS"),
+        ("WORKER_QUEUE_ORDERS_WORKER_JOBS_CONCURENCY", "WORKER_QUEUE_ORDERS_WORKER_JOBS_CONCURRENCY"),
+    ],
+)
+def test_a_misspelt_variable_refuses_to_boot_naming_the_closest_known_one(variable: str, closest: str) -> None:
+    """A typo'd setting is not ignored (the default would run instead without a word)."""
+    found = problems({variable: "4"})
+    assert variable in found, found
+    assert f"did you mean {closest}?" in found[variable]
+
+
+def test_an_unknown_variable_is_named_also_beside_bad_values() -> None:
+    found = problems({"WORKER_NO_SUCH_THING": "1", "WORKER_CONCURRENCY": "lots"})
+    assert set(found) == {"WORKER_NO_SUCH_THING", "WORKER_CONCURRENCY"}
+    assert "unknown setting" in found["WORKER_NO_SUCH_THING"]
+
+
+def test_kubernetes_service_links_are_not_taken_for_settings() -> None:
+    """A Service named worker-... in the namespace injects these into every pod."""
+    links = {
+        "WORKER_METRICS_SERVICE_HOST": "10.0.0.7",
+        "WORKER_METRICS_SERVICE_PORT": "9102",
+        "WORKER_PORT": "tcp://10.0.0.7:9102",
+        "WORKER_PORT_9102_TCP_ADDR": "10.0.0.7",
+    }
+    assert load_settings(links, SERVICE).queues[0].concurrency == 8

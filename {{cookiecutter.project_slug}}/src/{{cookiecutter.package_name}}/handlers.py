@@ -9,8 +9,16 @@ Map each queue in WORKER_QUEUES to a handler with `@router.handler(queue)`:
   payload fail its model) and it goes to the dead-letter queue with the error recorded.
   Raise anything else and it is retried with backoff, until SQS dead-letters it after
   maxReceiveCount deliveries.
+- Declare a few examples of each payload on its model, pydantic's standard way
+  (`model_config = ConfigDict(json_schema_extra={"examples": [...]})`, below): messages
+  your handler processes successfully. `tests/test_end_to_end.py` runs the whole service
+  against the SQS emulator with them (and a body the model refuses, which must reach the
+  DLQ), so it needs no change when you replace `Task` and `handle_task` with your own.
 - `tests/test_handlers.py` shows how to test a handler without AWS
   (`sqs_worker_engine.testing.run_handler`).
+- What handlers share (a database pool, an HTTP client) is opened and closed by a
+  `@router.lifespan` (at the end of this file): the worker opens it before its first
+  receive and closes it after the drain; handlers reach it as `job.resources`.
 - Delivery is at-least-once: a crash or SIGKILL mid-job means the message runs again.
   Make handlers idempotent (upsert rather than insert, key side effects on `job.id` or a
   business key, check before you send an email twice).
@@ -24,7 +32,7 @@ from __future__ import annotations
 
 import asyncio
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 from sqs_worker_engine import Job, NonRetryableError, Router
 {%- if cookiecutter.use_idempotency == "yes" %}
 
@@ -38,6 +46,11 @@ QUEUE = "{{ cookiecutter.queue_name }}"
 
 class Task(BaseModel):
     """The payload this queue carries. Replace it with your own model."""
+
+    # Messages this queue's handler processes successfully (the end-to-end test sends them).
+    model_config = ConfigDict(
+        json_schema_extra={"examples": [{"task_id": "example-1", "work_ms": 50}, {"task_id": "example-2"}]}
+    )
 
     task_id: str = Field(min_length=1)
     work_ms: int = Field(default=0, ge=0, le=3_600_000)
@@ -79,14 +92,28 @@ def record_completion(task: Task) -> dict[str, str]:
 {%- endif %}
 
 
+# What handlers share: opened before the first receive, closed after the drain. What it
+# yields is `job.resources` in every handler, and the argument of a readiness check that
+# takes one; if it raises, the worker refuses to start with the reason. For example, with
+# asyncpg (`run_handler` in tests runs it too, or takes `resources=` as a stand-in):
+#
+# @dataclass
+# class Resources:
+#     db: asyncpg.Pool
+#
+# @router.lifespan
+# async def resources() -> AsyncIterator[Resources]:
+#     async with asyncpg.create_pool(os.environ["DATABASE_URL"]) as db:
+#         yield Resources(db=db)
+#
 # Readiness: add a check for each dependency a job cannot run without. /readyz fails while
 # one fails (the platform stops sending traffic); liveness never looks at them.
 #
 # @router.readiness_check("database")
-# async def database_ready() -> bool:
-#     async with pool.acquire() as conn:
+# async def database_ready(resources: Resources) -> bool:
+#     async with resources.db.acquire() as conn:
 #         return await conn.fetchval("select 1") == 1
 #
 # With DB_POOL_SIZE set, feed the db_pool_in_use gauge from your pool's hooks:
 #     from sqs_worker_engine import set_db_pool_in_use
-#     set_db_pool_in_use(pool.get_size() - pool.get_idle_size())
+#     set_db_pool_in_use(db.get_size() - db.get_idle_size())

@@ -1,0 +1,88 @@
+"""The end-to-end check services run (`sqs_worker_engine.testing.check_service`), on a
+service of three queues: one with examples, one FIFO behind an EventBridge envelope, one
+that declares none; and on the same service with a bug, which the check must catch."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import pytest
+
+from sqs_worker_engine import ServiceDefaults
+from sqs_worker_engine.end_to_end import PROBE_BODY, REJECTED_BODY, NoExamples, examples_of, message_body
+from sqs_worker_engine.router import Router
+from sqs_worker_engine.testing import check_service
+
+from ..support import PROJECT_ROOT, REGION
+
+SERVICE = ServiceDefaults(
+    name="examples-service",
+    version="0.0.1",
+    command="python -m tests.service",
+    environ={
+        "WORKER_QUEUES": "orders,shipped.fifo,notes",
+        "WORKER_HANDLERS": "tests.integration.examples_app:router",
+        "WORKER_JOB_TIMEOUT_MS": "10000",
+        "WORKER_SHUTDOWN_TIMEOUT_MS": "20000",
+        "AWS_REGION": REGION,
+    },
+)
+# `python -m tests.service` finds this package wherever pytest runs from.
+ENV = {"PYTHONPATH": str(PROJECT_ROOT)}
+
+
+def test_a_service_is_proven_by_the_examples_its_handlers_declare(localstack_endpoint: str, tmp_path: Path) -> None:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        report = check_service(SERVICE, localstack_endpoint, tmp_path, env=ENV)
+    assert report.processed == {"orders": 2, "shipped.fifo": 1, "notes": 1}, report
+    assert report.dead_letters["orders"] and "Invalid JSON" in report.dead_letters["orders"][0], report
+    assert len(report.dead_letters["shipped.fifo"]) == 1 and report.dead_letters["notes"] == []
+    assert report.without_examples == ["notes"]
+    assert [str(w.message) for w in caught if w.category is NoExamples], "a handler without examples is named"
+    assert "worker stopped" in (tmp_path / "worker.log").read_text()
+
+
+def test_a_handler_that_fails_its_examples_fails_the_check_with_the_reason(
+    localstack_endpoint: str, tmp_path: Path
+) -> None:
+    with pytest.raises(AssertionError) as info:
+        check_service(SERVICE, localstack_endpoint, tmp_path, env={**ENV, "EXAMPLES_APP_BROKEN": "1"}, timeout=60)
+    assert "orders: examples dead-lettered" in str(info.value), str(info.value)[-2000:]
+    assert "the ledger is read-only" in str(info.value)
+
+
+def test_examples_are_read_from_the_models_json_schema_extra() -> None:
+    from .examples_app import Order, Shipped, router
+
+    assert examples_of(Order) == [{"order_id": "o-1", "amount": 3}, {"order_id": "o-2", "amount": 0}]
+    assert examples_of(str) == [] and examples_of(None) == []
+    spec = router.get("shipped.fifo")
+    assert spec is not None
+    body = message_body(spec, examples_of(Shipped)[0])
+    assert '"detail": {"parcel": "p-9"}' in body, "wrapped as EventBridge delivers it"
+    assert REJECTED_BODY != PROBE_BODY
+    assert Router().get("x") is None
+
+
+def test_an_example_its_own_model_refuses_is_named_before_anything_runs() -> None:
+    from pydantic import BaseModel, ConfigDict
+
+    from sqs_worker_engine import Job
+    from sqs_worker_engine.end_to_end import example_problem
+
+    router = Router()
+
+    class Refund(BaseModel):
+        model_config = ConfigDict(json_schema_extra={"examples": [{"refund_id": 7}]})
+
+        refund_id: str
+
+    @router.handler("refunds", payload=Refund)
+    async def refund(job: Job[Refund]) -> None: ...
+
+    spec = router.get("refunds")
+    assert spec is not None
+    problem = example_problem(spec, message_body(spec, examples_of(Refund)[0]))
+    assert problem is not None and "refund_id" in problem, problem

@@ -1,0 +1,193 @@
+"""A generated service as its owner first makes it their own: the example handler, its model
+and its tests replaced by their own, on a machine without uv. `make install` brings uv,
+the service's whole `make test` (end-to-end included) stays green, and Ctrl-C under
+`make run` drains the job that is running instead of cutting it off."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from conftest import bake, tool_env
+from test_bake import pytest_summary
+
+pytestmark = pytest.mark.xdist_group("owned-service")  # one bake for the module
+
+OWN_HANDLERS = '''\
+"""Invoices: what this service does, written by its owner."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+from pydantic import BaseModel, ConfigDict, Field
+from sqs_worker_engine import Job, NonRetryableError, Router
+
+router = Router()
+QUEUE = "orders-worker-jobs"
+
+
+class Invoice(BaseModel):
+    model_config = ConfigDict(
+        json_schema_extra={
+            "examples": [
+                {"invoice_id": "inv-1", "cents": 1200},
+                {"invoice_id": "inv-2", "cents": 0, "pause_ms": 20},
+            ]
+        }
+    )
+
+    invoice_id: str = Field(pattern=r"^inv-")
+    cents: int = Field(ge=0)
+    pause_ms: int = Field(default=0, ge=0)
+
+
+class Ledger:
+    """Stands for a database pool: opened once, shared by every job."""
+
+    def __init__(self) -> None:
+        self.booked: dict[str, int] = {}
+
+
+@router.lifespan
+async def ledger() -> AsyncIterator[Ledger]:
+    yield Ledger()
+
+
+@router.handler(QUEUE, payload=Invoice)
+async def book(job: Job[Invoice]) -> None:
+    if job.payload.cents > 1_000_000:
+        raise NonRetryableError(f"invoice {job.payload.invoice_id} is over the limit")
+    await asyncio.sleep(job.payload.pause_ms / 1000)
+    ledger: Ledger = job.resources
+    ledger.booked[job.payload.invoice_id] = job.payload.cents
+'''
+
+OWN_TESTS = '''\
+"""The owner's own handler tests."""
+
+from __future__ import annotations
+
+from sqs_worker_engine.testing import run_handler
+
+from orders_worker.handlers import QUEUE, Invoice, Ledger, router
+
+
+def test_an_invoice_is_booked() -> None:
+    ledger = Ledger()
+    result = run_handler(router, QUEUE, Invoice(invoice_id="inv-7", cents=5), resources=ledger)
+    assert result.outcome == "success", result.reason
+    assert ledger.booked == {"inv-7": 5}
+
+
+def test_an_invoice_over_the_limit_is_dead_lettered() -> None:
+    result = run_handler(router, QUEUE, {"invoice_id": "inv-8", "cents": 2_000_000})
+    assert result.outcome == "dead_letter"
+    assert "over the limit" in result.reason
+'''
+
+
+def without_uv(env: dict[str, str]) -> dict[str, str]:
+    """The environment with no uv on PATH: a machine where it was never installed."""
+    dirs = env["PATH"].split(os.pathsep)
+    kept = [d for d in dirs if not (Path(d) / "uv").exists()]
+    assert shutil.which("uv", path=os.pathsep.join(kept)) is None
+    assert shutil.which("python3", path=os.pathsep.join(kept)), "python3 is all `make install` needs"
+    return {**env, "PATH": os.pathsep.join(kept)}
+
+
+def wait_until(predicate: Callable[[], bool], what: str, timeout: float = 120) -> None:
+    """The timeout only bounds a broken run (a busy machine is slow, never wrong)."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)
+
+
+@pytest.fixture(scope="module")
+def owned(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A default bake made the owner's own, installed on a machine without uv (so with no
+    uv.lock from the bake): `make install` brings uv into .uv/ first."""
+    project = bake(tmp_path_factory.mktemp("owned"))
+    package = project / "src" / "orders_worker"
+    (package / "handlers.py").write_text(OWN_HANDLERS)
+    (project / "tests" / "test_handlers.py").write_text(OWN_TESTS)
+    installed = subprocess.run(
+        ["make", "install"],
+        cwd=project,
+        env=without_uv(tool_env()),
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    output = installed.stdout + installed.stderr
+    assert installed.returncode == 0, output[-3000:]
+    assert "uv is not on PATH: installing it into .uv/" in output, output[-3000:]
+    assert (project / ".uv" / "bin" / "uv").is_file() and (project / "uv.lock").is_file()
+    return project
+
+
+def test_replaced_handlers_keep_make_test_green_on_a_machine_without_uv(owned: Path, localstack_endpoint: str) -> None:
+    env = without_uv(tool_env(AWS_ENDPOINT_URL=localstack_endpoint))
+    result = subprocess.run(
+        ["make", "test"], cwd=owned, env=env, capture_output=True, text=True, timeout=1500, check=False
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, f"`make test` failed after the owner's edits:\n{output[-6000:]}"
+    counts = pytest_summary(output)
+    assert counts == {"passed": 3}, counts  # the owner's two tests and the end-to-end check
+
+
+def test_ctrl_c_under_make_run_drains_the_running_job(owned: Path, localstack_endpoint: str) -> None:
+    """Ctrl-C signals the terminal's whole foreground process group: make, and whatever
+    runs the worker. The worker must take that as one request to drain."""
+    sqs: Any = boto3.client("sqs", endpoint_url=localstack_endpoint, region_name="us-east-1")
+    name = f"ctrl-c-{uuid.uuid4().hex[:12]}"
+    url = sqs.create_queue(QueueName=name, Attributes={"VisibilityTimeout": "60"})["QueueUrl"]
+    try:
+        sqs.send_message(QueueUrl=url, MessageBody=json.dumps({"invoice_id": "inv-slow", "cents": 1, "pause_ms": 4000}))
+        env = without_uv(tool_env(AWS_ENDPOINT_URL=localstack_endpoint))
+        env.update(
+            {
+                "WORKER_QUEUE_ORDERS_WORKER_JOBS_URL": url,
+                "WORKER_METRICS_PORT": "0",
+                "WORKER_WAIT_TIME_SECONDS": "2",
+                "WORKER_HEALTH_FILE": str(owned / "progress"),
+            }
+        )
+        log = owned / "run.log"
+        with log.open("wb") as out:
+            # A session of its own: its process group is what a terminal's Ctrl-C reaches.
+            make = subprocess.Popen(["make", "run"], cwd=owned, env=env, stdout=out, stderr=out, start_new_session=True)
+        try:
+
+            def in_flight() -> bool:
+                attrs = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+                return attrs["ApproximateNumberOfMessagesNotVisible"] == "1"
+
+            wait_until(in_flight, "the slow invoice to be running")
+            os.killpg(make.pid, signal.SIGINT)
+            make.wait(120)
+        finally:
+            if make.poll() is None:
+                os.killpg(make.pid, signal.SIGKILL)
+        text = log.read_text()
+        assert "without draining" not in text, text[-3000:]
+        assert "worker stopped" in text, text[-3000:]
+        attrs = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+        left = (attrs["ApproximateNumberOfMessages"], attrs["ApproximateNumberOfMessagesNotVisible"])
+        assert left == ("0", "0"), f"the running invoice was cut off, not finished and deleted: {left}\n{text[-3000:]}"
+    finally:
+        sqs.delete_queue(QueueUrl=url)
