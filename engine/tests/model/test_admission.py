@@ -218,8 +218,10 @@ class SlowStore:
 
     def __init__(self, seconds: float) -> None:
         self.seconds = seconds
+        self.reads = 0
 
     async def fetch(self, pointer: S3Pointer) -> str:
+        self.reads += 1
         await asyncio.sleep(self.seconds)
         return json.dumps({"key": pointer.key})
 
@@ -234,6 +236,7 @@ def test_no_handler_starts_after_its_lease_was_lost_during_the_payload_read() ->
     """The S3 read outlasts the lease (every extension hangs): the handler must not start,
     or two deliveries of one message run at once."""
     starts: Counter[str] = Counter()
+    store = SlowStore(6.0)
 
     async def scenario() -> None:
         sqs = MemorySQS()
@@ -255,10 +258,15 @@ def test_no_handler_starts_after_its_lease_was_lost_during_the_payload_read() ->
 
         running = Running(
             Worker(
-                config(QUEUE, WORKER_VISIBILITY_TIMEOUT_SECONDS="4", WORKER_CONCURRENCY="2"),
+                config(
+                    QUEUE,
+                    WORKER_VISIBILITY_TIMEOUT_SECONDS="4",
+                    WORKER_CONCURRENCY="2",
+                    WORKER_LARGE_PAYLOAD_BUCKET="payloads",
+                ),
                 router,
                 client=sqs,
-                payloads=SlowStore(6.0),  # type: ignore[arg-type]
+                payloads=store,  # type: ignore[arg-type]
             )
         )
         await asyncio.sleep(20)
@@ -266,6 +274,7 @@ def test_no_handler_starts_after_its_lease_was_lost_during_the_payload_read() ->
         await running.task
 
     vtime.run(scenario())
+    assert store.reads >= 1, "the payload was never read: the test proves nothing"
     assert sum(starts.values()) == 0, f"handlers started on lost leases: {dict(starts)}"
 
 
