@@ -331,8 +331,13 @@ def test_dockerfile(projects: dict[str, Path], key: str) -> None:
     stages = dockerfile_stages(dockerfile.read_text())
     assert len(stages) >= 2, "multi-stage build expected"
     bases = [stage[0][1].split()[0] for stage in stages]
-    assert set(bases) <= {f"python:{answers.python}", f"python:{answers.python}-slim"}, bases
-    assert bases[-1] == f"python:{answers.python}-slim", "the runtime stage is the slim image"
+    # Every base image pinned by digest (a tag can be moved; a digest cannot), the tag kept
+    # beside it for readers and for Dependabot.
+    for base in bases:
+        assert re.fullmatch(r"[\w.:/-]+@sha256:[0-9a-f]{64}", base), f"{base} is not pinned by digest"
+    tags = [base.split("@", 1)[0] for base in bases]
+    assert set(tags) <= {f"python:{answers.python}", f"python:{answers.python}-slim"}, tags
+    assert tags[-1] == f"python:{answers.python}-slim", "the runtime stage is the slim image"
     assert (project / ".python-version").read_text().strip() == answers.python
     final = stages[-1]
     by_kind: dict[str, list[str]] = {}
@@ -479,6 +484,8 @@ def test_ecs_task_definition(projects: dict[str, Path], key: str) -> None:
     assert container["essential"] is True and container["command"] == ["run"]
     assert container["stopTimeout"] == answers.grace <= LIMITS.ECS_MAX_STOP_TIMEOUT
     assert container["linuxParameters"]["initProcessEnabled"] is True
+    for name, each in containers.items():  # no capability for anything in the task
+        assert each.get("linuxParameters", {}).get("capabilities", {}).get("drop") == ["ALL"], name
     assert container["user"] == "10001"
     assert container["readonlyRootFilesystem"] is True
     volumes = {v["name"] for v in task["volumes"]}
@@ -527,6 +534,7 @@ def test_collector_sidecar(projects: dict[str, Path], key: str) -> None:
         }
         worker, collector = containers["worker"], containers["otel-collector"]
         assert collector["image"] == COOKIECUTTER["_adot_image"]
+        assert re.fullmatch(r"[\w.:/-]+:v[\d.]+@sha256:[0-9a-f]{64}", collector["image"]), "pin by digest"
         assert collector["essential"] is False, "a dead collector must not stop the jobs"
         assert collector["command"] == ["--config=/etc/ecs/ecs-xray.yaml"]  # the image's X-Ray pipeline, OTLP on 4318
         assert collector["readonlyRootFilesystem"] is True and collector["user"] != "0"
@@ -757,6 +765,8 @@ def test_kubernetes_objects(projects: dict[str, Path], key: str) -> None:
     assert network["podSelector"]["matchLabels"].items() <= labels.items()
     assert "Ingress" in network["policyTypes"]
     (rule,) = network["ingress"]
+    # From the monitoring namespace only, never every namespace (an empty selector).
+    assert rule["from"] == [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]
     assert [(p["port"], p.get("protocol", "TCP")) for p in rule["ports"]] in (
         [("metrics", "TCP")],
         [(answers.port, "TCP")],
@@ -1236,7 +1246,7 @@ def _mutate_text(rel: str, edit: Callable[[str], str]) -> Callable[[Path], Path]
 
 def _defects() -> Iterator[Any]:
     yield pytest.param(
-        _mutate_text("Dockerfile", lambda t: t.replace("-slim AS runtime", ":latest AS runtime")),
+        _mutate_text("Dockerfile", lambda t: re.sub(r"FROM \S+ AS runtime", "FROM python:latest AS runtime", t)),
         lambda path, answers: hadolint_problems(path),
         id="hadolint",
     )
