@@ -40,6 +40,8 @@ from validators import (
     cfn_problems,
     cfn_resolve,
     check_rules,
+    crd_problems,
+    crd_schema_dir,
     dockerfile_instructions,
     dockerfile_stages,
     ecs_problems,
@@ -85,6 +87,8 @@ COMMON_FILES = {
     "deploy/grafana/dashboard.json",
 }
 ECS_FILES = {"deploy/ecs/service.yaml"}
+# Custom resources: held to their operators' CRD schemas, not to Kubernetes' built-in ones.
+CUSTOM_RESOURCE_GROUPS = ("keda.sh/", "monitoring.coreos.com/", "external-secrets.io/")
 K8S_FILES = {
     "deploy/k8s/deployment.yaml",
     "deploy/k8s/serviceaccount.yaml",
@@ -94,6 +98,8 @@ K8S_FILES = {
     "deploy/k8s/poddisruptionbudget.yaml",
     "deploy/k8s/networkpolicy.yaml",
     "deploy/k8s/namespace.yaml",
+    "deploy/k8s/servicemonitor.yaml",
+    "deploy/k8s/prometheusrule.yaml",
 }
 K8S_TRACING_FILES = {"deploy/k8s/otel-collector.yaml"}  # with tracing=yes
 
@@ -684,9 +690,11 @@ def test_kubernetes_objects(projects: dict[str, Path], key: str) -> None:
         "TriggerAuthentication",
         "NetworkPolicy",
         "Namespace",
+        "ServiceMonitor",
+        "PrometheusRule",
     } | ({"ConfigMap"} if answers.tracing else set())
     for kind, obj in objects.items():
-        if obj["apiVersion"].startswith("keda.sh/"):
+        if obj["apiVersion"].startswith(CUSTOM_RESOURCE_GROUPS):
             continue
         assert k8s_problems(obj) == [], kind
     # Everything in the service's own namespace, which enforces Pod Security "restricted".
@@ -836,6 +844,39 @@ def test_kubernetes_objects(projects: dict[str, Path], key: str) -> None:
     assert (age["namespace"], age["metricName"]) == ("AWS/SQS", "ApproximateAgeOfOldestMessage")
     assert (age["dimensionName"], age["dimensionValue"]) == ("QueueName", answers.queue)
     assert age["metricStat"] == "Maximum" and float(age["targetMetricValue"]) > 0 and "minMetricValue" in age
+
+
+@pytest.mark.parametrize("key", EKS_SETS)
+def test_prometheus_operator_objects(projects: dict[str, Path], key: str) -> None:
+    """The ServiceMonitor scrapes the worker's Service under the job name the rules select, and
+    the PrometheusRule holds exactly the rules of deploy/prometheus/alerts.yaml (its one
+    source), both valid against prometheus-operator's CRD schemas."""
+    project, answers = projects[key], ANSWERS[key]
+    objects = load_k8s(project)
+    monitor, rule, service = objects["ServiceMonitor"], objects["PrometheusRule"], objects["Service"]
+    alerts = yaml.safe_load((project / "deploy" / "prometheus" / "alerts.yaml").read_text())
+    assert rule["spec"] == alerts, "the PrometheusRule is not alerts.yaml"
+    # The operator names the job after the Service unless jobLabel says otherwise.
+    assert "jobLabel" not in monitor["spec"] and service["metadata"]["name"] == answers.slug
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    assert monitor["metadata"]["namespace"] == service["metadata"]["namespace"]
+    (endpoint,) = monitor["spec"]["endpoints"]
+    assert endpoint["port"] in {p["name"] for p in service["spec"]["ports"]} and endpoint["path"] == "/metrics"
+    assert seconds(endpoint["scrapeTimeout"]) < seconds(endpoint["interval"])
+    schemas = crd_schema_dir("prometheus-operator")
+    for obj in (monitor, rule):
+        assert crd_problems(obj, schemas, check_schema=False) == [], obj["kind"]
+
+
+def test_prometheus_operator_schemas_reject_defects(projects: dict[str, Path]) -> None:
+    schemas = crd_schema_dir("prometheus-operator")
+    objects = load_k8s(projects["defaults"])
+    monitor = copy.deepcopy(objects["ServiceMonitor"])
+    monitor["spec"]["endpoints"][0]["port"] = 9102  # a port name, not a number
+    rule = copy.deepcopy(objects["PrometheusRule"])
+    rule["spec"]["groups"][0]["rules"][0]["for"] = "ten minutes"  # not a duration
+    assert crd_problems(monitor, schemas, check_schema=False)
+    assert crd_problems(rule, schemas, check_schema=False)
 
 
 @pytest.mark.parametrize("key", EKS_SETS)
