@@ -33,6 +33,7 @@ from sqs_worker_engine import localstack as engine_localstack
 from sqs_worker_engine.settings import _ALIASES, ServiceDefaults, load_settings
 from validators import (
     PLACEHOLDER_ACCOUNT,
+    actionlint_problems,
     api_problems,
     api_shape,
     aws_partition,
@@ -79,9 +80,11 @@ COMMON_FILES = {
     ".dockerignore",
     "docker-compose.yml",
     ".github/workflows/ci.yml",
+    ".github/workflows/release.yml",
     ".github/dependabot.yml",
     "deploy/README.md",
     "deploy/aws/queues.yaml",
+    "deploy/aws/release-roles.yaml",
     "deploy/aws/worker-policy.json",
     "deploy/prometheus/alerts.yaml",
     "deploy/grafana/dashboard.json",
@@ -1086,22 +1089,186 @@ def action_pins(path: Path) -> dict[str, str]:
     return {action: shas.pop() for action, shas in pins.items()}
 
 
-def assert_workflow_hygiene(path: Path, workflow: dict[str, Any]) -> None:
-    """Least privilege, one run per ref, every action pinned to a commit with its release
-    noted, and setup-uv installing the one pinned uv."""
-    assert workflow["permissions"] == {"contents": "read"}
-    assert workflow["concurrency"]["group"] and workflow["concurrency"]["cancel-in-progress"] is True
+def assert_pinned(path: Path) -> None:
+    """Every action pinned to a full commit SHA, with its release noted."""
     pinned = 0
     for line in path.read_text().splitlines():
         if re.match(r"\s*(-\s+)?uses:", line):
             assert re.fullmatch(r"\s*(-\s+)?uses: [\w.-]+/[\w./-]+@[0-9a-f]{40} # v\d+\.\d+\.\d+", line), line
             pinned += 1
     assert pinned, "no actions found"
+
+
+def assert_workflow_hygiene(path: Path, workflow: dict[str, Any]) -> None:
+    """Least privilege, one run per ref, every action pinned to a commit with its release
+    noted, and setup-uv installing the one pinned uv."""
+    assert workflow["permissions"] == {"contents": "read"}
+    assert workflow["concurrency"]["group"] and workflow["concurrency"]["cancel-in-progress"] is True
+    assert_pinned(path)
     for job in workflow["jobs"].values():
         assert "timeout-minutes" in job
         for step in job["steps"]:
             if step.get("uses", "").startswith("astral-sh/setup-uv@"):
                 assert step.get("with", {}).get("version") == UV_VERSION, f"{path}: setup-uv without uv {UV_VERSION}"
+
+
+@pytest.mark.parametrize("key", CHECKED)
+def test_release_workflow(projects: dict[str, Path], key: str) -> None:
+    """On a version tag: the image built, pushed by digest with SBOM and provenance, attested;
+    then that digest deployed to each chosen target behind the production environment's
+    approval, each job with only the token rights it uses."""
+    project, answers = projects[key], ANSWERS[key]
+    path = project / ".github" / "workflows" / "release.yml"
+    assert jsonschema_cli_problems("vendor.github-workflows", path) == []
+    assert actionlint_problems(path) == []
+    assert_pinned(path)
+    pins = action_pins(path)
+    ci_pins = action_pins(project / ".github" / "workflows" / "ci.yml")
+    assert {a: pins[a] for a in pins.keys() & ci_pins.keys()} == {a: ci_pins[a] for a in pins.keys() & ci_pins.keys()}
+    workflow = load_workflow(path)
+    assert workflow["on"] == {"push": {"tags": ["v*"]}}
+    assert workflow["permissions"] == {}, "no token rights but those a job asks for"
+    assert workflow["concurrency"]["cancel-in-progress"] is False, "a rollout is never cut off"
+    assert workflow["env"]["AWS_REGION"] == answers.region and workflow["env"]["ECR_REPOSITORY"] == answers.slug
+    jobs = workflow["jobs"]
+    deploys = {f"deploy-{target}" for target, chosen in (("ecs", answers.ecs), ("eks", answers.eks)) if chosen}
+    assert set(jobs) == {"image"} | deploys
+
+    image = jobs["image"]
+    assert image["permissions"] == {"contents": "read", "id-token": "write", "attestations": "write"}
+    steps = {step.get("uses", "").split("@")[0]: step for step in image["steps"]}
+    assert (
+        steps["aws-actions/configure-aws-credentials"]["with"]["role-to-assume"]
+        == "${{ vars.AWS_IMAGE_PUSH_ROLE_ARN }}"
+    )
+    build = steps["docker/build-push-action"]["with"]
+    assert build["push"] is True and build["sbom"] is True and build["provenance"] == "mode=max"
+    assert not {"cache-from", "cache-to"} & set(build), "a release reads no cache a pull request may write"
+    built = f"${{{{ steps.{steps['docker/build-push-action']['id']}.outputs.digest }}}}"
+    attest = steps["actions/attest-build-provenance"]["with"]
+    assert attest["subject-digest"] == built == image["outputs"]["digest"]
+    assert steps["actions/checkout"]["with"]["persist-credentials"] is False
+
+    for name in deploys:
+        job = jobs[name]
+        assert job["needs"] == "image" and job["environment"] == "production", f"{name}: no manual gate"
+        assert job["permissions"] == {"id-token": "write"}, name
+        (credentials,) = [s for s in job["steps"] if "configure-aws-credentials" in s.get("uses", "")]
+        assert credentials["with"]["role-to-assume"] == "${{ vars.AWS_DEPLOY_ROLE_ARN }}"
+        script = "\n".join(step.get("run", "") for step in job["steps"])
+        assert "${{" not in script, f"{name}: expressions go through env, never into a script"
+    if answers.ecs:
+        job = jobs["deploy-ecs"]
+        assert job["env"]["IMAGE_DIGEST"] == "${{ needs.image.outputs.digest }}"
+        script = "\n".join(step.get("run", "") for step in job["steps"])
+        stack = load_cfn(project / "deploy" / "ecs" / "service.yaml")
+        given = dict(re.findall(r"ParameterKey=(\w+),(\w+)=", script))
+        # The digest changes; every other parameter of the stack keeps its value.
+        assert given == {name: "UsePreviousValue" for name in stack["Parameters"]} | {"ImageDigest": "ParameterValue"}
+        assert "--use-previous-template" in script and "wait stack-update-complete" in script
+        assert re.search(r"deployments\[\?status==`PRIMARY`\]\.rolloutState", script) and "= COMPLETED" in script
+        assert job["env"]["STACK"] == f"{answers.slug}-service"
+    if answers.eks:
+        job = jobs["deploy-eks"]
+        assert job["env"]["IMAGE"] == "${{ needs.image.outputs.image }}@${{ needs.image.outputs.digest }}"
+        script = "\n".join(step.get("run", "") for step in job["steps"])
+        deployment = load_k8s(project)["Deployment"]
+        (container,) = deployment["spec"]["template"]["spec"]["containers"]
+        where = f"-n {deployment['metadata']['namespace']}"
+        assert f'{where} set image deployment/{deployment["metadata"]["name"]} {container["name"]}="$IMAGE"' in script
+        assert f"{where} rollout status deployment/{deployment['metadata']['name']}" in script
+        assert "rollout undo" in script
+
+
+@pytest.mark.parametrize("key", CHECKED)
+def test_release_roles(projects: dict[str, Path], key: str) -> None:
+    """The roles the release assumes: pushing for version tags only, deploying for the
+    production environment only, each allowed what its job does and no more."""
+    project, answers = projects[key], ANSWERS[key]
+    path = project / "deploy" / "aws" / "release-roles.yaml"
+    assert cfn_problems(path, answers.region) == []
+    template = load_cfn(path)
+    resources = template["Resources"]
+    names = cfn_names(template, answers.region, {"DeployRole.Arn": "deploy-role-arn"})
+    names["GitHubRepository"] = "owner/repo"
+    partition = aws_partition(answers.region)[0]
+    arn = f"{answers.region}:{PLACEHOLDER_ACCOUNT}"
+
+    def role(name: str) -> tuple[dict[str, Any], dict[str, tuple[list[str], Any]]]:
+        props = resources[name]["Properties"]
+        (trust,) = props["AssumeRolePolicyDocument"]["Statement"]
+        (policy,) = props["Policies"]
+        granted = {
+            s["Sid"]: (sorted(as_list(s["Action"])), cfn_resolve(s["Resource"], names))
+            for s in policy["PolicyDocument"]["Statement"]
+        }
+        return cfn_resolve(trust, names), granted
+
+    token = "token.actions.githubusercontent.com"
+    trust, granted = role("ImagePushRole")
+    assert trust["Action"] == "sts:AssumeRoleWithWebIdentity"
+    assert trust["Principal"] == {"Federated": names["GitHubOidcProviderArn"]}
+    assert trust["Condition"] == {
+        "StringEquals": {f"{token}:aud": "sts.amazonaws.com"},
+        "StringLike": {f"{token}:sub": "repo:owner/repo:ref:refs/tags/v*"},
+    }
+    assert granted == {
+        "RegistryLogin": (["ecr:GetAuthorizationToken"], "*"),
+        "PushImage": (
+            sorted(
+                "ecr:" + a
+                for a in (
+                    "BatchCheckLayerAvailability",
+                    "BatchGetImage",
+                    "CompleteLayerUpload",
+                    "GetDownloadUrlForLayer",
+                    "InitiateLayerUpload",
+                    "PutImage",
+                    "UploadLayerPart",
+                )
+            ),
+            f"arn:{partition}:ecr:{arn}:repository/{answers.slug}",
+        ),
+    }
+
+    trust, granted = role("DeployRole")
+    assert trust["Condition"] == {
+        "StringEquals": {f"{token}:aud": "sts.amazonaws.com", f"{token}:sub": "repo:owner/repo:environment:production"}
+    }
+    expected: dict[str, tuple[list[str], Any]] = {}
+    if answers.ecs:
+        expected |= {
+            "UpdateServiceStack": (
+                ["cloudformation:DescribeStackEvents", "cloudformation:DescribeStacks", "cloudformation:UpdateStack"],
+                f"arn:{partition}:cloudformation:{arn}:stack/{answers.slug}-service/*",
+            ),
+            # RegisterTaskDefinition and its two companions take no resource-level permission.
+            "TaskDefinitions": (
+                ["ecs:DeregisterTaskDefinition", "ecs:DescribeTaskDefinition", "ecs:RegisterTaskDefinition"],
+                "*",
+            ),
+            "TagTaskDefinitions": (["ecs:TagResource"], f"arn:{partition}:ecs:{arn}:task-definition/{answers.slug}:*"),
+            "UpdateService": (
+                ["ecs:DescribeServices", "ecs:UpdateService"],
+                f"arn:{partition}:ecs:{arn}:service/CHANGE-ME-cluster/{answers.slug}",
+            ),
+            "PassTaskRoles": (["iam:PassRole"], [names["TaskRoleArn"], names["ExecutionRoleArn"]]),
+        }
+        statements = resources["DeployRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"]
+        (passing,) = [s for s in statements if s["Sid"] == "PassTaskRoles"]
+        assert passing["Condition"] == {"StringEquals": {"iam:PassedToService": "ecs-tasks.amazonaws.com"}}
+    if answers.eks:
+        expected["DescribeCluster"] = (
+            ["eks:DescribeCluster"],
+            f"arn:{partition}:eks:{arn}:cluster/CHANGE-ME-cluster",
+        )
+        access = resources["DeployAccess"]["Properties"]
+        assert access["PrincipalArn"] == {"Fn::GetAtt": ["DeployRole", "Arn"]}
+        (scope,) = access["AccessPolicies"]
+        assert scope["AccessScope"] == {"Type": "namespace", "Namespaces": [answers.slug]}
+        assert cfn_resolve(scope["PolicyArn"], names).endswith(":cluster-access-policy/AmazonEKSEditPolicy")
+    assert granted == expected
+    assert ("DeployAccess" in resources) is answers.eks
 
 
 # --- one answer set, every file: they all say the same thing ----------------------------------
@@ -1304,6 +1471,14 @@ def _defects() -> Iterator[Any]:
         ),
         lambda path, answers: jsonschema_cli_problems("vendor.github-workflows", path),
         id="github-workflows",
+    )
+    yield pytest.param(
+        _mutate_text(
+            ".github/workflows/release.yml",
+            lambda t: t.replace("subject-digest: ${{ steps.build.", "subject-digest: ${{ steps.biuld."),
+        ),
+        lambda path, answers: actionlint_problems(path),
+        id="actionlint",
     )
     yield pytest.param(
         _mutate_text("deploy/ecs/service.yaml", lambda t: re.sub(r"StopTimeout: (\d+)", r'StopTimeout: "\1"', t)),

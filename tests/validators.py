@@ -192,6 +192,11 @@ def hadolint_problems(dockerfile: Path) -> list[str]:
     )
 
 
+def actionlint_problems(workflow: Path) -> list[str]:
+    """actionlint (expressions, contexts, job needs and outputs, action inputs) on a workflow."""
+    return _tool_problems([tool("actionlint"), "-no-color", str(workflow)], workflow.parent)
+
+
 def jsonschema_cli_problems(builtin: str, path: Path) -> list[str]:
     return _tool_problems([tool("check-jsonschema"), "--builtin-schema", builtin, str(path)], path.parent)
 
