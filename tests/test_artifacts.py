@@ -103,6 +103,8 @@ K8S_FILES = {
     "deploy/k8s/namespace.yaml",
     "deploy/k8s/servicemonitor.yaml",
     "deploy/k8s/prometheusrule.yaml",
+    "deploy/k8s/settings.yaml",
+    "deploy/k8s/optional/external-secrets.yaml",
 }
 K8S_TRACING_FILES = {"deploy/k8s/otel-collector.yaml"}  # with tracing=yes
 
@@ -568,7 +570,7 @@ def test_collector_sidecar(projects: dict[str, Path], key: str) -> None:
         ]
         (mount,) = sidecar["volumeMounts"]
         volume = next(v for v in spec["volumes"] if v["name"] == mount["name"])
-        config_map = objects["ConfigMap"]
+        config_map = objects[f"ConfigMap/{answers.slug}-otel-collector"]
         assert volume["configMap"]["name"] == config_map["metadata"]["name"]
         (arg,) = sidecar["args"]
         path = arg.removeprefix("--config=")
@@ -659,8 +661,8 @@ def test_ecs_service(projects: dict[str, Path], key: str) -> None:
     assert cfn_resolve(task_policy["PolicyDocument"], names) == file_policy
     (execution_policy,) = roles["ExecutionRole"]["Policies"]
     granted = {
-        statement["Sid"]: (sorted(as_list(statement["Action"])), cfn_resolve(statement["Resource"], names))
-        for statement in execution_policy["PolicyDocument"]["Statement"]
+        statement["Sid"]: (sorted(as_list(statement["Action"])), statement["Resource"])
+        for statement in cfn_resolve(execution_policy["PolicyDocument"], names)["Statement"]
     }
     partition = aws_partition(answers.region)[0]
     assert granted == {
@@ -680,6 +682,41 @@ def test_ecs_service(projects: dict[str, Path], key: str) -> None:
     assert (ingress["FromPort"], ingress["ToPort"]) == (answers.port, answers.port) and "CidrIp" not in ingress
 
 
+SECRET_ARNS = [
+    "arn:{partition}:secretsmanager:{region}:123456789012:secret:orders/database-url-AbCdEf",
+    "arn:{partition}:ssm:{region}:123456789012:parameter/orders/database-url",
+]
+
+
+@pytest.mark.parametrize("key", ECS_SETS)
+@pytest.mark.parametrize("secret", SECRET_ARNS, ids=["secretsmanager", "ssm"])
+def test_ecs_secrets(projects: dict[str, Path], key: str, secret: str) -> None:
+    """DATABASE_URL reaches the worker as an ECS secret from the ARN the stack is given, and
+    the execution role may read that ARN and nothing else; without one, neither exists."""
+    project, answers = projects[key], ANSWERS[key]
+    stack = EcsStack.load(project, answers.region)
+    arn = secret.format(partition=aws_partition(answers.region)[0], region=answers.region)
+    parameter = stack.template["Parameters"]["DatabaseUrlSecretArn"]
+    assert re.fullmatch(parameter["AllowedPattern"], arn) and re.fullmatch(parameter["AllowedPattern"], "")
+    assert not re.fullmatch(parameter["AllowedPattern"], "arn:aws:s3:::bucket/key"), "only the two secret stores"
+    for given in ("", arn):
+        names = cfn_names(stack.template, answers.region, ECS_RESOURCES) | {"DatabaseUrlSecretArn": given}
+        task = api_shape(cfn_resolve(stack.resources["AWS::ECS::TaskDefinition"], names))
+        assert ecs_problems(task) == []
+        worker = next(c for c in task["containerDefinitions"] if c["name"] == "worker")
+        role = cfn_resolve(stack.roles()["ExecutionRole"]["Policies"][0]["PolicyDocument"], names)
+        reads = [s for s in role["Statement"] if s["Sid"] == "ReadSecrets"]
+        if not given:
+            assert "secrets" not in worker and reads == []
+            continue
+        assert worker["secrets"] == [{"name": "DATABASE_URL", "valueFrom": arn}]
+        assert "DATABASE_URL" not in env_list(worker["environment"]), "a secret is never a plain value"
+        (read,) = reads
+        assert read["Resource"] == [arn] and read["Effect"] == "Allow"
+        assert sorted(read["Action"]) == ["secretsmanager:GetSecretValue", "ssm:GetParameters"]
+    assert "DATABASE_URL" in answers.variables, "a setting the worker reads"
+
+
 @pytest.mark.parametrize("key", EKS_SETS)
 def test_kubernetes_objects(projects: dict[str, Path], key: str) -> None:
     project, answers = projects[key], ANSWERS[key]
@@ -695,7 +732,8 @@ def test_kubernetes_objects(projects: dict[str, Path], key: str) -> None:
         "Namespace",
         "ServiceMonitor",
         "PrometheusRule",
-    } | ({"ConfigMap"} if answers.tracing else set())
+        f"ConfigMap/{answers.slug}-settings",
+    } | ({f"ConfigMap/{answers.slug}-otel-collector"} if answers.tracing else set())
     for kind, obj in objects.items():
         if obj["apiVersion"].startswith(CUSTOM_RESOURCE_GROUPS):
             continue
@@ -847,6 +885,51 @@ def test_kubernetes_objects(projects: dict[str, Path], key: str) -> None:
     assert (age["namespace"], age["metricName"]) == ("AWS/SQS", "ApproximateAgeOfOldestMessage")
     assert (age["dimensionName"], age["dimensionValue"]) == ("QueueName", answers.queue)
     assert age["metricStat"] == "Maximum" and float(age["targetMetricValue"]) > 0 and "minMetricValue" in age
+
+
+@pytest.mark.parametrize("key", EKS_SETS)
+def test_kubernetes_settings_and_secrets(projects: dict[str, Path], key: str) -> None:
+    """The owner's settings (a ConfigMap) and secrets (a Secret, optional, made by hand or by
+    External Secrets from Secrets Manager) reach the worker as environment variables; the
+    External Secrets objects are valid against their CRD schemas and name that Secret."""
+    project, answers = projects[key], ANSWERS[key]
+    objects = load_k8s(project)
+    settings = objects[f"ConfigMap/{answers.slug}-settings"]
+    assert settings["data"] == {}, "the owner's to fill"
+    (container,) = objects["Deployment"]["spec"]["template"]["spec"]["containers"]
+    secret = f"{answers.slug}-secrets"
+    assert container["envFrom"] == [
+        {"configMapRef": {"name": settings["metadata"]["name"]}},
+        {"secretRef": {"name": secret, "optional": True}},
+    ]
+    optional = load_k8s(project, "optional")
+    assert set(optional) == {"ServiceAccount", "SecretStore", "ExternalSecret"}
+    assert {obj["metadata"]["namespace"] for obj in optional.values()} == {answers.slug}
+    account, store, external = optional["ServiceAccount"], optional["SecretStore"], optional["ExternalSecret"]
+    assert k8s_problems(account) == []
+    assert account["automountServiceAccountToken"] is False
+    role = account["metadata"]["annotations"]["eks.amazonaws.com/role-arn"]
+    assert role.startswith(f"arn:{aws_partition(answers.region)[0]}:iam::{PLACEHOLDER_ACCOUNT}:role/CHANGE-ME-")
+    aws = store["spec"]["provider"]["aws"]
+    assert aws["service"] == "SecretsManager" and aws["region"] == answers.region
+    assert aws["auth"]["jwt"]["serviceAccountRef"]["name"] == account["metadata"]["name"]
+    assert account["metadata"]["name"] != objects["Deployment"]["spec"]["template"]["spec"]["serviceAccountName"]
+    assert external["spec"]["secretStoreRef"] == {"kind": "SecretStore", "name": store["metadata"]["name"]}
+    assert external["spec"]["target"]["name"] == secret
+    schemas = crd_schema_dir("external-secrets")
+    for obj in (store, external):
+        assert crd_problems(obj, schemas, check_schema=False) == [], obj["kind"]
+
+
+def test_external_secrets_schemas_reject_defects(projects: dict[str, Path]) -> None:
+    schemas = crd_schema_dir("external-secrets")
+    optional = load_k8s(projects["defaults"], "optional")
+    store = copy.deepcopy(optional["SecretStore"])
+    store["spec"]["provider"]["aws"]["service"] = "S3"  # not a store External Secrets reads
+    external = copy.deepcopy(optional["ExternalSecret"])
+    external["spec"]["target"]["creationPolicy"] = "Sometimes"
+    assert crd_problems(store, schemas, check_schema=False)
+    assert crd_problems(external, schemas, check_schema=False)
 
 
 @pytest.mark.parametrize("key", EKS_SETS)

@@ -65,14 +65,16 @@ def load_cfn(path: Path) -> dict[str, Any]:
     return yaml.load(path.read_text(), Loader=CfnLoader)
 
 
-def load_k8s(project: Path) -> dict[str, dict[str, Any]]:
-    """Every object under deploy/k8s, by kind (one object of each kind)."""
+def load_k8s(project: Path, folder: str = "") -> dict[str, dict[str, Any]]:
+    """Every object in deploy/k8s (or its `folder`), by kind (one object of each kind), but
+    ConfigMaps by `ConfigMap/<name>` (the settings and the collector's configuration)."""
     objects: dict[str, dict[str, Any]] = {}
-    for path in sorted((project / "deploy" / "k8s").glob("*.yaml")):
+    for path in sorted((project / "deploy" / "k8s" / folder).glob("*.yaml")):
         for doc in yaml.safe_load_all(path.read_text()):
             if doc:
-                assert doc["kind"] not in objects, f"two {doc['kind']} objects"
-                objects[doc["kind"]] = doc
+                key = f"ConfigMap/{doc['metadata']['name']}" if doc["kind"] == "ConfigMap" else doc["kind"]
+                assert key not in objects, f"two {key} objects"
+                objects[key] = doc
     return objects
 
 
@@ -229,9 +231,12 @@ def aws_partition(region: str) -> tuple[str, str]:
 def cfn_resolve(value: Any, names: dict[str, Any]) -> Any:
     """A CloudFormation value with its intrinsics resolved: `Ref` and `Fn::Sub` variables from
     `names` (parameter defaults, pseudo parameters, resource placeholders), `Fn::GetAtt` as
-    the names entry `Resource.Attribute`. Any other intrinsic is left for the caller to see."""
+    the names entry `Resource.Attribute`, `Fn::If` by the template's condition (`names`
+    entry `Condition:<name>`) evaluated over `names`, and `AWS::NoValue` removing its key or
+    item. Any other intrinsic is left for the caller to see."""
     if isinstance(value, list):
-        return [cfn_resolve(item, names) for item in value]
+        items = [cfn_resolve(item, names) for item in value]
+        return [item for item in items if item is not None]
     if not isinstance(value, dict):
         return value
     if set(value) == {"Ref"}:
@@ -240,7 +245,28 @@ def cfn_resolve(value: Any, names: dict[str, Any]) -> Any:
         return names[".".join(value["Fn::GetAtt"])]
     if set(value) == {"Fn::Sub"} and isinstance(value["Fn::Sub"], str):
         return re.sub(r"\$\{([^}!]+)\}", lambda m: str(names[m.group(1)]), value["Fn::Sub"])
-    return {key: cfn_resolve(item, names) for key, item in value.items()}
+    if set(value) == {"Fn::If"}:
+        condition, then, otherwise = value["Fn::If"]
+        return cfn_resolve(then if cfn_condition(names[f"Condition:{condition}"], names) else otherwise, names)
+    resolved = {key: cfn_resolve(item, names) for key, item in value.items()}
+    return {key: item for key, item in resolved.items() if item is not None}
+
+
+def cfn_condition(expression: Any, names: dict[str, Any]) -> bool:
+    """A condition of the template's Conditions section, over `names`."""
+    if set(expression) == {"Condition"}:
+        return cfn_condition(names[f"Condition:{expression['Condition']}"], names)
+    (function, args), *_ = expression.items()
+    if function == "Fn::Not":
+        return not cfn_condition(args[0], names)
+    if function == "Fn::And":
+        return all(cfn_condition(arg, names) for arg in args)
+    if function == "Fn::Or":
+        return any(cfn_condition(arg, names) for arg in args)
+    if function == "Fn::Equals":
+        left, right = (cfn_resolve(arg, names) for arg in args)
+        return bool(left == right)
+    raise ValueError(f"not a condition function: {function}")
 
 
 def cfn_names(template: dict[str, Any], region: str, resources: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -262,6 +288,8 @@ def cfn_names(template: dict[str, Any], region: str, resources: dict[str, Any] |
             ["subnet-0123456789abcdef0"] if parameter["Type"].startswith("List<") else f"{name.lower()}-value"
         )
         names[name] = parameter.get("Default", placeholder)
+    for name, expression in template.get("Conditions", {}).items():
+        names[f"Condition:{name}"] = expression
     names.update(resources or {})
     return names
 
