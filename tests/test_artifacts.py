@@ -451,7 +451,9 @@ class EcsStack:
         names = cfn_names(template, region, ECS_RESOURCES)
         resources: dict[str, dict[str, Any]] = {}
         for resource in template["Resources"].values():
-            assert resource["Type"] not in resources or resource["Type"].startswith("AWS::IAM::"), resource["Type"]
+            # Two roles and two log groups (the worker's logs first, then its EMF metrics).
+            repeatable = ("AWS::IAM::", "AWS::Logs::LogGroup")
+            assert resource["Type"] not in resources or resource["Type"].startswith(repeatable), resource["Type"]
             resources.setdefault(resource["Type"], resource["Properties"])
         api = {kind: cfn_resolve(props, names) for kind, props in resources.items()}
         api.update({kind: api_shape(props) for kind, props in api.items() if kind.startswith("AWS::ECS::")})
@@ -485,7 +487,7 @@ def test_ecs_task_definition(projects: dict[str, Path], key: str) -> None:
     assert written["ExecutionRoleArn"] == {"Fn::GetAtt": ["ExecutionRole", "Arn"]}
     assert written["TaskRoleArn"] == {"Fn::GetAtt": ["TaskRole", "Arn"]}
     containers = {c["name"]: c for c in task["containerDefinitions"]}
-    assert set(containers) == {"worker", "otel-collector"} if answers.tracing else {"worker"}
+    assert set(containers) == {"worker", "otel-collector"}, "the collector: metrics always, traces with tracing"
     container = containers["worker"]
     # Every container's memory within the task's.
     assert sum(c["memory"] for c in containers.values()) <= int(task["memory"])
@@ -539,23 +541,10 @@ def test_collector_sidecar(projects: dict[str, Path], key: str) -> None:
     project, answers = projects[key], ANSWERS[key]
     endpoint = COLLECTOR_ENV["OTEL_EXPORTER_OTLP_ENDPOINT"].removeprefix("http://")
     if answers.ecs:
-        containers = {
-            c["name"]: c
-            for c in EcsStack.load(project, answers.region).api["AWS::ECS::TaskDefinition"]["containerDefinitions"]
-        }
-        worker, collector = containers["worker"], containers["otel-collector"]
-        assert collector["image"] == COOKIECUTTER["_adot_image"]
-        assert re.fullmatch(r"[\w.:/-]+:v[\d.]+@sha256:[0-9a-f]{64}", collector["image"]), "pin by digest"
-        assert collector["essential"] is False, "a dead collector must not stop the jobs"
-        assert collector["command"] == ["--config=/etc/ecs/ecs-xray.yaml"]  # the image's X-Ray pipeline, OTLP on 4318
-        assert collector["readonlyRootFilesystem"] is True and collector["user"] != "0"
-        assert collector["healthCheck"]["command"] == ["CMD", "/healthcheck"]
-        assert worker["dependsOn"] == [{"containerName": "otel-collector", "condition": "START"}]
-        assert collector["stopTimeout"] < worker["stopTimeout"]
-        assert (
-            collector["logConfiguration"]["options"]["awslogs-group"]
-            == worker["logConfiguration"]["options"]["awslogs-group"]
-        )
+        config = ecs_collector_config(project, answers.region)
+        assert config["receivers"]["otlp"]["protocols"]["http"]["endpoint"] == endpoint
+        assert config["exporters"]["awsxray"]["region"] == answers.region
+        assert config["service"]["pipelines"]["traces"]["exporters"] == ["awsxray"]
     if answers.eks:
         objects = load_k8s(project)
         spec = objects["Deployment"]["spec"]["template"]["spec"]
@@ -585,6 +574,70 @@ def test_collector_sidecar(projects: dict[str, Path], key: str) -> None:
         ports = {p["name"]: p["containerPort"] for p in sidecar["ports"]}
         for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
             assert ports[sidecar[probe]["httpGet"]["port"]] == health, probe
+
+
+def ecs_collector_config(project: Path, region: str) -> dict[str, Any]:
+    """The ECS collector's configuration (its AOT_CONFIG_CONTENT), parsed."""
+    task = EcsStack.load(project, region).api["AWS::ECS::TaskDefinition"]
+    collector = next(c for c in task["containerDefinitions"] if c["name"] == "otel-collector")
+    config: dict[str, Any] = yaml.safe_load(env_list(collector["environment"])["AOT_CONFIG_CONTENT"])
+    return config
+
+
+@pytest.mark.parametrize("key", ECS_SETS)
+def test_ecs_collector(projects: dict[str, Path], key: str) -> None:
+    """On ECS the ADOT collector beside the worker scrapes its /metrics into CloudWatch (EMF
+    in a log group of the stack's, metrics for what the alert rules read); with tracing it
+    also sends the worker's spans to X-Ray. Started before the worker, stopped after it,
+    never essential, without a capability, in the answer's region."""
+    project, answers = projects[key], ANSWERS[key]
+    stack = EcsStack.load(project, answers.region)
+    containers = {c["name"]: c for c in stack.api["AWS::ECS::TaskDefinition"]["containerDefinitions"]}
+    worker, collector = containers["worker"], containers["otel-collector"]
+    assert collector["image"] == COOKIECUTTER["_adot_image"]
+    assert re.fullmatch(r"[\w.:/-]+:v[\d.]+@sha256:[0-9a-f]{64}", collector["image"]), "pin by digest"
+    assert collector["essential"] is False, "a dead collector must not stop the jobs"
+    assert "command" not in collector, "its configuration is AOT_CONFIG_CONTENT"
+    assert collector["readonlyRootFilesystem"] is True and collector["user"] != "0"
+    assert collector["healthCheck"]["command"] == ["CMD", "/healthcheck"]
+    assert worker["dependsOn"] == [{"containerName": "otel-collector", "condition": "START"}]
+    assert collector["stopTimeout"] < worker["stopTimeout"]
+    logs = collector["logConfiguration"]["options"]
+    assert logs["awslogs-group"] == worker["logConfiguration"]["options"]["awslogs-group"]
+    assert logs["awslogs-region"] == answers.region
+
+    config = ecs_collector_config(project, answers.region)
+    (scrape,) = config["receivers"]["prometheus"]["config"]["scrape_configs"]
+    assert scrape["job_name"] == answers.slug, "the job label the alert rules select"
+    assert scrape["static_configs"] == [{"targets": [f"127.0.0.1:{answers.port}"]}]
+    assert seconds(scrape["scrape_interval"]) <= 60
+    emf = config["exporters"]["awsemf"]
+    assert emf["region"] == answers.region and emf["namespace"] == answers.slug
+    metrics_group = stack.template["Resources"]["MetricsLogGroup"]["Properties"]
+    assert emf["log_group_name"] == metrics_group["LogGroupName"]
+    # CloudWatch metrics for every metric the alert rules read, and only engine metrics.
+    alerts = yaml.safe_load((project / "deploy" / "prometheus" / "alerts.yaml").read_text())
+    alerted = {name for g in alerts["groups"] for r in g["rules"] for name in promql_metric_names(r["expr"])}
+    (declaration,) = emf["metric_declarations"]
+    declared = {selector.strip("^$") for selector in declaration["metric_name_selectors"]}
+    assert declared == alerted and declared <= set(engine_metrics())
+    pipelines = config["service"]["pipelines"]
+    assert pipelines["metrics"] == {
+        "receivers": ["prometheus"],
+        "processors": ["batch/metrics"],
+        "exporters": ["awsemf"],
+    }
+    assert ("traces" in pipelines) is answers.tracing
+    for pipeline in pipelines.values():
+        for kind in ("receivers", "processors", "exporters"):
+            assert set(pipeline[kind]) <= set(config[kind]), kind
+    assert config["extensions"]["health_check"]["endpoint"].endswith(":13133"), "what /healthcheck asks"
+
+    # The task role writes the EMF log streams of that group, nothing more.
+    policies = {p["PolicyName"]: p["PolicyDocument"] for p in stack.roles()["TaskRole"]["Policies"]}
+    (statement,) = policies["collector-metrics"]["Statement"]
+    assert statement["Resource"] == {"Fn::GetAtt": ["MetricsLogGroup", "Arn"]}
+    assert sorted(statement["Action"]) == ["logs:CreateLogStream", "logs:DescribeLogStreams", "logs:PutLogEvents"]
 
 
 @pytest.mark.parametrize("key", ECS_SETS)
@@ -656,7 +709,9 @@ def test_ecs_service(projects: dict[str, Path], key: str) -> None:
     names = cfn_names(stack.template, answers.region, ECS_RESOURCES)
     if answers.large:  # the bucket the stack is given, as the policy file spells it
         names["PayloadBucketName"] = PAYLOAD_BUCKET_PLACEHOLDER
-    (task_policy,) = roles["TaskRole"]["Policies"]
+    task_policies = {p["PolicyName"]: p for p in roles["TaskRole"]["Policies"]}
+    assert set(task_policies) == {"worker", "collector-metrics"}  # the collector's: test_ecs_collector
+    task_policy = task_policies["worker"]
     file_policy = json.loads((project / "deploy" / "aws" / "worker-policy.json").read_text())
     assert cfn_resolve(task_policy["PolicyDocument"], names) == file_policy
     (execution_policy,) = roles["ExecutionRole"]["Policies"]
@@ -1408,6 +1463,7 @@ def test_artifacts_agree(projects: dict[str, Path], key: str) -> None:
         ports["ECS portMappings"] = container["portMappings"][0]["containerPort"]
         images["ECS"] = image_repository(container["image"])
         regions["ECS awslogs"] = container["logConfiguration"]["options"]["awslogs-region"]
+        regions["ECS collector EMF"] = ecs_collector_config(project, answers.region)["exporters"]["awsemf"]["region"]
         regions["ECS image registry"] = re.search(r"\.ecr\.([a-z0-9-]+)\.", container["image"]).group(1)
         replica_caps["ECS MaxCapacity"] = stack.api["AWS::ApplicationAutoScaling::ScalableTarget"]["MaxCapacity"]
         tracking = stack.api["AWS::ApplicationAutoScaling::ScalingPolicy"]["TargetTrackingScalingPolicyConfiguration"]

@@ -182,8 +182,12 @@ def assert_service_parts(
         (project / "deploy" / "aws" / "worker-policy.json").read_text().replace(PLACEHOLDER_ACCOUNT, account)
     )
     task_role = created["TaskRole"]
-    (name,) = iam.list_role_policies(RoleName=task_role)["PolicyNames"]
-    assert iam.get_role_policy(RoleName=task_role, PolicyName=name)["PolicyDocument"] == expected
+    assert sorted(iam.list_role_policies(RoleName=task_role)["PolicyNames"]) == ["collector-metrics", "worker"]
+    assert iam.get_role_policy(RoleName=task_role, PolicyName="worker")["PolicyDocument"] == expected
+    (write,) = iam.get_role_policy(RoleName=task_role, PolicyName="collector-metrics")["PolicyDocument"]["Statement"]
+    assert write["Resource"].startswith(
+        f"arn:aws:logs:{answers.region}:{account}:log-group:/ecs/{answers.slug}/metrics"
+    )
     for role in (task_role, created["ExecutionRole"]):
         (trust,) = iam.get_role(RoleName=role)["Role"]["AssumeRolePolicyDocument"]["Statement"]
         assert trust["Principal"] == {"Service": "ecs-tasks.amazonaws.com"}
@@ -195,10 +199,11 @@ def assert_service_parts(
     assert resources["PullImage"] == f"arn:aws:ecr:{answers.region}:{account}:repository/{answers.slug}"
     assert resources["WriteLogs"].startswith(f"arn:aws:logs:{answers.region}:{account}:log-group:/ecs/{answers.slug}")
 
-    (group,) = aws["logs"].describe_log_groups(logGroupNamePrefix=f"/ecs/{answers.slug}")["logGroups"]
-    # (LocalStack 4.14 creates the group but does not apply RetentionInDays on create: the
-    # retention is held to the template in test_artifacts.py.)
-    assert group["logGroupName"] == f"/ecs/{answers.slug}"
+    groups = aws["logs"].describe_log_groups(logGroupNamePrefix=f"/ecs/{answers.slug}")["logGroups"]
+    # (LocalStack 4.14 creates the groups but does not apply RetentionInDays on create: the
+    # retention is held to the template in test_artifacts.py.) The worker's logs, and the
+    # collector's EMF metrics.
+    assert sorted(g["logGroupName"] for g in groups) == [f"/ecs/{answers.slug}", f"/ecs/{answers.slug}/metrics"]
 
     # LocalStack 4.14 creates security groups but applies none of their rules (neither the
     # inline egress nor AWS::EC2::SecurityGroupIngress): the rules are held to the template
