@@ -346,6 +346,10 @@ def test_dockerfile(projects: dict[str, Path], key: str) -> None:
     # beside it for readers and for Dependabot.
     for base in bases:
         assert re.fullmatch(r"[\w.:/-]+@sha256:[0-9a-f]{64}", base), f"{base} is not pinned by digest"
+    dependabot = yaml.safe_load((project / ".github" / "dependabot.yml").read_text())
+    assert {"package-ecosystem": "docker", "directory": "/"}.items() <= next(
+        u for u in dependabot["updates"] if u["package-ecosystem"] == "docker"
+    ).items(), "Dependabot keeps the digests current"
     tags = [base.split("@", 1)[0] for base in bases]
     assert set(tags) <= {f"python:{answers.python}", f"python:{answers.python}-slim"}, tags
     assert tags[-1] == f"python:{answers.python}-slim", "the runtime stage is the slim image"
