@@ -34,6 +34,7 @@ from sqs_worker_engine import emulators as engine_emulators
 from sqs_worker_engine.settings import _ALIASES, ServiceDefaults, load_settings
 from validators import (
     PLACEHOLDER_ACCOUNT,
+    actionlint_problems,
     api_problems,
     api_shape,
     aws_partition,
@@ -41,6 +42,8 @@ from validators import (
     cfn_problems,
     cfn_resolve,
     check_rules,
+    crd_problems,
+    crd_schema_dir,
     dockerfile_instructions,
     dockerfile_stages,
     ecs_problems,
@@ -80,14 +83,18 @@ COMMON_FILES = {
     "docker-compose.moto.yml",
     ".github/workflows/ci.yml",
     ".github/workflows/template-update.yml",
+    ".github/workflows/release.yml",
     ".github/dependabot.yml",
     "deploy/README.md",
     "deploy/aws/queues.yaml",
+    "deploy/aws/release-roles.yaml",
     "deploy/aws/worker-policy.json",
     "deploy/prometheus/alerts.yaml",
     "deploy/grafana/dashboard.json",
 }
 ECS_FILES = {"deploy/ecs/service.yaml"}
+# Custom resources: held to their operators' CRD schemas, not to Kubernetes' built-in ones.
+CUSTOM_RESOURCE_GROUPS = ("keda.sh/", "monitoring.coreos.com/", "external-secrets.io/")
 K8S_FILES = {
     "deploy/k8s/deployment.yaml",
     "deploy/k8s/serviceaccount.yaml",
@@ -97,6 +104,10 @@ K8S_FILES = {
     "deploy/k8s/poddisruptionbudget.yaml",
     "deploy/k8s/networkpolicy.yaml",
     "deploy/k8s/namespace.yaml",
+    "deploy/k8s/servicemonitor.yaml",
+    "deploy/k8s/prometheusrule.yaml",
+    "deploy/k8s/settings.yaml",
+    "deploy/k8s/optional/external-secrets.yaml",
 }
 K8S_TRACING_FILES = {"deploy/k8s/otel-collector.yaml"}  # with tracing=yes
 
@@ -334,8 +345,17 @@ def test_dockerfile(projects: dict[str, Path], key: str) -> None:
     stages = dockerfile_stages(dockerfile.read_text())
     assert len(stages) >= 2, "multi-stage build expected"
     bases = [stage[0][1].split()[0] for stage in stages]
-    assert set(bases) <= {f"python:{answers.python}", f"python:{answers.python}-slim"}, bases
-    assert bases[-1] == f"python:{answers.python}-slim", "the runtime stage is the slim image"
+    # Every base image pinned by digest (a tag can be moved; a digest cannot), the tag kept
+    # beside it for readers and for Dependabot.
+    for base in bases:
+        assert re.fullmatch(r"[\w.:/-]+@sha256:[0-9a-f]{64}", base), f"{base} is not pinned by digest"
+    dependabot = yaml.safe_load((project / ".github" / "dependabot.yml").read_text())
+    assert {"package-ecosystem": "docker", "directory": "/"}.items() <= next(
+        u for u in dependabot["updates"] if u["package-ecosystem"] == "docker"
+    ).items(), "Dependabot keeps the digests current"
+    tags = [base.split("@", 1)[0] for base in bases]
+    assert set(tags) <= {f"python:{answers.python}", f"python:{answers.python}-slim"}, tags
+    assert tags[-1] == f"python:{answers.python}-slim", "the runtime stage is the slim image"
     assert (project / ".python-version").read_text().strip() == answers.python
     final = stages[-1]
     by_kind: dict[str, list[str]] = {}
@@ -460,7 +480,9 @@ class EcsStack:
         names = cfn_names(template, region, ECS_RESOURCES)
         resources: dict[str, dict[str, Any]] = {}
         for resource in template["Resources"].values():
-            assert resource["Type"] not in resources or resource["Type"].startswith("AWS::IAM::"), resource["Type"]
+            # Two roles and two log groups (the worker's logs first, then its EMF metrics).
+            repeatable = ("AWS::IAM::", "AWS::Logs::LogGroup")
+            assert resource["Type"] not in resources or resource["Type"].startswith(repeatable), resource["Type"]
             resources.setdefault(resource["Type"], resource["Properties"])
         api = {kind: cfn_resolve(props, names) for kind, props in resources.items()}
         api.update({kind: api_shape(props) for kind, props in api.items() if kind.startswith("AWS::ECS::")})
@@ -494,7 +516,7 @@ def test_ecs_task_definition(projects: dict[str, Path], key: str) -> None:
     assert written["ExecutionRoleArn"] == {"Fn::GetAtt": ["ExecutionRole", "Arn"]}
     assert written["TaskRoleArn"] == {"Fn::GetAtt": ["TaskRole", "Arn"]}
     containers = {c["name"]: c for c in task["containerDefinitions"]}
-    assert set(containers) == {"worker", "otel-collector"} if answers.tracing else {"worker"}
+    assert set(containers) == {"worker", "otel-collector"}, "the collector: metrics always, traces with tracing"
     container = containers["worker"]
     # Every container's memory within the task's.
     assert sum(c["memory"] for c in containers.values()) <= int(task["memory"])
@@ -504,6 +526,8 @@ def test_ecs_task_definition(projects: dict[str, Path], key: str) -> None:
     assert container["essential"] is True and container["command"] == ["run"]
     assert container["stopTimeout"] == answers.grace <= LIMITS.ECS_MAX_STOP_TIMEOUT
     assert container["linuxParameters"]["initProcessEnabled"] is True
+    for name, each in containers.items():  # no capability for anything in the task
+        assert each.get("linuxParameters", {}).get("capabilities", {}).get("drop") == ["ALL"], name
     assert container["user"] == "10001"
     assert container["readonlyRootFilesystem"] is True
     volumes = {v["name"] for v in task["volumes"]}
@@ -546,22 +570,10 @@ def test_collector_sidecar(projects: dict[str, Path], key: str) -> None:
     project, answers = projects[key], ANSWERS[key]
     endpoint = COLLECTOR_ENV["OTEL_EXPORTER_OTLP_ENDPOINT"].removeprefix("http://")
     if answers.ecs:
-        containers = {
-            c["name"]: c
-            for c in EcsStack.load(project, answers.region).api["AWS::ECS::TaskDefinition"]["containerDefinitions"]
-        }
-        worker, collector = containers["worker"], containers["otel-collector"]
-        assert collector["image"] == COOKIECUTTER["_adot_image"]
-        assert collector["essential"] is False, "a dead collector must not stop the jobs"
-        assert collector["command"] == ["--config=/etc/ecs/ecs-xray.yaml"]  # the image's X-Ray pipeline, OTLP on 4318
-        assert collector["readonlyRootFilesystem"] is True and collector["user"] != "0"
-        assert collector["healthCheck"]["command"] == ["CMD", "/healthcheck"]
-        assert worker["dependsOn"] == [{"containerName": "otel-collector", "condition": "START"}]
-        assert collector["stopTimeout"] < worker["stopTimeout"]
-        assert (
-            collector["logConfiguration"]["options"]["awslogs-group"]
-            == worker["logConfiguration"]["options"]["awslogs-group"]
-        )
+        config = ecs_collector_config(project, answers.region)
+        assert config["receivers"]["otlp"]["protocols"]["http"]["endpoint"] == endpoint
+        assert config["exporters"]["awsxray"]["region"] == answers.region
+        assert config["service"]["pipelines"]["traces"]["exporters"] == ["awsxray"]
     if answers.eks:
         objects = load_k8s(project)
         spec = objects["Deployment"]["spec"]["template"]["spec"]
@@ -576,7 +588,7 @@ def test_collector_sidecar(projects: dict[str, Path], key: str) -> None:
         ]
         (mount,) = sidecar["volumeMounts"]
         volume = next(v for v in spec["volumes"] if v["name"] == mount["name"])
-        config_map = objects["ConfigMap"]
+        config_map = objects[f"ConfigMap/{answers.slug}-otel-collector"]
         assert volume["configMap"]["name"] == config_map["metadata"]["name"]
         (arg,) = sidecar["args"]
         path = arg.removeprefix("--config=")
@@ -591,6 +603,70 @@ def test_collector_sidecar(projects: dict[str, Path], key: str) -> None:
         ports = {p["name"]: p["containerPort"] for p in sidecar["ports"]}
         for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
             assert ports[sidecar[probe]["httpGet"]["port"]] == health, probe
+
+
+def ecs_collector_config(project: Path, region: str) -> dict[str, Any]:
+    """The ECS collector's configuration (its AOT_CONFIG_CONTENT), parsed."""
+    task = EcsStack.load(project, region).api["AWS::ECS::TaskDefinition"]
+    collector = next(c for c in task["containerDefinitions"] if c["name"] == "otel-collector")
+    config: dict[str, Any] = yaml.safe_load(env_list(collector["environment"])["AOT_CONFIG_CONTENT"])
+    return config
+
+
+@pytest.mark.parametrize("key", ECS_SETS)
+def test_ecs_collector(projects: dict[str, Path], key: str) -> None:
+    """On ECS the ADOT collector beside the worker scrapes its /metrics into CloudWatch (EMF
+    in a log group of the stack's, metrics for what the alert rules read); with tracing it
+    also sends the worker's spans to X-Ray. Started before the worker, stopped after it,
+    never essential, without a capability, in the answer's region."""
+    project, answers = projects[key], ANSWERS[key]
+    stack = EcsStack.load(project, answers.region)
+    containers = {c["name"]: c for c in stack.api["AWS::ECS::TaskDefinition"]["containerDefinitions"]}
+    worker, collector = containers["worker"], containers["otel-collector"]
+    assert collector["image"] == COOKIECUTTER["_adot_image"]
+    assert re.fullmatch(r"[\w.:/-]+:v[\d.]+@sha256:[0-9a-f]{64}", collector["image"]), "pin by digest"
+    assert collector["essential"] is False, "a dead collector must not stop the jobs"
+    assert "command" not in collector, "its configuration is AOT_CONFIG_CONTENT"
+    assert collector["readonlyRootFilesystem"] is True and collector["user"] != "0"
+    assert collector["healthCheck"]["command"] == ["CMD", "/healthcheck"]
+    assert worker["dependsOn"] == [{"containerName": "otel-collector", "condition": "START"}]
+    assert collector["stopTimeout"] < worker["stopTimeout"]
+    logs = collector["logConfiguration"]["options"]
+    assert logs["awslogs-group"] == worker["logConfiguration"]["options"]["awslogs-group"]
+    assert logs["awslogs-region"] == answers.region
+
+    config = ecs_collector_config(project, answers.region)
+    (scrape,) = config["receivers"]["prometheus"]["config"]["scrape_configs"]
+    assert scrape["job_name"] == answers.slug, "the job label the alert rules select"
+    assert scrape["static_configs"] == [{"targets": [f"127.0.0.1:{answers.port}"]}]
+    assert seconds(scrape["scrape_interval"]) <= 60
+    emf = config["exporters"]["awsemf"]
+    assert emf["region"] == answers.region and emf["namespace"] == answers.slug
+    metrics_group = stack.template["Resources"]["MetricsLogGroup"]["Properties"]
+    assert emf["log_group_name"] == metrics_group["LogGroupName"]
+    # CloudWatch metrics for every metric the alert rules read, and only engine metrics.
+    alerts = yaml.safe_load((project / "deploy" / "prometheus" / "alerts.yaml").read_text())
+    alerted = {name for g in alerts["groups"] for r in g["rules"] for name in promql_metric_names(r["expr"])}
+    (declaration,) = emf["metric_declarations"]
+    declared = {selector.strip("^$") for selector in declaration["metric_name_selectors"]}
+    assert declared == alerted and declared <= set(engine_metrics())
+    pipelines = config["service"]["pipelines"]
+    assert pipelines["metrics"] == {
+        "receivers": ["prometheus"],
+        "processors": ["batch/metrics"],
+        "exporters": ["awsemf"],
+    }
+    assert ("traces" in pipelines) is answers.tracing
+    for pipeline in pipelines.values():
+        for kind in ("receivers", "processors", "exporters"):
+            assert set(pipeline[kind]) <= set(config[kind]), kind
+    assert config["extensions"]["health_check"]["endpoint"].endswith(":13133"), "what /healthcheck asks"
+
+    # The task role writes the EMF log streams of that group, nothing more.
+    policies = {p["PolicyName"]: p["PolicyDocument"] for p in stack.roles()["TaskRole"]["Policies"]}
+    (statement,) = policies["collector-metrics"]["Statement"]
+    assert statement["Resource"] == {"Fn::GetAtt": ["MetricsLogGroup", "Arn"]}
+    assert sorted(statement["Action"]) == ["logs:CreateLogStream", "logs:DescribeLogStreams", "logs:PutLogEvents"]
 
 
 @pytest.mark.parametrize("key", ECS_SETS)
@@ -662,13 +738,15 @@ def test_ecs_service(projects: dict[str, Path], key: str) -> None:
     names = cfn_names(stack.template, answers.region, ECS_RESOURCES)
     if answers.large:  # the bucket the stack is given, as the policy file spells it
         names["PayloadBucketName"] = PAYLOAD_BUCKET_PLACEHOLDER
-    (task_policy,) = roles["TaskRole"]["Policies"]
+    task_policies = {p["PolicyName"]: p for p in roles["TaskRole"]["Policies"]}
+    assert set(task_policies) == {"worker", "collector-metrics"}  # the collector's: test_ecs_collector
+    task_policy = task_policies["worker"]
     file_policy = json.loads((project / "deploy" / "aws" / "worker-policy.json").read_text())
     assert cfn_resolve(task_policy["PolicyDocument"], names) == file_policy
     (execution_policy,) = roles["ExecutionRole"]["Policies"]
     granted = {
-        statement["Sid"]: (sorted(as_list(statement["Action"])), cfn_resolve(statement["Resource"], names))
-        for statement in execution_policy["PolicyDocument"]["Statement"]
+        statement["Sid"]: (sorted(as_list(statement["Action"])), statement["Resource"])
+        for statement in cfn_resolve(execution_policy["PolicyDocument"], names)["Statement"]
     }
     partition = aws_partition(answers.region)[0]
     assert granted == {
@@ -688,6 +766,41 @@ def test_ecs_service(projects: dict[str, Path], key: str) -> None:
     assert (ingress["FromPort"], ingress["ToPort"]) == (answers.port, answers.port) and "CidrIp" not in ingress
 
 
+SECRET_ARNS = [
+    "arn:{partition}:secretsmanager:{region}:123456789012:secret:orders/database-url-AbCdEf",
+    "arn:{partition}:ssm:{region}:123456789012:parameter/orders/database-url",
+]
+
+
+@pytest.mark.parametrize("key", ECS_SETS)
+@pytest.mark.parametrize("secret", SECRET_ARNS, ids=["secretsmanager", "ssm"])
+def test_ecs_secrets(projects: dict[str, Path], key: str, secret: str) -> None:
+    """DATABASE_URL reaches the worker as an ECS secret from the ARN the stack is given, and
+    the execution role may read that ARN and nothing else; without one, neither exists."""
+    project, answers = projects[key], ANSWERS[key]
+    stack = EcsStack.load(project, answers.region)
+    arn = secret.format(partition=aws_partition(answers.region)[0], region=answers.region)
+    parameter = stack.template["Parameters"]["DatabaseUrlSecretArn"]
+    assert re.fullmatch(parameter["AllowedPattern"], arn) and re.fullmatch(parameter["AllowedPattern"], "")
+    assert not re.fullmatch(parameter["AllowedPattern"], "arn:aws:s3:::bucket/key"), "only the two secret stores"
+    for given in ("", arn):
+        names = cfn_names(stack.template, answers.region, ECS_RESOURCES) | {"DatabaseUrlSecretArn": given}
+        task = api_shape(cfn_resolve(stack.resources["AWS::ECS::TaskDefinition"], names))
+        assert ecs_problems(task) == []
+        worker = next(c for c in task["containerDefinitions"] if c["name"] == "worker")
+        role = cfn_resolve(stack.roles()["ExecutionRole"]["Policies"][0]["PolicyDocument"], names)
+        reads = [s for s in role["Statement"] if s["Sid"] == "ReadSecrets"]
+        if not given:
+            assert "secrets" not in worker and reads == []
+            continue
+        assert worker["secrets"] == [{"name": "DATABASE_URL", "valueFrom": arn}]
+        assert "DATABASE_URL" not in env_list(worker["environment"]), "a secret is never a plain value"
+        (read,) = reads
+        assert read["Resource"] == [arn] and read["Effect"] == "Allow"
+        assert sorted(read["Action"]) == ["secretsmanager:GetSecretValue", "ssm:GetParameters"]
+    assert "DATABASE_URL" in answers.variables, "a setting the worker reads"
+
+
 @pytest.mark.parametrize("key", EKS_SETS)
 def test_kubernetes_objects(projects: dict[str, Path], key: str) -> None:
     project, answers = projects[key], ANSWERS[key]
@@ -701,9 +814,12 @@ def test_kubernetes_objects(projects: dict[str, Path], key: str) -> None:
         "TriggerAuthentication",
         "NetworkPolicy",
         "Namespace",
-    } | ({"ConfigMap"} if answers.tracing else set())
+        "ServiceMonitor",
+        "PrometheusRule",
+        f"ConfigMap/{answers.slug}-settings",
+    } | ({f"ConfigMap/{answers.slug}-otel-collector"} if answers.tracing else set())
     for kind, obj in objects.items():
-        if obj["apiVersion"].startswith("keda.sh/"):
+        if obj["apiVersion"].startswith(CUSTOM_RESOURCE_GROUPS):
             continue
         assert k8s_problems(obj) == [], kind
     # Everything in the service's own namespace, which enforces Pod Security "restricted".
@@ -782,6 +898,8 @@ def test_kubernetes_objects(projects: dict[str, Path], key: str) -> None:
     assert network["podSelector"]["matchLabels"].items() <= labels.items()
     assert "Ingress" in network["policyTypes"]
     (rule,) = network["ingress"]
+    # From the monitoring namespace only, never every namespace (an empty selector).
+    assert rule["from"] == [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]
     assert [(p["port"], p.get("protocol", "TCP")) for p in rule["ports"]] in (
         [("metrics", "TCP")],
         [(answers.port, "TCP")],
@@ -851,6 +969,84 @@ def test_kubernetes_objects(projects: dict[str, Path], key: str) -> None:
     assert (age["namespace"], age["metricName"]) == ("AWS/SQS", "ApproximateAgeOfOldestMessage")
     assert (age["dimensionName"], age["dimensionValue"]) == ("QueueName", answers.queue)
     assert age["metricStat"] == "Maximum" and float(age["targetMetricValue"]) > 0 and "minMetricValue" in age
+
+
+@pytest.mark.parametrize("key", EKS_SETS)
+def test_kubernetes_settings_and_secrets(projects: dict[str, Path], key: str) -> None:
+    """The owner's settings (a ConfigMap) and secrets (a Secret, optional, made by hand or by
+    External Secrets from Secrets Manager) reach the worker as environment variables; the
+    External Secrets objects are valid against their CRD schemas and name that Secret."""
+    project, answers = projects[key], ANSWERS[key]
+    objects = load_k8s(project)
+    settings = objects[f"ConfigMap/{answers.slug}-settings"]
+    assert settings["data"] == {}, "the owner's to fill"
+    (container,) = objects["Deployment"]["spec"]["template"]["spec"]["containers"]
+    secret = f"{answers.slug}-secrets"
+    assert container["envFrom"] == [
+        {"configMapRef": {"name": settings["metadata"]["name"]}},
+        {"secretRef": {"name": secret, "optional": True}},
+    ]
+    optional = load_k8s(project, "optional")
+    assert set(optional) == {"ServiceAccount", "SecretStore", "ExternalSecret"}
+    assert {obj["metadata"]["namespace"] for obj in optional.values()} == {answers.slug}
+    account, store, external = optional["ServiceAccount"], optional["SecretStore"], optional["ExternalSecret"]
+    assert k8s_problems(account) == []
+    assert account["automountServiceAccountToken"] is False
+    role = account["metadata"]["annotations"]["eks.amazonaws.com/role-arn"]
+    assert role.startswith(f"arn:{aws_partition(answers.region)[0]}:iam::{PLACEHOLDER_ACCOUNT}:role/CHANGE-ME-")
+    aws = store["spec"]["provider"]["aws"]
+    assert aws["service"] == "SecretsManager" and aws["region"] == answers.region
+    assert aws["auth"]["jwt"]["serviceAccountRef"]["name"] == account["metadata"]["name"]
+    assert account["metadata"]["name"] != objects["Deployment"]["spec"]["template"]["spec"]["serviceAccountName"]
+    assert external["spec"]["secretStoreRef"] == {"kind": "SecretStore", "name": store["metadata"]["name"]}
+    assert external["spec"]["target"]["name"] == secret
+    schemas = crd_schema_dir("external-secrets")
+    for obj in (store, external):
+        assert crd_problems(obj, schemas, check_schema=False) == [], obj["kind"]
+
+
+def test_external_secrets_schemas_reject_defects(projects: dict[str, Path]) -> None:
+    schemas = crd_schema_dir("external-secrets")
+    optional = load_k8s(projects["defaults"], "optional")
+    store = copy.deepcopy(optional["SecretStore"])
+    store["spec"]["provider"]["aws"]["service"] = "S3"  # not a store External Secrets reads
+    external = copy.deepcopy(optional["ExternalSecret"])
+    external["spec"]["target"]["creationPolicy"] = "Sometimes"
+    assert crd_problems(store, schemas, check_schema=False)
+    assert crd_problems(external, schemas, check_schema=False)
+
+
+@pytest.mark.parametrize("key", EKS_SETS)
+def test_prometheus_operator_objects(projects: dict[str, Path], key: str) -> None:
+    """The ServiceMonitor scrapes the worker's Service under the job name the rules select, and
+    the PrometheusRule holds exactly the rules of deploy/prometheus/alerts.yaml (its one
+    source), both valid against prometheus-operator's CRD schemas."""
+    project, answers = projects[key], ANSWERS[key]
+    objects = load_k8s(project)
+    monitor, rule, service = objects["ServiceMonitor"], objects["PrometheusRule"], objects["Service"]
+    alerts = yaml.safe_load((project / "deploy" / "prometheus" / "alerts.yaml").read_text())
+    assert rule["spec"] == alerts, "the PrometheusRule is not alerts.yaml"
+    # The operator names the job after the Service unless jobLabel says otherwise.
+    assert "jobLabel" not in monitor["spec"] and service["metadata"]["name"] == answers.slug
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    assert monitor["metadata"]["namespace"] == service["metadata"]["namespace"]
+    (endpoint,) = monitor["spec"]["endpoints"]
+    assert endpoint["port"] in {p["name"] for p in service["spec"]["ports"]} and endpoint["path"] == "/metrics"
+    assert seconds(endpoint["scrapeTimeout"]) < seconds(endpoint["interval"])
+    schemas = crd_schema_dir("prometheus-operator")
+    for obj in (monitor, rule):
+        assert crd_problems(obj, schemas, check_schema=False) == [], obj["kind"]
+
+
+def test_prometheus_operator_schemas_reject_defects(projects: dict[str, Path]) -> None:
+    schemas = crd_schema_dir("prometheus-operator")
+    objects = load_k8s(projects["defaults"])
+    monitor = copy.deepcopy(objects["ServiceMonitor"])
+    monitor["spec"]["endpoints"][0]["port"] = 9102  # a port name, not a number
+    rule = copy.deepcopy(objects["PrometheusRule"])
+    rule["spec"]["groups"][0]["rules"][0]["for"] = "ten minutes"  # not a duration
+    assert crd_problems(monitor, schemas, check_schema=False)
+    assert crd_problems(rule, schemas, check_schema=False)
 
 
 @pytest.mark.parametrize("key", EKS_SETS)
@@ -1064,22 +1260,184 @@ def action_pins(path: Path) -> dict[str, str]:
     return {action: shas.pop() for action, shas in pins.items()}
 
 
-def assert_workflow_hygiene(path: Path, workflow: dict[str, Any]) -> None:
-    """Least privilege, one run per ref, every action pinned to a commit with its release
-    noted, and setup-uv installing the one pinned uv."""
-    assert workflow["permissions"] == {"contents": "read"}
-    assert workflow["concurrency"]["group"] and workflow["concurrency"]["cancel-in-progress"] is True
+def assert_pinned(path: Path) -> None:
+    """Every action pinned to a full commit SHA, with its release noted."""
     pinned = 0
     for line in path.read_text().splitlines():
         if re.match(r"\s*(-\s+)?uses:", line):
             assert re.fullmatch(r"\s*(-\s+)?uses: [\w.-]+/[\w./-]+@[0-9a-f]{40} # v\d+\.\d+\.\d+", line), line
             pinned += 1
     assert pinned, "no actions found"
+
+
+def assert_workflow_hygiene(path: Path, workflow: dict[str, Any]) -> None:
+    """Least privilege, one run per ref, every action pinned to a commit with its release
+    noted, and setup-uv installing the one pinned uv."""
+    assert workflow["permissions"] == {"contents": "read"}
+    assert workflow["concurrency"]["group"] and workflow["concurrency"]["cancel-in-progress"] is True
+    assert_pinned(path)
     for job in workflow["jobs"].values():
         assert "timeout-minutes" in job
         for step in job["steps"]:
             if step.get("uses", "").startswith("astral-sh/setup-uv@"):
                 assert step.get("with", {}).get("version") == UV_VERSION, f"{path}: setup-uv without uv {UV_VERSION}"
+
+
+@pytest.mark.parametrize("key", CHECKED)
+def test_release_workflow(projects: dict[str, Path], key: str) -> None:
+    """On a version tag: the image built and pushed with its SBOM and provenance; then its digest deployed to each chosen target behind the production environment's
+    approval, each job with only the token rights it uses."""
+    project, answers = projects[key], ANSWERS[key]
+    path = project / ".github" / "workflows" / "release.yml"
+    assert jsonschema_cli_problems("vendor.github-workflows", path) == []
+    assert actionlint_problems(path) == []
+    assert_pinned(path)
+    pins = action_pins(path)
+    ci_pins = action_pins(project / ".github" / "workflows" / "ci.yml")
+    assert {a: pins[a] for a in pins.keys() & ci_pins.keys()} == {a: ci_pins[a] for a in pins.keys() & ci_pins.keys()}
+    workflow = load_workflow(path)
+    assert workflow["on"] == {"push": {"tags": ["v*"]}}
+    assert workflow["permissions"] == {}, "no token rights but those a job asks for"
+    assert workflow["concurrency"]["cancel-in-progress"] is False, "a rollout is never cut off"
+    assert workflow["env"]["AWS_REGION"] == answers.region and workflow["env"]["ECR_REPOSITORY"] == answers.slug
+    jobs = workflow["jobs"]
+    deploys = {f"deploy-{target}" for target, chosen in (("ecs", answers.ecs), ("eks", answers.eks)) if chosen}
+    assert set(jobs) == {"image"} | deploys
+
+    image = jobs["image"]
+    assert image["permissions"] == {"contents": "read", "id-token": "write"}
+    steps = {step.get("uses", "").split("@")[0]: step for step in image["steps"]}
+    assert (
+        steps["aws-actions/configure-aws-credentials"]["with"]["role-to-assume"]
+        == "${{ vars.AWS_IMAGE_PUSH_ROLE_ARN }}"
+    )
+    build = steps["docker/build-push-action"]["with"]
+    assert build["push"] is True and build["sbom"] is True and build["provenance"] == "mode=max"
+    assert not {"cache-from", "cache-to"} & set(build), "a release reads no cache a pull request may write"
+    built = f"${{{{ steps.{steps['docker/build-push-action']['id']}.outputs.digest }}}}"
+    assert image["outputs"]["digest"] == built, "the digest deployed is the one built"
+    assert steps["actions/checkout"]["with"]["persist-credentials"] is False
+
+    for name in deploys:
+        job = jobs[name]
+        assert job["needs"] == "image" and job["environment"] == "production", f"{name}: no manual gate"
+        assert job["permissions"] == {"id-token": "write"}, name
+        (credentials,) = [s for s in job["steps"] if "configure-aws-credentials" in s.get("uses", "")]
+        assert credentials["with"]["role-to-assume"] == "${{ vars.AWS_DEPLOY_ROLE_ARN }}"
+        script = "\n".join(step.get("run", "") for step in job["steps"])
+        assert "${{" not in script, f"{name}: expressions go through env, never into a script"
+    if answers.ecs:
+        job = jobs["deploy-ecs"]
+        assert job["env"]["IMAGE_DIGEST"] == "${{ needs.image.outputs.digest }}"
+        script = "\n".join(step.get("run", "") for step in job["steps"])
+        stack = load_cfn(project / "deploy" / "ecs" / "service.yaml")
+        given = dict(re.findall(r"ParameterKey=(\w+),(\w+)=", script))
+        # The digest changes; every other parameter of the stack keeps its value.
+        assert given == {name: "UsePreviousValue" for name in stack["Parameters"]} | {"ImageDigest": "ParameterValue"}
+        assert "--use-previous-template" in script and "wait stack-update-complete" in script
+        assert "deployments[?status=='PRIMARY'].rolloutState" in script and "= COMPLETED" in script
+        assert job["env"]["STACK"] == f"{answers.slug}-service"
+    if answers.eks:
+        job = jobs["deploy-eks"]
+        assert job["env"]["IMAGE"] == "${{ needs.image.outputs.image }}@${{ needs.image.outputs.digest }}"
+        script = "\n".join(step.get("run", "") for step in job["steps"])
+        deployment = load_k8s(project)["Deployment"]
+        (container,) = deployment["spec"]["template"]["spec"]["containers"]
+        where = f"-n {deployment['metadata']['namespace']}"
+        assert f'{where} set image deployment/{deployment["metadata"]["name"]} {container["name"]}="$IMAGE"' in script
+        assert f"{where} rollout status deployment/{deployment['metadata']['name']}" in script
+        assert "rollout undo" in script
+
+
+@pytest.mark.parametrize("key", CHECKED)
+def test_release_roles(projects: dict[str, Path], key: str) -> None:
+    """The roles the release assumes: pushing for version tags only, deploying for the
+    production environment only, each allowed what its job does and no more."""
+    project, answers = projects[key], ANSWERS[key]
+    path = project / "deploy" / "aws" / "release-roles.yaml"
+    assert cfn_problems(path, answers.region) == []
+    template = load_cfn(path)
+    resources = template["Resources"]
+    names = cfn_names(template, answers.region, {"DeployRole.Arn": "deploy-role-arn"})
+    names["GitHubRepository"] = "owner/repo"
+    partition = aws_partition(answers.region)[0]
+    arn = f"{answers.region}:{PLACEHOLDER_ACCOUNT}"
+
+    def role(name: str) -> tuple[dict[str, Any], dict[str, tuple[list[str], Any]]]:
+        props = resources[name]["Properties"]
+        (trust,) = props["AssumeRolePolicyDocument"]["Statement"]
+        (policy,) = props["Policies"]
+        granted = {
+            s["Sid"]: (sorted(as_list(s["Action"])), cfn_resolve(s["Resource"], names))
+            for s in policy["PolicyDocument"]["Statement"]
+        }
+        return cfn_resolve(trust, names), granted
+
+    token = "token.actions.githubusercontent.com"
+    trust, granted = role("ImagePushRole")
+    assert trust["Action"] == "sts:AssumeRoleWithWebIdentity"
+    assert trust["Principal"] == {"Federated": names["GitHubOidcProviderArn"]}
+    assert trust["Condition"] == {
+        "StringEquals": {f"{token}:aud": "sts.amazonaws.com"},
+        "StringLike": {f"{token}:sub": "repo:owner/repo:ref:refs/tags/v*"},
+    }
+    assert granted == {
+        "RegistryLogin": (["ecr:GetAuthorizationToken"], "*"),
+        "PushImage": (
+            sorted(
+                "ecr:" + a
+                for a in (
+                    "BatchCheckLayerAvailability",
+                    "BatchGetImage",
+                    "CompleteLayerUpload",
+                    "GetDownloadUrlForLayer",
+                    "InitiateLayerUpload",
+                    "PutImage",
+                    "UploadLayerPart",
+                )
+            ),
+            f"arn:{partition}:ecr:{arn}:repository/{answers.slug}",
+        ),
+    }
+
+    trust, granted = role("DeployRole")
+    assert trust["Condition"] == {
+        "StringEquals": {f"{token}:aud": "sts.amazonaws.com", f"{token}:sub": "repo:owner/repo:environment:production"}
+    }
+    expected: dict[str, tuple[list[str], Any]] = {}
+    if answers.ecs:
+        expected |= {
+            "UpdateServiceStack": (
+                ["cloudformation:DescribeStackEvents", "cloudformation:DescribeStacks", "cloudformation:UpdateStack"],
+                f"arn:{partition}:cloudformation:{arn}:stack/{answers.slug}-service/*",
+            ),
+            # RegisterTaskDefinition and its two companions take no resource-level permission.
+            "TaskDefinitions": (
+                ["ecs:DeregisterTaskDefinition", "ecs:DescribeTaskDefinition", "ecs:RegisterTaskDefinition"],
+                "*",
+            ),
+            "TagTaskDefinitions": (["ecs:TagResource"], f"arn:{partition}:ecs:{arn}:task-definition/{answers.slug}:*"),
+            "UpdateService": (
+                ["ecs:DescribeServices", "ecs:UpdateService"],
+                f"arn:{partition}:ecs:{arn}:service/CHANGE-ME-cluster/{answers.slug}",
+            ),
+            "PassTaskRoles": (["iam:PassRole"], [names["TaskRoleArn"], names["ExecutionRoleArn"]]),
+        }
+        statements = resources["DeployRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"]
+        (passing,) = [s for s in statements if s["Sid"] == "PassTaskRoles"]
+        assert passing["Condition"] == {"StringEquals": {"iam:PassedToService": "ecs-tasks.amazonaws.com"}}
+    if answers.eks:
+        expected["DescribeCluster"] = (
+            ["eks:DescribeCluster"],
+            f"arn:{partition}:eks:{arn}:cluster/CHANGE-ME-cluster",
+        )
+        access = resources["DeployAccess"]["Properties"]
+        assert access["PrincipalArn"] == {"Fn::GetAtt": ["DeployRole", "Arn"]}
+        (scope,) = access["AccessPolicies"]
+        assert scope["AccessScope"] == {"Type": "namespace", "Namespaces": [answers.slug]}
+        assert cfn_resolve(scope["PolicyArn"], names).endswith(":cluster-access-policy/AmazonEKSEditPolicy")
+    assert granted == expected
+    assert ("DeployAccess" in resources) is answers.eks
 
 
 # --- one answer set, every file: they all say the same thing ----------------------------------
@@ -1136,6 +1494,7 @@ def test_artifacts_agree(projects: dict[str, Path], key: str) -> None:
         ports["ECS portMappings"] = container["portMappings"][0]["containerPort"]
         images["ECS"] = image_repository(container["image"])
         regions["ECS awslogs"] = container["logConfiguration"]["options"]["awslogs-region"]
+        regions["ECS collector EMF"] = ecs_collector_config(project, answers.region)["exporters"]["awsemf"]["region"]
         regions["ECS image registry"] = re.search(r"\.ecr\.([a-z0-9-]+)\.", container["image"]).group(1)
         replica_caps["ECS MaxCapacity"] = stack.api["AWS::ApplicationAutoScaling::ScalableTarget"]["MaxCapacity"]
         tracking = stack.api["AWS::ApplicationAutoScaling::ScalingPolicy"]["TargetTrackingScalingPolicyConfiguration"]
@@ -1265,7 +1624,7 @@ def _mutate_text(rel: str, edit: Callable[[str], str]) -> Callable[[Path], Path]
 
 def _defects() -> Iterator[Any]:
     yield pytest.param(
-        _mutate_text("Dockerfile", lambda t: t.replace("-slim AS runtime", ":latest AS runtime")),
+        _mutate_text("Dockerfile", lambda t: re.sub(r"FROM \S+ AS runtime", "FROM python:latest AS runtime", t)),
         lambda path, answers: hadolint_problems(path),
         id="hadolint",
     )
@@ -1282,6 +1641,14 @@ def _defects() -> Iterator[Any]:
         ),
         lambda path, answers: jsonschema_cli_problems("vendor.github-workflows", path),
         id="github-workflows",
+    )
+    yield pytest.param(
+        _mutate_text(
+            ".github/workflows/release.yml",
+            lambda t: t.replace("digest: ${{ steps.build.", "digest: ${{ steps.biuld."),
+        ),
+        lambda path, answers: actionlint_problems(path),
+        id="actionlint",
     )
     yield pytest.param(
         _mutate_text("deploy/ecs/service.yaml", lambda t: re.sub(r"StopTimeout: (\d+)", r'StopTimeout: "\1"', t)),

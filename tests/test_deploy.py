@@ -27,7 +27,7 @@ from validators import PLACEHOLDER_ACCOUNT, load_cfn
 # deploy the queues stack without it (cfn-lint checks the table).
 DEPLOYED = ["defaults", "eks-py313-fifo"]  # both targets; a standard and a FIFO queue
 # Left out of the service stack: what LocalStack's free edition does not create.
-NOT_IN_LOCALSTACK = ("AWS::ECS::", "AWS::ApplicationAutoScaling::")
+NOT_IN_LOCALSTACK = ("AWS::ECS::", "AWS::ApplicationAutoScaling::", "AWS::EKS::")
 
 
 def client(service: str, endpoint: str, region: str, account: str) -> Any:
@@ -98,15 +98,47 @@ def test_stacks_deploy_and_create_what_they_promise(baked: dict[str, Path], key:
     if answers.large:
         assert_payload_bucket(aws["s3"], created["PayloadBucket"], queues)
 
+    assert_release_roles(aws, project, answers, account)
+
     if not answers.ecs:
         return
     vpc = aws["ec2"].describe_vpcs(Filters=[{"Name": "isDefault", "Values": ["true"]}])["Vpcs"][0]["VpcId"]
     subnet = aws["ec2"].describe_subnets(Filters=[{"Name": "vpc-id", "Values": [vpc]}])["Subnets"][0]["SubnetId"]
     prometheus = aws["ec2"].create_security_group(GroupName="prometheus", Description="scraper", VpcId=vpc)["GroupId"]
     service = localstack_part(load_cfn(project / "deploy" / "ecs" / "service.yaml"))
-    parameters = {"VpcId": vpc, "SubnetIds": subnet, "MetricsSourceSecurityGroupId": prometheus}
+    parameters = {
+        "VpcId": vpc,
+        "SubnetIds": subnet,
+        "MetricsSourceSecurityGroupId": prometheus,
+        "ImageDigest": "sha256:" + "0" * 64,
+    }
     created = deploy(aws["cloudformation"], f"{answers.slug}-service", service, parameters)
     assert_service_parts(aws, created, project, answers, account, vpc)
+
+
+def assert_release_roles(aws: dict[str, Any], project: Path, answers: Answers, account: str) -> None:
+    """deploy/aws/release-roles.yaml creates its two roles, each trusting GitHub's OIDC
+    provider for this repository's tags (push) or its production environment (deploy)."""
+    template = localstack_part(load_cfn(project / "deploy" / "aws" / "release-roles.yaml"))
+    provider = f"arn:aws:iam::{account}:oidc-provider/token.actions.githubusercontent.com"
+    parameters = {"GitHubRepository": "owner/repo", "GitHubOidcProviderArn": provider}
+    if answers.ecs:
+        parameters |= {
+            "TaskRoleArn": f"arn:aws:iam::{account}:role/task",
+            "ExecutionRoleArn": f"arn:aws:iam::{account}:role/execution",
+        }
+    created = deploy(aws["cloudformation"], f"{answers.slug}-release-roles", template, parameters)
+    subjects = {
+        "ImagePushRole": "repo:owner/repo:ref:refs/tags/v*",
+        "DeployRole": "repo:owner/repo:environment:production",
+    }
+    for logical, subject in subjects.items():
+        role = aws["iam"].get_role(RoleName=created[logical])["Role"]
+        (trust,) = role["AssumeRolePolicyDocument"]["Statement"]
+        assert trust["Principal"] == {"Federated": provider} and trust["Action"] == "sts:AssumeRoleWithWebIdentity"
+        conditions = {key: value for test in trust["Condition"].values() for key, value in test.items()}
+        assert conditions["token.actions.githubusercontent.com:sub"] == subject, logical
+        assert len(aws["iam"].list_role_policies(RoleName=created[logical])["PolicyNames"]) == 1
 
 
 def assert_queues(sqs: Any, created: dict[str, str], answers: Answers) -> None:
@@ -150,8 +182,12 @@ def assert_service_parts(
         (project / "deploy" / "aws" / "worker-policy.json").read_text().replace(PLACEHOLDER_ACCOUNT, account)
     )
     task_role = created["TaskRole"]
-    (name,) = iam.list_role_policies(RoleName=task_role)["PolicyNames"]
-    assert iam.get_role_policy(RoleName=task_role, PolicyName=name)["PolicyDocument"] == expected
+    assert sorted(iam.list_role_policies(RoleName=task_role)["PolicyNames"]) == ["collector-metrics", "worker"]
+    assert iam.get_role_policy(RoleName=task_role, PolicyName="worker")["PolicyDocument"] == expected
+    (write,) = iam.get_role_policy(RoleName=task_role, PolicyName="collector-metrics")["PolicyDocument"]["Statement"]
+    assert write["Resource"].startswith(
+        f"arn:aws:logs:{answers.region}:{account}:log-group:/ecs/{answers.slug}/metrics"
+    )
     for role in (task_role, created["ExecutionRole"]):
         (trust,) = iam.get_role(RoleName=role)["Role"]["AssumeRolePolicyDocument"]["Statement"]
         assert trust["Principal"] == {"Service": "ecs-tasks.amazonaws.com"}
@@ -163,10 +199,11 @@ def assert_service_parts(
     assert resources["PullImage"] == f"arn:aws:ecr:{answers.region}:{account}:repository/{answers.slug}"
     assert resources["WriteLogs"].startswith(f"arn:aws:logs:{answers.region}:{account}:log-group:/ecs/{answers.slug}")
 
-    (group,) = aws["logs"].describe_log_groups(logGroupNamePrefix=f"/ecs/{answers.slug}")["logGroups"]
-    # (LocalStack 4.14 creates the group but does not apply RetentionInDays on create: the
-    # retention is held to the template in test_artifacts.py.)
-    assert group["logGroupName"] == f"/ecs/{answers.slug}"
+    groups = aws["logs"].describe_log_groups(logGroupNamePrefix=f"/ecs/{answers.slug}")["logGroups"]
+    # (LocalStack 4.14 creates the groups but does not apply RetentionInDays on create: the
+    # retention is held to the template in test_artifacts.py.) The worker's logs, and the
+    # collector's EMF metrics.
+    assert sorted(g["logGroupName"] for g in groups) == [f"/ecs/{answers.slug}", f"/ecs/{answers.slug}/metrics"]
 
     # LocalStack 4.14 creates security groups but applies none of their rules (neither the
     # inline egress nor AWS::EC2::SecurityGroupIngress): the rules are held to the template

@@ -32,6 +32,8 @@ PLACEHOLDER_ACCOUNT = "123456789012"
 # What the ADOT collector's X-Ray exporter calls (AWS's AWSXrayWriteOnlyAccess managed policy).
 XRAY_ACTIONS = ("xray:PutTraceSegments", "xray:PutTelemetryRecords", "xray:GetSamplingRules", "xray:GetSamplingTargets")
 KEDA_SCHEMA_DIR = Path(os.environ.get("KEDA_SCHEMA_DIR") or ROOT.parent / "shared" / "schemas" / "keda")
+# The other operators' CRD schemas (prometheus-operator, external-secrets), one folder each.
+CRD_SCHEMA_DIR = Path(os.environ.get("CRD_SCHEMA_DIR") or ROOT.parent / "shared" / "schemas")
 K8S_VERSIONS = ["1.29.0", kubernetes_validate.latest_version()]
 
 
@@ -63,14 +65,16 @@ def load_cfn(path: Path) -> dict[str, Any]:
     return yaml.load(path.read_text(), Loader=CfnLoader)
 
 
-def load_k8s(project: Path) -> dict[str, dict[str, Any]]:
-    """Every object under deploy/k8s, by kind (one object of each kind)."""
+def load_k8s(project: Path, folder: str = "") -> dict[str, dict[str, Any]]:
+    """Every object in deploy/k8s (or its `folder`), by kind (one object of each kind), but
+    ConfigMaps by `ConfigMap/<name>` (the settings and the collector's configuration)."""
     objects: dict[str, dict[str, Any]] = {}
-    for path in sorted((project / "deploy" / "k8s").glob("*.yaml")):
+    for path in sorted((project / "deploy" / "k8s" / folder).glob("*.yaml")):
         for doc in yaml.safe_load_all(path.read_text()):
             if doc:
-                assert doc["kind"] not in objects, f"two {doc['kind']} objects"
-                objects[doc["kind"]] = doc
+                key = f"ConfigMap/{doc['metadata']['name']}" if doc["kind"] == "ConfigMap" else doc["kind"]
+                assert key not in objects, f"two {key} objects"
+                objects[key] = doc
     return objects
 
 
@@ -190,6 +194,11 @@ def hadolint_problems(dockerfile: Path) -> list[str]:
     )
 
 
+def actionlint_problems(workflow: Path) -> list[str]:
+    """actionlint (expressions, contexts, job needs and outputs, action inputs) on a workflow."""
+    return _tool_problems([tool("actionlint"), "-no-color", str(workflow)], workflow.parent)
+
+
 def jsonschema_cli_problems(builtin: str, path: Path) -> list[str]:
     return _tool_problems([tool("check-jsonschema"), "--builtin-schema", builtin, str(path)], path.parent)
 
@@ -222,9 +231,12 @@ def aws_partition(region: str) -> tuple[str, str]:
 def cfn_resolve(value: Any, names: dict[str, Any]) -> Any:
     """A CloudFormation value with its intrinsics resolved: `Ref` and `Fn::Sub` variables from
     `names` (parameter defaults, pseudo parameters, resource placeholders), `Fn::GetAtt` as
-    the names entry `Resource.Attribute`. Any other intrinsic is left for the caller to see."""
+    the names entry `Resource.Attribute`, `Fn::If` by the template's condition (`names`
+    entry `Condition:<name>`) evaluated over `names`, and `AWS::NoValue` removing its key or
+    item. Any other intrinsic is left for the caller to see."""
     if isinstance(value, list):
-        return [cfn_resolve(item, names) for item in value]
+        items = [cfn_resolve(item, names) for item in value]
+        return [item for item in items if item is not None]
     if not isinstance(value, dict):
         return value
     if set(value) == {"Ref"}:
@@ -233,7 +245,28 @@ def cfn_resolve(value: Any, names: dict[str, Any]) -> Any:
         return names[".".join(value["Fn::GetAtt"])]
     if set(value) == {"Fn::Sub"} and isinstance(value["Fn::Sub"], str):
         return re.sub(r"\$\{([^}!]+)\}", lambda m: str(names[m.group(1)]), value["Fn::Sub"])
-    return {key: cfn_resolve(item, names) for key, item in value.items()}
+    if set(value) == {"Fn::If"}:
+        condition, then, otherwise = value["Fn::If"]
+        return cfn_resolve(then if cfn_condition(names[f"Condition:{condition}"], names) else otherwise, names)
+    resolved = {key: cfn_resolve(item, names) for key, item in value.items()}
+    return {key: item for key, item in resolved.items() if item is not None}
+
+
+def cfn_condition(expression: Any, names: dict[str, Any]) -> bool:
+    """A condition of the template's Conditions section, over `names`."""
+    if set(expression) == {"Condition"}:
+        return cfn_condition(names[f"Condition:{expression['Condition']}"], names)
+    (function, args), *_ = expression.items()
+    if function == "Fn::Not":
+        return not cfn_condition(args[0], names)
+    if function == "Fn::And":
+        return all(cfn_condition(arg, names) for arg in args)
+    if function == "Fn::Or":
+        return any(cfn_condition(arg, names) for arg in args)
+    if function == "Fn::Equals":
+        left, right = (cfn_resolve(arg, names) for arg in args)
+        return bool(left == right)
+    raise ValueError(f"not a condition function: {function}")
 
 
 def cfn_names(template: dict[str, Any], region: str, resources: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -255,6 +288,8 @@ def cfn_names(template: dict[str, Any], region: str, resources: dict[str, Any] |
             ["subnet-0123456789abcdef0"] if parameter["Type"].startswith("List<") else f"{name.lower()}-value"
         )
         names[name] = parameter.get("Default", placeholder)
+    for name, expression in template.get("Conditions", {}).items():
+        names[f"Condition:{name}"] = expression
     names.update(resources or {})
     return names
 
@@ -295,11 +330,28 @@ def keda_schema_dir() -> Path:
     return KEDA_SCHEMA_DIR
 
 
+def crd_schema_dir(operator: str) -> Path:
+    """One operator's CRD schemas (CRD_SCHEMA_DIR/<operator>); the test skips, visibly, without them."""
+    path = CRD_SCHEMA_DIR / operator
+    if not path.is_dir():
+        pytest.skip(f"{operator} CRD schemas not found at {path} (set CRD_SCHEMA_DIR)")
+    return path
+
+
 def keda_problems(obj: dict[str, Any], schema_dir: Path) -> list[str]:
+    return crd_problems(obj, schema_dir)
+
+
+def crd_problems(obj: dict[str, Any], schema_dir: Path, check_schema: bool = True) -> list[str]:
+    """A custom resource against its CRD's schema (`<kind>_<version>.json` in `schema_dir`).
+    `check_schema=False` for a schema whose patterns are Go's regular expressions that Python's
+    cannot compile (prometheus-operator's `^(?i)(abort|warn)?$`): the metaschema check would
+    fail on the dialect, while the patterns of the fields an object sets still apply."""
     schema_file = schema_dir / f"{obj['kind'].lower()}_{obj['apiVersion'].split('/')[1]}.json"
     schema = json.loads(schema_file.read_text())
     validator_class = jsonschema.validators.validator_for(schema, default=jsonschema.Draft7Validator)
-    validator_class.check_schema(schema)
+    if check_schema:
+        validator_class.check_schema(schema)
     return [f"{obj['kind']}: {e.message} at {list(e.absolute_path)}" for e in validator_class(schema).iter_errors(obj)]
 
 
