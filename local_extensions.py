@@ -75,7 +75,7 @@ def rendered_in_place(template: str | None, root: Path = ROOT) -> bool:
     return template is not None and Path(os.path.expanduser(template)).resolve() == root
 
 
-ENGINE_SOURCES = ("index", "git")  # the `engine_source` answer (cookiecutter.json)
+ENGINE_SOURCES = ("git", "index")  # the `engine_source` answer (cookiecutter.json; the first is the default)
 OVERRIDES = ("path", "git", "index")  # the `_engine_source` extra-context answer
 
 

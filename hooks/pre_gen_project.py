@@ -50,7 +50,7 @@ PYTHON_VERSIONS = ("3.11", "3.12", "3.13")
 DEPLOY_TARGETS = ("ecs-and-eks", "ecs", "eks")
 ECS_TARGETS = ("ecs-and-eks", "ecs")
 YES_NO = ("yes", "no")
-ENGINE_SOURCES = ("index", "git")
+ENGINE_SOURCES = ("git", "index")
 
 # Top-level modules the generated project imports or runs next to its package; a package
 # of the same name would shadow them on sys.path (src/ layout, tests on the path).

@@ -66,7 +66,7 @@ def test_the_engine_comes_from_where_the_answer_says_unless_rendered_in_place(
 @pytest.mark.parametrize(
     ("answer", "override", "origin", "fragment"),
     [
-        ("pypi", "", ORIGIN, "engine_source must be one of index, git, got 'pypi'"),
+        ("pypi", "", ORIGIN, "engine_source must be one of git, index, got 'pypi'"),
         ("index", "wheel", ORIGIN, "_engine_source must be one of path, git, index"),
         ("git", "", None, "engine_source=git needs the template to be a git clone"),
     ],

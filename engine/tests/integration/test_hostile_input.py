@@ -190,7 +190,7 @@ def test_hostile_messages_are_dead_lettered_or_handled_and_never_wedge_the_worke
     # Stopped, a worker holds nothing: every slot given back, no lease kept alive, no job
     # left (a message that broke its job would hold its slot, and its lease would keep it
     # hidden from every other worker).
-    pools = [(p.admission.held, len(p.book), len(p.runs), p.handlers_running) for p in state["worker"].pools]
+    pools = [(p.admission.held, len(p.book), len(p.runs), p.active) for p in state["worker"].pools]
     assert pools == [(0, 0, 0, 0)] * 2, f"slots, leases, runs or handlers leaked: {pools}"
     for q in queues:
         assert sqs.counts(queues[q].url) == (0, 0)
