@@ -299,3 +299,15 @@ def test_kubernetes_service_links_are_not_taken_for_settings() -> None:
         "WORKER_PORT_9102_TCP_ADDR": "10.0.0.7",
     }
     assert load_settings(links, SERVICE).queues[0].concurrency == 8
+
+
+def test_a_default_poller_count_past_the_bound_is_refused_naming_its_cause() -> None:
+    """WORKER_PREFETCH=10000 made ceil((8 + 10000) / 10) = 1,001 pollers, each a connection."""
+    found = problems({"WORKER_PREFETCH": "10000"})
+    assert "WORKER_PREFETCH" in found, found
+    assert "1001 pollers" in found["WORKER_PREFETCH"] and "WORKER_POLLERS" in found["WORKER_PREFETCH"]
+    per_queue = problems({"WORKER_QUEUE_ORDERS_WORKER_JOBS_PREFETCH": "5000"})
+    assert "pollers" in per_queue.get("WORKER_QUEUE_ORDERS_WORKER_JOBS_PREFETCH", ""), per_queue
+    # Asked for, a count within the bound stands: the owner chose it.
+    config = load_settings({**SERVICE.environ, "WORKER_PREFETCH": "10000", "WORKER_POLLERS": "20"}, SERVICE)
+    assert config.queues[0].pollers == 20
