@@ -229,3 +229,21 @@ def test_fit_to_size_cuts_the_error_message_when_that_is_enough() -> None:
 
 def test_fit_to_size_refuses_a_body_that_cannot_fit() -> None:
     assert fit_to_size(_request("x" * 1030, "why"), 1024) is None
+
+
+def test_every_outcome_has_a_plan_and_a_report_from_the_one_list() -> None:
+    """The outcome list is written once (outcomes.OUTCOMES, derived from the type): an
+    outcome some table lacks fails here, not as a KeyError while a message settles."""
+    from typing import get_args
+
+    from sqs_worker_engine.events import Events
+    from sqs_worker_engine.health import Health
+    from sqs_worker_engine.outcomes import OUTCOMES, Ending, Outcome
+    from sqs_worker_engine.reporting import QueueReport
+
+    assert get_args(Outcome) == OUTCOMES and len(set(OUTCOMES)) == len(OUTCOMES)
+    report = QueueReport("outcomes-table", "w-1", Events(), Health(60, None), concurrency=1)
+    for outcome in OUTCOMES:
+        for facts in (Facts(1, 5, True, False), Facts(5, 5, True, True), Facts(1, None, False, False)):
+            plan(outcome, facts, RetryPolicy(1, 10), "why")
+        report.ended("m-1", Ending(outcome, RuntimeError("x"), 0.1), will_retry=False)
