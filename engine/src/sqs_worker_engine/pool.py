@@ -315,6 +315,8 @@ class QueuePool:
                 # Allow a second for the response in transit, never later than the send.
                 self._dispatch(messages, tickets, max(sent, clock.now() - RESPONSE_ALLOWANCE))
                 self._has_work.set()
+            elif self.stopping:
+                return  # answered after the stop: nothing more to wait for (WORKER_DRAIN_POLLS)
             elif not lead:
                 self._has_work.clear()
                 await self._has_work.wait()

@@ -314,3 +314,31 @@ def test_held_messages_do_not_start_while_sqs_cannot_settle_them() -> None:
     assert len(runs) == 400
     bound = running_at_outage[0] + 4  # plus one per slot, started before the first failed call
     assert len(twice) <= bound, f"{len(twice)} ran twice; {running_at_outage[0]} were running"
+
+
+def test_with_drain_polls_the_worker_exits_once_its_last_polls_answered() -> None:
+    """WORKER_DRAIN_POLLS: the stop waits for the polls out, then exits. A poller whose
+    empty receive answered after the stop went back to waiting for work that would never
+    come, and the stop waited for it until the release cap (100 s in the LocalStack test)."""
+    took: list[float] = []
+
+    async def scenario() -> None:
+        sqs = MemorySQS()
+        sqs.create_queue(QUEUE)
+        for i in range(25):
+            sqs.put(QUEUE, f"m-{i}")
+        router = Router()
+
+        @router.handler(QUEUE, payload=str)
+        async def handle(job: Job[str]) -> None:
+            await asyncio.sleep(0.1)
+
+        worker = await start(
+            sqs, router, WORKER_DRAIN_POLLS="true", WORKER_WAIT_TIME_SECONDS="2", WORKER_SHUTDOWN_TIMEOUT_MS="150000"
+        )
+        await until(lambda: not sqs.bodies(QUEUE), 60)
+        await asyncio.sleep(0.5)  # every poller is out in a long poll of the empty queue
+        took.append(await worker.stop())
+
+    vtime.run(scenario())
+    assert took[0] <= 2 + 1, f"the stop took {took[0]:.1f} s with 2 s long polls"
