@@ -169,7 +169,10 @@ class QueuePool:
             self.report,
             self.polls,
             retry=self.retry,
-            ack_flush=options.ack_flush,
+            # Deletes wait up to WORKER_ACK_FLUSH_MS for a batch of 10. A pool that may hold
+            # fewer than 10 (WORKER_PREFETCH=0 at a concurrency below 10) can never fill one,
+            # and its next receive waits for the settle: it sends at once.
+            ack_flush=options.ack_flush if self.admission.held_limit >= MAX_RECEIVE_BATCH else 0.0,
             payloads=payloads,
             delete_large_payloads=options.delete_large_payloads,
             worker_id=worker_id,

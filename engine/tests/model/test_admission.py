@@ -342,3 +342,30 @@ def test_with_drain_polls_the_worker_exits_once_its_last_polls_answered() -> Non
 
     vtime.run(scenario())
     assert took[0] <= 2 + 1, f"the stop took {took[0]:.1f} s with 2 s long polls"
+
+
+def test_a_pool_that_can_never_fill_a_delete_batch_does_not_wait_for_one() -> None:
+    """WORKER_PREFETCH=0 at concurrency 1: what is held, settling included, is one message,
+    so the next receive waits for the delete. Waiting WORKER_ACK_FLUSH_MS (100 ms) for a
+    batch of 10 that cannot form held such a worker to 9 messages a second (make bench)."""
+    took: list[float] = []
+
+    async def scenario() -> None:
+        sqs = MemorySQS()
+        sqs.create_queue(QUEUE)
+        for i in range(50):
+            sqs.put(QUEUE, f"m-{i}")
+        router = Router()
+
+        @router.handler(QUEUE, payload=str)
+        async def handle(job: Job[str]) -> None:
+            return None
+
+        began = clock.now()
+        worker = await start(sqs, router, WORKER_CONCURRENCY="1", WORKER_PREFETCH="0")
+        await until(lambda: not sqs.bodies(QUEUE), 60, step=0.001)
+        took.append(clock.now() - began)
+        await worker.stop()
+
+    vtime.run(scenario())
+    assert took[0] < 50 * 0.1 / 2, f"50 messages took {took[0]:.2f} s: the deletes waited for a batch"
