@@ -30,7 +30,6 @@ import asyncio
 import concurrent.futures
 import dataclasses
 import logging
-import threading
 import time
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
@@ -52,17 +51,17 @@ from .decisions import (
     plan,
 )
 from .delivery import Delivery, LeaseBook, State
-from .envelopes import ControlMessage, read_payload
-from .errors import DownstreamUnavailable, PayloadError
+from .errors import DownstreamUnavailable
 from .events import Events
 from .health import Health
 from .job import Job
 from .lease import LeaseKeeper
 from .limits import MAX_RECEIVE_BATCH
-from .logs import bind_job, get_logger
-from .offload import PayloadStore, S3Pointer, pointer_of, pointer_problem
+from .logs import bind_job
+from .offload import PayloadStore
 from .outcomes import Ending, describe
 from .prefetch import Pace, prefetch_target
+from .preparing import Payload, Preparer
 from .reporting import QueueReport
 from .router import HandlerSpec
 from .settling import Polls, Settler
@@ -98,10 +97,6 @@ class PoolOptions:
     prefetch: int = 0  # WORKER_PREFETCH: most messages held beyond the concurrency (see prefetch.py)
 
 
-class LeaseLostError(Exception):
-    """The lease went while the payload was read: the handler must not start."""
-
-
 @dataclass(eq=False)
 class Run:
     """One delivery's way through the pool."""
@@ -112,8 +107,7 @@ class Run:
     # Done at the shutdown deadline: stop waiting for the work. A future (see Delivery.lost).
     cut: asyncio.Future[None] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
     job: Job[Any] | None = None
-    pointer: S3Pointer | None = None  # an offloaded payload's place in S3
-    body: str | None = None  # the payload read from there (kept for retries in place)
+    payload: Payload = field(default_factory=Payload)  # where its payload is, once read
     span: tracing.JobSpan | None = None  # this attempt's `process` span, when tracing
 
 
@@ -137,8 +131,6 @@ class QueuePool:
         `payloads` reads offloaded payloads from S3; `signatures` checks SNS notifications
         (None: not checked)."""
         self.client = client
-        self.payloads = payloads
-        self.signatures = signatures
         self.tracing = tracing.enabled()  # decided once: a provider is installed before the worker starts
         self.info = info
         self.name = info.name
@@ -177,6 +169,16 @@ class QueuePool:
             delete_large_payloads=options.delete_large_payloads,
             worker_id=worker_id,
             on_sqs=self._sqs_answered,
+        )
+        self.preparer = Preparer(
+            info.name,
+            spec,
+            worker_id,
+            options.job_timeout,
+            info.max_receive_count,
+            self.report.progress_reporter,
+            payloads,
+            signatures,
         )
         self.calls = HandlerCalls(spec, options.concurrency, self.report, process_pool, self._lease_held)
         self.runs: set[Run] = set()
@@ -409,8 +411,7 @@ class QueuePool:
                 )
                 settlement = plan(ending.outcome, facts, self.retry, describe(ending.error))
                 if isinstance(settlement, RetryInPlace):
-                    self.report.ended(run.delivery.message_id, ending, will_retry=True, trace=self._trace_ids(run))
-                    self._end_span(run, settlement, ending)
+                    self._ended(run, settlement, ending, will_retry=True)
                     if await self._wait_in_place(run, settlement.seconds):
                         run.attempt += 1
                         continue
@@ -421,16 +422,10 @@ class QueuePool:
                     settlement,
                     attempt=run.attempt,
                     error=ending.error,
-                    pointer=run.pointer,
-                    trace=self._trace_ids(run),
+                    pointer=run.payload.pointer,
+                    trace=run.span.ids if run.span is not None else None,
                 )
-                self.report.ended(
-                    run.delivery.message_id,
-                    ending,
-                    will_retry=isinstance(settlement, RetryAfter),
-                    trace=self._trace_ids(run),
-                )
-                self._end_span(run, settlement, ending)
+                self._ended(run, settlement, ending, will_retry=isinstance(settlement, RetryAfter))
                 return settlement
         finally:
             self._forget(run)
@@ -473,61 +468,22 @@ class QueuePool:
 
     async def _attempt(self, run: Run) -> Ending:
         """One handler call, up to its end (or the shutdown cut). Admission's slot is taken;
-        if the handler is never called, the slot's work has ended here."""
+        if the handler is never called (preparing.py: the message cannot run), the slot's
+        work has ended here."""
         invoked = False
         try:
-            ending, job = await self._prepare(run)
-            if job is None:
-                assert ending is not None
-                return ending
+            self._start_span(run)
+            job = await self.preparer.prepare(run.delivery, run.attempt, run.payload)
+            if isinstance(job, Ending):
+                return job
+            if self.stopping:
+                job._request_stop()
+            run.job = job
             invoked = True
             return await self._call(run, job)
         finally:
             if not invoked:
                 self.admission.work_ended(run.ticket)
-
-    async def _prepare(self, run: Run) -> tuple[Ending | None, Job[Any] | None]:
-        """The job to run, or the ending of a message that cannot run: a control message,
-        a payload error, S3 unreachable, or its lease lost while the payload was read."""
-        message = run.delivery.message
-        self._start_span(run)
-        try:
-            body = await self._body(run)
-            payload, envelope = read_payload(self.spec.payload, self.spec.envelope, body)
-            if self.signatures is not None and envelope is not None and envelope.sns is not None:
-                await self.signatures.check(envelope.sns.signed, envelope.sns.topic_arn)
-        except LeaseLostError:
-            return Ending("lease_lost", None, 0.0), None
-        except ControlMessage as exc:
-            return Ending("dropped", exc, 0.0), None
-        except PayloadError as exc:
-            return Ending("dead_letter", exc, 0.0), None
-        except Exception as exc:  # S3 unreachable or slow: worth another attempt
-            return Ending("retry", exc, 0.0), None
-        if run.delivery.state not in (State.RECEIVED, State.RUNNING):
-            return Ending("lease_lost", None, 0.0), None  # another delivery may run it now
-        max_receive = self.info.max_receive_count
-        job: Job[Any] = Job(
-            id=run.delivery.message_id,
-            queue=self.name,
-            body=body,
-            payload=payload,
-            envelope=envelope,
-            large_payload=run.pointer,
-            attributes=dict(message.get("Attributes", {})),
-            message_attributes=dict(message.get("MessageAttributes") or {}),
-            receive_count=run.attempt,
-            max_retries=None if max_receive is None else max_receive - 1,
-            worker_id=self.worker_id,
-            logger=get_logger(),
-            _cancel_flag=threading.Event(),
-            _stop_flag=threading.Event(),
-            _on_progress=self.report.progress_reporter(run.delivery.message_id),
-        )
-        if self.stopping:
-            job._request_stop()
-        run.job = job
-        return None, job
 
     async def _call(self, run: Run, job: Job[Any]) -> Ending:
         """Run the handler until it ends, its timeout, its lease is lost or the shutdown cut."""
@@ -554,36 +510,13 @@ class QueuePool:
             run.delivery.observer = run.span.note
             bind_job(**run.span.log_ids())
 
-    def _trace_ids(self, run: Run) -> dict[str, str] | None:
-        return run.span.ids if run.span is not None else None
-
-    @staticmethod
-    def _end_span(run: Run, settlement: Settlement, ending: Ending) -> None:
+    def _ended(self, run: Run, settlement: Settlement, ending: Ending, will_retry: bool) -> None:
+        """The attempt is reported, and its span ends with the settlement on it."""
         span, run.span = run.span, None
+        self.report.ended(run.delivery.message_id, ending, will_retry=will_retry, trace=span.ids if span else None)
         if span is not None:
             run.delivery.observer = None
             span.settled(settlement, ending)
-
-    async def _body(self, run: Run) -> str:
-        """The message's payload text: its body, or for an offloaded payload the S3 object
-        (read inside the job, its lease held, within the job timeout). A read that outlasts
-        the lease is abandoned: LeaseLostError."""
-        message = run.delivery.message
-        run.pointer = pointer_of(message)
-        if run.pointer is None:
-            return str(message.get("Body", ""))
-        if run.body is None:
-            if self.payloads is None:
-                raise PayloadError(pointer_problem(run.pointer, ()) or "")
-            fetch = asyncio.ensure_future(asyncio.wait_for(self.payloads.fetch(run.pointer), self.options.job_timeout))
-            either: set[asyncio.Future[Any]] = {fetch, run.delivery.lost()}
-            await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
-            if not fetch.done():
-                fetch.cancel()
-                await asyncio.gather(fetch, return_exceptions=True)
-                raise LeaseLostError(run.pointer.uri)
-            run.body = fetch.result()
-        return run.body
 
     def _lease_held(self, job_id: str) -> bool:
         """A batch job that waited for company may still run: its lease is held."""
