@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV := .venv
 UV := $(VENV)/bin/uv
 # Test processes: generated projects are baked and tested in parallel.
-JOBS ?= 2
+JOBS ?= 3
 
 SCANNERS := .venv-scanners
 
