@@ -209,7 +209,14 @@ def ensure(services: str = SOURCES, timeout: float = 180, emulator: str | None =
     if wanted == MOTO:
         return start_moto(timeout=min(timeout, 60))
     if healthy(DEFAULT_URL, first):
-        return Emulator(DEFAULT_URL, "external", services=services)
+        missing = [s for s in services.split(",")[1:] if not healthy(DEFAULT_URL, s)]
+        if not missing:
+            return Emulator(DEFAULT_URL, "external", services=services)
+        # A LocalStack started for something smaller (SERVICES=sqs): leave it to its owner.
+        print(
+            f"LocalStack at {DEFAULT_URL} runs without {', '.join(missing)}: starting one with {services}",
+            file=sys.stderr,
+        )
     if _docker_available():
         return _start_docker(services, timeout)
     return start_private(services=services, timeout=timeout, port=4566)

@@ -85,3 +85,47 @@ def test_start_keeps_one_moto_server_that_a_second_start_finds_and_stop_ends(tmp
     finally:
         command("stop")
     assert emulators.identify(endpoint, timeout=1) is None, "stop ended it"
+
+
+def test_a_localstack_on_the_default_port_without_a_needed_service_is_passed_over(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A LocalStack left running with SERVICES=sqs answers on 4566; a suite that needs
+    CloudFormation too must not take it (its deploy tests would fail with "Service
+    'cloudformation' is not enabled"), but start one of its own beside it."""
+    import http.server
+    import json
+    import threading
+
+    class Health(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = json.dumps({"services": {"sqs": "running", "cloudformation": "disabled"}}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Health)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        endpoint = f"http://127.0.0.1:{server.server_address[1]}"
+        started: list[tuple[str, int]] = []
+        monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+        monkeypatch.delenv("SQS_EMULATOR", raising=False)
+        monkeypatch.setattr(emulators, "DEFAULT_URL", endpoint)
+        monkeypatch.setattr(emulators, "_docker_available", lambda: False)
+
+        def start_private(services: str, timeout: float, port: int) -> emulators.Emulator:
+            started.append((services, port))
+            return emulators.Emulator("http://127.0.0.1:1", "host")
+
+        monkeypatch.setattr(emulators, "start_private", start_private)
+        assert emulators.ensure(services="sqs").endpoint == endpoint  # all it needs is there
+        emulators.ensure(services="sqs,cloudformation")
+        # One of its own: start_private takes the next free port when 4566 is taken.
+        assert [services for services, _port in started] == ["sqs,cloudformation"]
+    finally:
+        server.shutdown()
