@@ -1,0 +1,114 @@
+"""Adaptive concurrency: how many handlers of a queue may run at once, found from the
+downstream's latency rather than guessed (WORKER_ADAPTIVE_CONCURRENCY).
+
+A downstream has a knee: up to some number of calls in flight each takes about as long as
+alone; past it they queue inside it, every call slows, and more concurrency brings less
+throughput, not more. The limit here looks for that knee from the handlers' durations, in
+the manner of Netflix's concurrency-limits (Gradient2, Vegas, AIMD) and Envoy's adaptive
+concurrency filter, between a floor and the configured concurrency (the ceiling):
+
+- Samples are gathered in windows of at least the limit in use (and MIN_WINDOW) jobs. A
+  job that started before the limit last moved says nothing about the new limit, and is
+  left out (its start is `now - latency`).
+- A window's latency is its samples' mean; the baseline is the smallest window latency
+  of the last BASELINE_WINDOWS windows: the downstream's latency unloaded, which follows
+  it when it really gets slower for everyone (once every remembered window is slower).
+- A window within TOLERANCE of the baseline grows the limit: doubling (slow start) up to
+  the limit at which latency last climbed, then by one a window (additive increase).
+- A window above it shrinks the limit by the gradient, TOLERANCE x baseline / latency,
+  at most by half; the limit it reaches is where growth turns additive.
+- A timeout or DownstreamUnavailable (outcome `timeout`, `deferred`) halves the limit at
+  once, once per burst: the ones that started before the limit last shrank are not
+  counted again.
+- A failed job's duration is no measure of the downstream's load (a refused connection
+  fails in a millisecond and would drag the baseline down): only successes are latencies.
+
+Pure: time is given (`now`), nothing is read from a clock, so tests and the model drive it
+sample by sample.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .outcomes import Outcome
+
+TOLERANCE = 1.25  # a window within 25% of the baseline counts as the downstream unloaded
+MIN_GRADIENT = 0.5  # one window shrinks the limit to half at most
+BACKOFF = 0.5  # a timeout or DownstreamUnavailable halves the limit
+MIN_WINDOW = 5  # samples in a window at least, so that one odd job does not move the limit
+BASELINE_WINDOWS = 30  # windows the baseline remembers
+TELL_CHANGE = 0.10  # a move worth a log line: 10% since the last one told, or floor or ceiling reached
+
+# What an ending says about the downstream: a latency, overload, or nothing (the handler
+# never ran to an answer: released at shutdown, its lease lost, a control message).
+LATENCY: frozenset[Outcome] = frozenset({"success"})
+OVERLOAD: frozenset[Outcome] = frozenset({"timeout", "deferred"})
+
+
+@dataclass
+class Limit:
+    """The limit of handlers running at once for one queue. `sample` after every job."""
+
+    floor: int
+    ceiling: int
+    value: float = field(init=False)  # the limit, a fraction kept so that small moves add up
+    latency: float | None = field(init=False, default=None)  # the latest window's
+    baseline: float | None = field(init=False, default=None)
+    _threshold: float = field(init=False)  # slow start below it, additive growth above
+    _moved: float = field(init=False, default=float("-inf"))  # when the limit last moved
+    _shrunk: float = field(init=False, default=float("-inf"))  # when it last shrank
+    _window: list[float] = field(init=False, default_factory=list)
+    _history: list[float] = field(init=False, default_factory=list)  # recent window latencies
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.floor <= self.ceiling:
+            raise ValueError(f"the floor must be within 1..ceiling, got floor {self.floor}, ceiling {self.ceiling}")
+        self.value = float(self.floor)
+        self._threshold = float(self.ceiling)
+
+    @property
+    def current(self) -> int:
+        """The limit in use: whole handlers, within floor..ceiling."""
+        return max(self.floor, min(self.ceiling, int(self.value)))
+
+    def sample(self, latency: float, outcome: Outcome, now: float) -> int:
+        """One job ended at `now` after `latency` seconds with `outcome`: the limit in use."""
+        started = now - latency
+        if outcome in OVERLOAD and started >= self._shrunk:
+            self._move(self.value * BACKOFF, now)
+        elif outcome in LATENCY and started >= self._moved:  # else it ran under another limit
+            self._window.append(latency)
+            if len(self._window) >= max(MIN_WINDOW, self.current):
+                self._close_window(now)
+        return self.current
+
+    def _close_window(self, now: float) -> None:
+        latency = sum(self._window) / len(self._window)
+        self._window.clear()
+        self._history = [*self._history[-(BASELINE_WINDOWS - 1) :], latency]
+        self.latency = latency
+        self.baseline = baseline = min(self._history)
+        if latency <= TOLERANCE * baseline:
+            grown = self.value * 2 if self.value < self._threshold else self.value + 1
+            self._move(min(grown, max(self._threshold, self.value + 1)), now)
+        else:
+            self._move(self.value * max(MIN_GRADIENT, TOLERANCE * baseline / latency), now)
+            self._threshold = self.value
+
+    def _move(self, value: float, now: float) -> None:
+        before = self.current
+        self.value = max(float(self.floor), min(float(self.ceiling), value))
+        if self.current != before:  # only whole handlers change what the samples measure
+            self._moved = now
+            self._window.clear()
+            if self.current < before:
+                self._shrunk = now
+
+
+def worth_telling(told: int, limit: int, floor: int, ceiling: int) -> bool:
+    """Whether a move from the limit last logged (`told`) to `limit` is worth a log line:
+    by TELL_CHANGE or more, or onto the floor or the ceiling. Not every sample's."""
+    if limit == told:
+        return False
+    return limit in (floor, ceiling) or abs(limit - told) >= TELL_CHANGE * told
