@@ -38,7 +38,10 @@ MIN_GRADIENT = 0.5  # one window shrinks the limit to half at most
 BACKOFF = 0.5  # a timeout or DownstreamUnavailable halves the limit
 MIN_WINDOW = 5  # samples in a window at least, so that one odd job does not move the limit
 BASELINE_WINDOWS = 30  # windows the baseline remembers
-TELL_CHANGE = 0.10  # a move worth a log line: 10% since the last one told, or floor or ceiling reached
+# A move worth a log line: by 10% and 2 handlers since the last one told (at a knee of 6
+# the limit goes 6, 7, 6: probing, not news), or onto the floor or the ceiling.
+TELL_CHANGE = 0.10
+TELL_LEAST = 2
 
 # What an ending says about the downstream: a latency, overload, or nothing (the handler
 # never ran to an answer: released at shutdown, its lease lost, a control message).
@@ -108,7 +111,7 @@ class Limit:
 
 def worth_telling(told: int, limit: int, floor: int, ceiling: int) -> bool:
     """Whether a move from the limit last logged (`told`) to `limit` is worth a log line:
-    by TELL_CHANGE or more, or onto the floor or the ceiling. Not every sample's."""
+    by TELL_CHANGE and TELL_LEAST or more, or onto the floor or the ceiling. Not every move."""
     if limit == told:
         return False
-    return limit in (floor, ceiling) or abs(limit - told) >= TELL_CHANGE * told
+    return limit in (floor, ceiling) or abs(limit - told) >= max(TELL_LEAST, TELL_CHANGE * told)
