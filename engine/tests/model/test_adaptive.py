@@ -242,3 +242,38 @@ def test_a_handler_that_fails_fast_does_not_shrink_the_limit(watch: Watch) -> No
     vtime.run(scenario())
     assert len(done) == messages
     assert watch.over == []
+
+
+def test_two_workers_sharing_the_downstream_keep_it_near_its_knee_together(watch: Watch) -> None:
+    """Two replicas, each with a ceiling of 48, on one downstream of capacity 6: each sees
+    the latency both cause and backs off, so together they hold it near the knee rather
+    than at 96 in flight, and neither is starved."""
+    downstream = Downstream(capacity=6)
+    messages = 3000
+
+    async def scenario() -> None:
+        sqs, router = backlog(downstream, messages)
+        env = {"WORKER_CONCURRENCY": "48", "WORKER_ADAPTIVE_CONCURRENCY": "true", "WORKER_PREFETCH": "10"}
+        first = await start(sqs, router, **env)
+        second = await start(sqs, router, **env)
+        pools = [first.worker.pools[0], second.worker.pools[0]]
+        await until(lambda: len(downstream.done) >= messages // 3, 600)
+        inflight: list[int] = []
+        limits: list[tuple[int, int]] = []
+        while len(downstream.done) < messages - 200:
+            inflight.append(downstream.inflight)
+            limits.append((pools[0].admission.limit, pools[1].admission.limit))
+            await asyncio.sleep(0.05)
+        mean = sum(inflight) / len(inflight)
+        assert mean <= 9, f"{mean:.1f} calls in flight on average, the knee is 6"
+        assert min(min(pair) for pair in limits) >= 1
+        shares = [sum(pair[i] for pair in limits) / len(limits) for i in (0, 1)]
+        assert min(shares) >= 0.25 * max(shares), f"one replica starved: mean limits {shares}"
+        print(f"two replicas: {mean:.1f} in flight on average, mean limits {shares[0]:.1f} and {shares[1]:.1f}")
+        assert await until(lambda: len(downstream.done) == messages, 600)
+        await first.stop()
+        await second.stop()
+
+    vtime.run(scenario())
+    assert len(downstream.done) == messages
+    assert watch.over == []
