@@ -7,9 +7,11 @@ throughput, not more. The limit here looks for that knee from the handlers' dura
 the manner of Netflix's concurrency-limits (Gradient2, Vegas, AIMD) and Envoy's adaptive
 concurrency filter, between a floor and the configured concurrency (the ceiling):
 
-- Samples are gathered in windows of at least the limit in use (and MIN_WINDOW) jobs. A
-  job that started before the limit last moved says nothing about the new limit, and is
-  left out (its start is `now - latency`).
+- Samples are gathered in windows of at least the limit in use (and MIN_WINDOW) jobs, and
+  of enough jobs for the window's mean to stand within about 5% of the true latency when
+  durations vary by themselves (PRECISION): noisy durations make windows longer, not the
+  limit lower. A job that started before the limit last moved says nothing about the new
+  limit, and is left out (its start is `now - latency`).
 - A window's latency is its samples' mean; the baseline is the smallest window latency
   of the last BASELINE_WINDOWS windows: the downstream's latency unloaded, which follows
   it when it really gets slower for everyone (once every remembered window is slower).
@@ -29,6 +31,7 @@ sample by sample.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from .outcomes import Outcome
@@ -38,6 +41,13 @@ MIN_GRADIENT = 0.5  # one window shrinks the limit to half at most
 BACKOFF = 0.5  # a timeout or DownstreamUnavailable halves the limit
 MIN_WINDOW = 5  # samples in a window at least, so that one odd job does not move the limit
 BASELINE_WINDOWS = 30  # windows the baseline remembers
+# Jobs' durations vary by themselves (payloads, the downstream's own noise): a window holds
+# enough of them for its mean to stand within about PRECISION of the true latency (one
+# standard error: spread / jobs <= PRECISION^2), or noise reads as load and the limit
+# sinks. Up to MAX_WINDOW jobs.
+PRECISION = 0.05
+MAX_WINDOW = 1000
+SPREAD_WEIGHT = 0.2  # the latest window's share of the spread estimate
 # A move worth a log line: by 10% and 2 handlers since the last one told (at a knee of 6
 # the limit goes 6, 7, 6: probing, not news), or onto the floor or the ceiling.
 TELL_CHANGE = 0.10
@@ -61,8 +71,9 @@ class Limit:
     _threshold: float = field(init=False)  # slow start below it, additive growth above
     _moved: float = field(init=False, default=float("-inf"))  # when the limit last moved
     _shrunk: float = field(init=False, default=float("-inf"))  # when it last shrank
-    _window: list[float] = field(init=False, default_factory=list)
-    _history: list[float] = field(init=False, default_factory=list)  # recent window latencies
+    _window: Window = field(init=False, default_factory=lambda: Window())
+    _spread: float = field(init=False, default=0.0)  # jobs' squared coefficient of variation
+    _history: list[tuple[float, int]] = field(init=False, default_factory=list)  # recent windows: latency, jobs
 
     def __post_init__(self) -> None:
         if not 1 <= self.floor <= self.ceiling:
@@ -81,17 +92,31 @@ class Limit:
         if outcome in OVERLOAD and started >= self._shrunk:
             self._move(self.value * BACKOFF, now)
         elif outcome in LATENCY and started >= self._moved:  # else it ran under another limit
-            self._window.append(latency)
-            if len(self._window) >= max(MIN_WINDOW, self.current):
+            self._window.add(latency)
+            if self._window.n >= self._needed(max(self._spread, self._window.spread)):
                 self._close_window(now)
         return self.current
 
+    @property
+    def window_size(self) -> int:
+        """Jobs a window holds now (at least): the limit in use, MIN_WINDOW, and enough for
+        PRECISION at the spread seen so far."""
+        return self._needed(self._spread)
+
+    def _needed(self, spread: float) -> int:
+        return max(MIN_WINDOW, self.current, min(MAX_WINDOW, math.ceil(spread / PRECISION**2)))
+
     def _close_window(self, now: float) -> None:
-        latency = sum(self._window) / len(self._window)
-        self._window.clear()
-        self._history = [*self._history[-(BASELINE_WINDOWS - 1) :], latency]
+        window, self._window = self._window, Window()
+        latency = window.mean
+        self._spread += SPREAD_WEIGHT * (window.spread - self._spread) if self._history else window.spread
+        self._history = [*self._history[-(BASELINE_WINDOWS - 1) :], (latency, window.n)]
         self.latency = latency
-        self.baseline = baseline = min(self._history)
+        # A window too short for the spread known now (an early one, before the spread was
+        # seen: five fast jobs of a mixed queue) is no baseline: it would hold the limit down
+        # for BASELINE_WINDOWS windows. Within twice PRECISION is enough here.
+        trusted = [mean for mean, n in self._history if self._spread / n <= (2 * PRECISION) ** 2]
+        self.baseline = baseline = min(trusted, default=latency)
         if latency <= TOLERANCE * baseline:
             grown = self.value * 2 if self.value < self._threshold else self.value + 1
             self._move(min(grown, max(self._threshold, self.value + 1)), now)
@@ -104,9 +129,35 @@ class Limit:
         self.value = max(float(self.floor), min(float(self.ceiling), value))
         if self.current != before:  # only whole handlers change what the samples measure
             self._moved = now
-            self._window.clear()
+            self._window = Window()
             if self.current < before:
                 self._shrunk = now
+
+
+@dataclass
+class Window:
+    """Durations of one window, as running sums: their mean and relative spread."""
+
+    n: int = 0
+    total: float = 0.0
+    squares: float = 0.0
+
+    def add(self, seconds: float) -> None:
+        self.n += 1
+        self.total += seconds
+        self.squares += seconds * seconds
+
+    @property
+    def mean(self) -> float:
+        return self.total / self.n if self.n else 0.0
+
+    @property
+    def spread(self) -> float:
+        """The squared coefficient of variation (variance / mean^2); 0 below two samples."""
+        if self.n < 2 or self.total <= 0:
+            return 0.0
+        variance = max(0.0, (self.squares - self.total * self.total / self.n) / (self.n - 1))
+        return variance / self.mean**2
 
 
 def worth_telling(told: int, limit: int, floor: int, ceiling: int) -> bool:

@@ -5,6 +5,7 @@ model/test_adaptive.py; the benchmark at a downstream's knee in bench/adaptive.p
 from __future__ import annotations
 
 import asyncio
+import random
 from collections.abc import Callable
 
 import pytest
@@ -69,6 +70,62 @@ def test_it_backs_off_when_latency_climbs() -> None:
     # Shrunk by the gradient: tolerance x baseline / latency = 1.25 x 0.05 / 0.1.
     assert shrunk == 62, shrunk
     assert rounds.run(1, lambda n: 10 * BASE)[0] == 31, "at most by half a window"
+
+
+class NoisyRounds(Rounds):
+    """As Rounds, each job's duration varied by `noise(rng)`, a factor around 1."""
+
+    def __init__(self, limit: Limit, noise: Callable[[random.Random], float]) -> None:
+        super().__init__(limit)
+        self.noise = noise
+        self.rng = random.Random(7)
+
+    def run(self, rounds: int, latency: Callable[[int], float], outcome: Outcome = "success") -> list[int]:
+        for _ in range(rounds):
+            n = self.limit.current
+            durations = sorted(latency(n) * self.noise(self.rng) for _ in range(n))
+            for seconds in durations:
+                self.limit.sample(seconds, outcome, self.now + seconds)
+            self.now += durations[-1]
+            self.path.append(self.limit.current)
+        return self.path[-rounds:]
+
+
+@pytest.mark.parametrize(
+    ("name", "noise"),
+    [
+        ("lognormal, sigma 0.5", lambda rng: rng.lognormvariate(-0.125, 0.5)),
+        ("lognormal, sigma 1", lambda rng: rng.lognormvariate(-0.5, 1.0)),
+        ("two kinds of job, 1 and 20", lambda rng: 1.0 if rng.random() < 0.5 else 20.0),
+    ],
+)
+def test_noisy_durations_make_windows_longer_not_the_limit_lower(
+    name: str, noise: Callable[[random.Random], float]
+) -> None:
+    """Durations that vary by themselves are no load: the limit still settles near the
+    knee (the mean of a window is held within about 5% by taking more jobs). Before
+    windows grew with the spread, sigma 0.5 sank the limit to 1-2."""
+    limit = Limit(floor=1, ceiling=48)
+    path = NoisyRounds(limit, noise).run(4000, knee(6))
+    settled = path[2000:]
+    mean = sum(settled) / len(settled)
+    assert 5 <= mean <= 7.5, f"{name}: the limit averaged {mean:.2f} ({min(settled)}..{max(settled)})"
+    assert limit.window_size > 6, "the windows grew with the spread"
+
+
+def test_a_lucky_first_window_is_no_baseline() -> None:
+    """A mixed queue (jobs of 1 and 20 times the base) whose first five jobs happen to be
+    the fast kind: that window, too short for the spread seen later, must not stand as the
+    baseline, or the limit sits at the floor for BASELINE_WINDOWS long windows."""
+    first = iter([1.0] * MIN_WINDOW)
+
+    def noise(rng: random.Random) -> float:
+        return next(first, 1.0 if rng.random() < 0.5 else 20.0)
+
+    limit = Limit(floor=1, ceiling=48)
+    path = NoisyRounds(limit, noise).run(3000, knee(6))
+    settled = path[1500:]
+    assert 5 <= sum(settled) / len(settled) <= 7.5, f"averaged {sum(settled) / len(settled):.2f}"
 
 
 @pytest.mark.parametrize("outcome", ["timeout", "deferred"])
