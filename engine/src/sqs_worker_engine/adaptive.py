@@ -60,6 +60,32 @@ OVERLOAD: frozenset[Outcome] = frozenset({"timeout", "deferred"})
 
 
 @dataclass
+class Window:
+    """Durations of one window, as running sums: their mean and relative spread."""
+
+    n: int = 0
+    total: float = 0.0
+    squares: float = 0.0
+
+    def add(self, seconds: float) -> None:
+        self.n += 1
+        self.total += seconds
+        self.squares += seconds * seconds
+
+    @property
+    def mean(self) -> float:
+        return self.total / self.n if self.n else 0.0
+
+    @property
+    def spread(self) -> float:
+        """The squared coefficient of variation (variance / mean^2); 0 below two samples."""
+        if self.n < 2 or self.total <= 0:
+            return 0.0
+        variance = max(0.0, (self.squares - self.total * self.total / self.n) / (self.n - 1))
+        return variance / self.mean**2
+
+
+@dataclass
 class Limit:
     """The limit of handlers running at once for one queue. `sample` after every job."""
 
@@ -71,7 +97,7 @@ class Limit:
     _threshold: float = field(init=False)  # slow start below it, additive growth above
     _moved: float = field(init=False, default=float("-inf"))  # when the limit last moved
     _shrunk: float = field(init=False, default=float("-inf"))  # when it last shrank
-    _window: Window = field(init=False, default_factory=lambda: Window())
+    _window: Window = field(init=False, default_factory=Window)
     _spread: float = field(init=False, default=0.0)  # jobs' squared coefficient of variation
     _history: list[tuple[float, int]] = field(init=False, default_factory=list)  # recent windows: latency, jobs
 
@@ -132,32 +158,6 @@ class Limit:
             self._window = Window()
             if self.current < before:
                 self._shrunk = now
-
-
-@dataclass
-class Window:
-    """Durations of one window, as running sums: their mean and relative spread."""
-
-    n: int = 0
-    total: float = 0.0
-    squares: float = 0.0
-
-    def add(self, seconds: float) -> None:
-        self.n += 1
-        self.total += seconds
-        self.squares += seconds * seconds
-
-    @property
-    def mean(self) -> float:
-        return self.total / self.n if self.n else 0.0
-
-    @property
-    def spread(self) -> float:
-        """The squared coefficient of variation (variance / mean^2); 0 below two samples."""
-        if self.n < 2 or self.total <= 0:
-            return 0.0
-        variance = max(0.0, (self.squares - self.total * self.total / self.n) / (self.n - 1))
-        return variance / self.mean**2
 
 
 def worth_telling(told: int, limit: int, floor: int, ceiling: int) -> bool:

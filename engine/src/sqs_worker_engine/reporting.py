@@ -86,20 +86,20 @@ class QueueReport:
 
     def concurrency_limit(self, limit: Limit) -> None:
         """The adaptive limit moved: the gauge always, a log line when it moved enough."""
-        now = limit.current
-        self._limit.set(now)
-        if worth_telling(self._limit_told, now, limit.floor, limit.ceiling):
+        current = limit.current
+        self._limit.set(current)
+        if worth_telling(self._limit_told, current, limit.floor, limit.ceiling):
             log.info(
                 "concurrency limit %d -> %d (latency %s, baseline %s; floor %d, ceiling %d)",
                 self._limit_told,
-                now,
+                current,
                 _ms(limit.latency),
                 _ms(limit.baseline),
                 limit.floor,
                 limit.ceiling,
                 extra={"queue": self.queue},
             )
-            self._limit_told = now
+            self._limit_told = current
 
     def throttled(self, seconds: float) -> None:
         self._throttled.inc(seconds)
