@@ -16,7 +16,10 @@ concurrency filter, between a floor and the configured concurrency (the ceiling)
   of the last BASELINE_WINDOWS windows: the downstream's latency unloaded, which follows
   it when it really gets slower for everyone (once every remembered window is slower).
 - A window within TOLERANCE of the baseline grows the limit: doubling (slow start) up to
-  the limit at which latency last climbed, then by one a window (additive increase).
+  the limit at which latency last climbed, then by one a window (additive increase); but
+  only if the window used at least half of the limit (as Gradient2 does): a quiet queue's
+  fast jobs say nothing about more concurrency, and a limit grown idle to the ceiling would
+  meet the next backlog with the ceiling.
 - A window above it shrinks the limit by the gradient, TOLERANCE x baseline / latency,
   at most by half; the limit it reaches is where growth turns additive.
 - A timeout or DownstreamUnavailable (outcome `timeout`, `deferred`) halves the limit at
@@ -66,11 +69,13 @@ class Window:
     n: int = 0
     total: float = 0.0
     squares: float = 0.0
+    busiest: int = 0  # the most jobs running as one of them ended
 
-    def add(self, seconds: float) -> None:
+    def add(self, seconds: float, running: int) -> None:
         self.n += 1
         self.total += seconds
         self.squares += seconds * seconds
+        self.busiest = max(self.busiest, running)
 
     @property
     def mean(self) -> float:
@@ -112,13 +117,14 @@ class Limit:
         """The limit in use: whole handlers, within floor..ceiling."""
         return max(self.floor, min(self.ceiling, int(self.value)))
 
-    def sample(self, latency: float, outcome: Outcome, now: float) -> int:
-        """One job ended at `now` after `latency` seconds with `outcome`: the limit in use."""
+    def sample(self, latency: float, outcome: Outcome, now: float, running: int | None = None) -> int:
+        """One job ended at `now` after `latency` seconds with `outcome`, `running` jobs
+        running as it ended, itself included (None: as many as the limit): the limit in use."""
         started = now - latency
         if outcome in OVERLOAD and started >= self._shrunk:
             self._move(self.value * BACKOFF, now)
         elif outcome in LATENCY and started >= self._moved:  # else it ran under another limit
-            self._window.add(latency)
+            self._window.add(latency, self.current if running is None else running)
             if self._window.n >= self._needed(max(self._spread, self._window.spread)):
                 self._close_window(now)
         return self.current
@@ -144,6 +150,8 @@ class Limit:
         trusted = [mean for mean, n in self._history if self._spread / n <= (2 * PRECISION) ** 2]
         self.baseline = baseline = min(trusted, default=latency)
         if latency <= TOLERANCE * baseline:
+            if 2 * window.busiest < self.current:
+                return  # the limit was not used: no sign the downstream takes more
             grown = self.value * 2 if self.value < self._threshold else self.value + 1
             self._move(min(grown, max(self._threshold, self.value + 1)), now)
         else:

@@ -485,7 +485,7 @@ class QueuePool:
         goes back: a shrunken limit holds that slot back at once."""
         if self.adaptive is None or not ending.duration:
             return  # off, or the handler never ran
-        limit = self.adaptive.sample(ending.duration, ending.outcome, clock.now())
+        limit = self.adaptive.sample(ending.duration, ending.outcome, clock.now(), self.admission.running)
         if limit != self.admission.limit:
             self.admission.set_limit(limit)
             self.report.concurrency_limit(self.adaptive)

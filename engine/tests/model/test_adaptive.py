@@ -277,3 +277,31 @@ def test_two_workers_sharing_the_downstream_keep_it_near_its_knee_together(watch
     vtime.run(scenario())
     assert len(downstream.done) == messages
     assert watch.over == []
+
+
+def test_a_quiet_spell_does_not_leave_the_limit_at_the_ceiling_for_the_next_backlog(watch: Watch) -> None:
+    """Two messages a second for two minutes need one or two handlers: the limit grows no
+    further than the queue used it, so the backlog that follows meets a limit near the
+    knee, not 48 calls at once."""
+    downstream = Downstream(capacity=6)
+    trickle, burst = 240, 600
+
+    async def scenario() -> None:
+        sqs, router = backlog(downstream, 0)
+        running = await start(sqs, router, WORKER_CONCURRENCY="48", WORKER_ADAPTIVE_CONCURRENCY="true")
+        admission = running.worker.pools[0].admission
+        for i in range(trickle):
+            sqs.put(QUEUE, f"t-{i}")
+            await asyncio.sleep(0.5)
+        assert await until(lambda: len(downstream.done) == trickle, 60)
+        before = admission.limit
+        assert before <= 8, f"the limit grew to {before} while at most a few ran"
+        downstream.most = 0
+        for i in range(burst):
+            sqs.put(QUEUE, f"b-{i}")
+        assert await until(lambda: len(downstream.done) == trickle + burst, 600)
+        assert downstream.most <= max(12, 2 * before), f"{downstream.most} calls at once at the burst"
+        await running.stop()
+
+    vtime.run(scenario())
+    assert watch.over == []

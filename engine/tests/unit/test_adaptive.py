@@ -128,6 +128,18 @@ def test_a_lucky_first_window_is_no_baseline() -> None:
     assert 5 <= sum(settled) / len(settled) <= 7.5, f"averaged {sum(settled) / len(settled):.2f}"
 
 
+def test_a_quiet_queue_does_not_grow_the_limit_it_does_not_use() -> None:
+    """Fast jobs while one runs at a time say nothing about eight: the limit stays, or it
+    would reach the ceiling while idle and meet the next backlog with it."""
+    limit = Limit(floor=8, ceiling=48)
+    for i in range(500):
+        limit.sample(BASE, "success", i * 1.0, running=1)
+    assert limit.current == 8
+    for i in range(500, 520):
+        limit.sample(BASE, "success", i * 1.0, running=4)  # half the limit used: it may grow
+    assert limit.current == 16
+
+
 @pytest.mark.parametrize("outcome", ["timeout", "deferred"])
 def test_a_timeout_or_downstream_unavailable_halves_it_once_per_burst(outcome: Outcome) -> None:
     """`deferred` is DownstreamUnavailable's outcome. The jobs that started before the
