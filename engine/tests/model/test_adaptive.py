@@ -296,11 +296,13 @@ def test_a_quiet_spell_does_not_leave_the_limit_at_the_ceiling_for_the_next_back
         assert await until(lambda: len(downstream.done) == trickle, 60)
         before = admission.limit
         assert before <= 8, f"the limit grew to {before} while at most a few ran"
+        print(f"limit after the quiet spell: {before}")
         downstream.most = 0
         for i in range(burst):
             sqs.put(QUEUE, f"b-{i}")
         assert await until(lambda: len(downstream.done) == trickle + burst, 600)
         assert downstream.most <= max(12, 2 * before), f"{downstream.most} calls at once at the burst"
+        print(f"most calls at once at the burst: {downstream.most}")
         await running.stop()
 
     vtime.run(scenario())
