@@ -24,7 +24,11 @@ concurrency filter, between a floor and the configured concurrency (the ceiling)
   at most by half; the limit it reaches is where growth turns additive.
 - A timeout or DownstreamUnavailable (outcome `timeout`, `deferred`) halves the limit at
   once, once per burst: the ones that started before the limit last shrank are not
-  counted again.
+  counted again. The first of an episode (no window closed since) also sets where growth
+  turns additive, at that half, as TCP does on a loss: a downstream that hangs past its
+  capacity is not met with slow start's doubling again and again. The rest of an episode
+  (an outage) takes the limit down to the floor without moving that point, so once the
+  downstream answers the limit doubles back up to it.
 - A failed job's duration is no measure of the downstream's load (a refused connection
   fails in a millisecond and would drag the baseline down): only successes are latencies.
 
@@ -87,7 +91,8 @@ class Window:
         if self.n < 2 or self.total <= 0:
             return 0.0
         variance = max(0.0, (self.squares - self.total * self.total / self.n) / (self.n - 1))
-        return variance / self.mean**2
+        square = self.mean**2
+        return variance / square if square > 0 else 0.0  # durations too small to square: no spread
 
 
 @dataclass
@@ -104,6 +109,7 @@ class Limit:
     _shrunk: float = field(init=False, default=float("-inf"))  # when it last shrank
     _window: Window = field(init=False, default_factory=Window)
     _spread: float = field(init=False, default=0.0)  # jobs' squared coefficient of variation
+    _overloaded: bool = field(init=False, default=False)  # timeouts met since the last window
     _history: list[tuple[float, int]] = field(init=False, default_factory=list)  # recent windows: latency, jobs
 
     def __post_init__(self) -> None:
@@ -122,6 +128,9 @@ class Limit:
         running as it ended, itself included (None: as many as the limit): the limit in use."""
         started = now - latency
         if outcome in OVERLOAD and started >= self._shrunk:
+            if not self._overloaded:
+                self._threshold = max(float(self.floor), self.value * BACKOFF)
+                self._overloaded = True
             self._move(self.value * BACKOFF, now)
         elif outcome in LATENCY and started >= self._moved:  # else it ran under another limit
             self._window.add(latency, self.current if running is None else running)
@@ -140,6 +149,7 @@ class Limit:
 
     def _close_window(self, now: float) -> None:
         window, self._window = self._window, Window()
+        self._overloaded = False
         latency = window.mean
         self._spread += SPREAD_WEIGHT * (window.spread - self._spread) if self._history else window.spread
         self._history = [*self._history[-(BASELINE_WINDOWS - 1) :], (latency, window.n)]

@@ -307,3 +307,68 @@ def test_a_quiet_spell_does_not_leave_the_limit_at_the_ceiling_for_the_next_back
 
     vtime.run(scenario())
     assert watch.over == []
+
+
+def test_timeouts_halve_the_limit_through_the_worker(watch: Watch) -> None:
+    """A downstream that hangs a call once more than 8 are in flight: such a job runs into
+    its 1 s timeout and is retried. Fixed at 32, every call past the first 8 hangs, and so
+    does every one started beside the hung ones: the queue is stuck. Adaptive with a ceiling
+    of 32 halves its limit on the timeouts and ends every message."""
+
+    def run(adaptive: bool, within: float) -> tuple[int, int, float, list[int]]:
+        """Messages done, calls hung, virtual seconds taken, the limit sampled."""
+        done: set[str] = set()
+        hung = [0]
+        inflight = [0]
+        limits: list[int] = []
+        took = [0.0]
+
+        async def scenario() -> None:
+            sqs = MemorySQS()
+            sqs.create_queue(QUEUE)
+            for i in range(400):
+                sqs.put(QUEUE, f"m-{i}")
+            router = Router()
+
+            @router.handler(QUEUE, payload=str)
+            async def handle(job: Job[str]) -> None:
+                inflight[0] += 1
+                try:
+                    if inflight[0] > 8:
+                        hung[0] += 1
+                        await asyncio.sleep(3600)
+                    await asyncio.sleep(BASE)
+                finally:
+                    inflight[0] -= 1
+                done.add(job.payload)
+
+            running = await start(
+                sqs,
+                router,
+                WORKER_CONCURRENCY="32",
+                WORKER_ADAPTIVE_CONCURRENCY="true" if adaptive else "false",
+                WORKER_JOB_TIMEOUT_MS="1000",
+                WORKER_RETRY_BASE_SECONDS="1",
+                WORKER_RETRY_MAX_SECONDS="2",
+            )
+            admission = running.worker.pools[0].admission
+            began = clock.now()
+            while len(done) < 400 and clock.now() - began < within:
+                limits.append(admission.limit)
+                await asyncio.sleep(0.25)
+            took[0] = clock.now() - began
+            await running.stop()
+
+        vtime.run(scenario())
+        return len(done), hung[0], took[0], limits
+
+    done, hung, took, limits = run(adaptive=True, within=1200)
+    assert done == 400, f"adaptive: {done} of 400 done"
+    assert max(limits[len(limits) // 2 :]) <= 16, limits
+    # Each timeout episode also ends slow start at half the limit it met (354 calls hung
+    # when doubling resumed after every halving).
+    assert hung <= 150, f"{hung} calls hung"
+    fixed_done, fixed_hung, _, _ = run(adaptive=False, within=took)
+    assert fixed_done < 100, f"fixed 32 did {fixed_done} in the {took:.0f} s adaptive took for 400"
+    assert watch.over == []
+    print(f"adaptive: 400 in {took:.1f} s, {hung} calls hung; fixed 32 in that time: {fixed_done}, {fixed_hung} hung")

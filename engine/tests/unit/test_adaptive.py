@@ -9,7 +9,7 @@ import random
 from collections.abc import Callable
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sqs_worker_engine.adaptive import BASELINE_WINDOWS, MIN_WINDOW, Limit, worth_telling
@@ -185,7 +185,9 @@ def test_it_recovers_after_the_downstream_heals() -> None:
     assert down[-1] == 1, f"an outage brings it to the floor: {down}"
     healed = rounds.run(60, knee(6))
     assert set(healed[-30:]) <= {6, 7}, healed
-    assert healed.index(6) <= 10, f"back at the knee within 10 windows: {healed}"
+    # Doubling up to half the limit the outage met, then by one: 1, 2, 3, 4, 5, 6, most of
+    # them windows of MIN_WINDOW single jobs.
+    assert healed.index(6) <= 15, f"back at the knee within 15 rounds: {healed}"
 
 
 def test_the_baseline_follows_a_downstream_that_got_slower_for_good() -> None:
@@ -200,6 +202,7 @@ def test_the_baseline_follows_a_downstream_that_got_slower_for_good() -> None:
     assert limit.baseline == pytest.approx(2 * BASE)
 
 
+@settings(max_examples=500)
 @given(
     floor=st.integers(1, 8),
     extra=st.integers(0, 40),
@@ -321,3 +324,11 @@ def test_receives_ask_for_places_by_the_limit_in_use() -> None:
         assert admission.limit == 48, "never past the concurrency"
 
     asyncio.run(play())
+
+
+def test_durations_too_small_to_square_do_not_break_it() -> None:
+    """Found by the property above: a mean of 1e-200 s squares to 0.0, and the spread
+    divided by it."""
+    limit = Limit(floor=1, ceiling=8)
+    for i in range(20):
+        assert 1 <= limit.sample(1e-200 * (1 + i % 2), "success", float(i)) <= 8
