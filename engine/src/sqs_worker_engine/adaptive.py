@@ -13,10 +13,11 @@ concurrency filter, between a floor and the configured concurrency (the ceiling)
   limit lower. A job that started before the limit last moved says nothing about the new
   limit, and is left out (its start is `now - latency`).
 - A window's latency is its samples' mean; the baseline is the smallest window latency
-  of the last BASELINE_WINDOWS windows: the downstream's latency unloaded, which follows
-  it when it really gets slower for everyone (once every remembered window is slower).
+  of the last BASELINE_WINDOWS windows, of those long enough for the spread seen since:
+  the downstream's latency unloaded, which follows it when it really gets slower for
+  everyone (once every remembered window is slower).
 - A window within TOLERANCE of the baseline grows the limit: doubling (slow start) up to
-  the limit at which latency last climbed, then by one a window (additive increase); but
+  where trouble last showed (below), then by one a window (additive increase); but
   only if the window used at least half of the limit (as Gradient2 does): a quiet queue's
   fast jobs say nothing about more concurrency, and a limit grown idle to the ceiling would
   meet the next backlog with the ceiling.
