@@ -94,9 +94,12 @@ class NoisyRounds(Rounds):
 @pytest.mark.parametrize(
     ("name", "noise"),
     [
-        ("lognormal, sigma 0.5", lambda rng: rng.lognormvariate(-0.125, 0.5)),
-        ("lognormal, sigma 1", lambda rng: rng.lognormvariate(-0.5, 1.0)),
-        ("two kinds of job, 1 and 20", lambda rng: 1.0 if rng.random() < 0.5 else 20.0),
+        pytest.param(name, noise, id=name)
+        for name, noise in [
+            ("lognormal, sigma 0.5", lambda rng: rng.lognormvariate(-0.125, 0.5)),
+            ("lognormal, sigma 1", lambda rng: rng.lognormvariate(-0.5, 1.0)),
+            ("two kinds of job, 1 and 20", lambda rng: 1.0 if rng.random() < 0.5 else 20.0),
+        ]
     ],
 )
 def test_noisy_durations_make_windows_longer_not_the_limit_lower(
