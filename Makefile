@@ -8,7 +8,7 @@ JOBS ?= 3
 
 SCANNERS := .venv-scanners
 
-.PHONY: install tools scanners scanners-lock test demo format bench bench-tracing clean
+.PHONY: install tools scanners scanners-lock test demo format bench bench-tracing bench-adaptive clean
 
 $(UV):
 	$(PYTHON) -m venv $(VENV)
@@ -55,6 +55,12 @@ bench: install
 # seconds). Writes docs/benchmarks-tracing.{md,json}.
 bench-tracing: install
 	$(VENV)/bin/python bench/tracing.py
+
+# Adaptive concurrency at a downstream's knee: fixed at the knee, fixed far above it and
+# adaptive, side by side on virtual time (bench/adaptive.py; seconds). Writes
+# docs/benchmarks-adaptive.{md,json}.
+bench-adaptive: install
+	$(VENV)/bin/python bench/adaptive.py --out docs
 
 format: install
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/python scripts/format_template.py

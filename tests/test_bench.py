@@ -92,3 +92,20 @@ def test_a_wave_rate_needs_half_the_window() -> None:
     assert rate is not None and abs(rate - 10.0) < 1e-6
     burst = [4.0 + i * 0.0002 for i in range(10)]
     assert bench_run.aligned_rate(burst, 0.0, 8.0, (200, 200, 1)) is None
+
+
+def test_adaptive_bench_meets_its_targets_in_virtual_time(tmp_path: Path) -> None:
+    """`bench/adaptive.py --short`: fixed concurrency at a downstream's knee of 6, fixed 48
+    and adaptive with a ceiling of 48, side by side on virtual time (exact on any machine,
+    so the targets are asserted): adaptive >= 0.75 of the best possible rate (120/s) and
+    >= 3x fixed 48."""
+    import adaptive
+
+    assert adaptive.main(["--short", "--out", str(tmp_path)]) == 0, (tmp_path / "benchmarks-adaptive.md").read_text()
+    data = json.loads((tmp_path / "benchmarks-adaptive.json").read_text())
+    at_knee, at_ceiling, adaptive_run = data["runs"]
+    assert at_knee["most_in_flight"] == 6 and at_ceiling["most_in_flight"] == 48
+    assert adaptive_run["most_in_flight"] <= 48
+    assert data["adaptive_share_of_best"] >= 0.75, data
+    assert data["adaptive_over_fixed_ceiling"] >= 3, data
+    assert all(data["targets"].values()), data["targets"]

@@ -6,7 +6,8 @@ Every protection that limits what is received or started answers here, from one 
 - places: what the pool holds (reserved for a receive, waiting, running, settling) never
   exceeds the concurrency plus the prefetch cap (prefetch.py); receiving asks only for free
   places, and while fewer than the measured prefetch target wait ahead of the slots;
-- handler slots: at most the concurrency run, started in the order they were received;
+- handler slots: at most the limit in use run (the concurrency, or below it what the
+  adaptive limit allows: adaptive.py), started in the order they were received;
 - the rate limit (throttle.StartWindow): starts, counted in every window of its length;
 - the pause (throttle.Breaker) and its probe: while paused nothing starts and nothing is
   received; once the pause has run its time exactly one message starts as the probe, a
@@ -82,7 +83,8 @@ class Admission:
         report: QueueReport | None = None,
     ) -> None:
         self.report = report
-        self.capacity = concurrency
+        self.capacity = concurrency  # the configured concurrency: the ceiling of `limit`
+        self.limit = concurrency  # handler slots in use now (set_limit)
         self.prefetch_cap = prefetch_cap
         self.prefetch = 0  # the measured target (prefetch.py), at most the cap
         self.window = window
@@ -127,7 +129,8 @@ class Admission:
         """How many messages a poller may ask for now (0: wait for a change)."""
         if self.stopping:
             return 0
-        n = min(most, self.capacity + self.prefetch - self.in_use, self.held_limit - self.held)
+        # Places for the limit in use, not the ceiling: a shrunken limit holds no more waiting.
+        n = min(most, self.limit + self.prefetch - self.in_use, self.held_limit - self.held)
         if not self.sqs_ok and self.held:
             return 0  # what is held could not be settled: receive more once SQS answers
         if self.breaker.paused:
@@ -148,7 +151,7 @@ class Admission:
         lets one receive serve the whole wave (SQS bills per request). While messages wait
         for a slot anyway, it waits for a whole batch of the prefetch."""
         loop = asyncio.get_running_loop()
-        want = min(most, self.capacity)
+        want = min(most, self.limit)
         while True:
             while (n := self.receivable(most, clock.now())) <= 0 or (
                 self._line and n < min(most, self.prefetch) and not self.breaker.paused
@@ -198,7 +201,7 @@ class Admission:
         """Why `ticket` may not start now, or None: the whole decision, from the state."""
         if self.stopping:
             return "stopping"
-        if self.running >= self.capacity:
+        if self.running >= self.limit:
             return "slots"
         if not self.sqs_ok:
             return "sqs"
@@ -355,6 +358,12 @@ class Admission:
         if ok != self.sqs_ok:
             self.sqs_ok = ok
             self._kick()
+
+    def set_limit(self, limit: int) -> None:
+        """Handler slots from now on, at most the concurrency. Below what runs, nothing more
+        starts until enough end; above it, whoever waits starts now."""
+        self.limit = max(1, min(limit, self.capacity))
+        self._kick()
 
     def set_prefetch(self, target: int) -> None:
         self.prefetch = min(target, self.prefetch_cap)

@@ -18,6 +18,12 @@ JOB_DURATION = Histogram(
 )
 INFLIGHT = Gauge("worker_inflight_jobs", "Handlers running now, by queue.", ["queue"])
 CONCURRENCY = Gauge("worker_concurrency", "Configured handler slots, by queue.", ["queue"])
+CONCURRENCY_LIMIT = Gauge(
+    "worker_concurrency_limit",
+    "Handler slots in use, by queue: the configured concurrency, or with WORKER_ADAPTIVE_CONCURRENCY "
+    "the adaptive limit between its floor and that concurrency.",
+    ["queue"],
+)
 OLDEST_MESSAGE = Gauge(
     "queue_oldest_message_seconds",
     "Age of the oldest message received in the last sampling window (0 when the queue is empty). "

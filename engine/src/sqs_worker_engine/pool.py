@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import clock, tracing
+from .adaptive import Limit
 from .admission import Admission, Ticket
 from .backoff import Backoff
 from .calls import HandlerCalls
@@ -95,6 +96,8 @@ class PoolOptions:
     rate_limit: float | None = None  # jobs started per second (see throttle.py)
     group_concurrency: int | None = None  # standard queues: jobs of one group at once (see tenants.py)
     prefetch: int = 0  # WORKER_PREFETCH: most messages held beyond the concurrency (see prefetch.py)
+    adaptive: bool = False  # WORKER_ADAPTIVE_CONCURRENCY: the concurrency is a ceiling (see adaptive.py)
+    concurrency_floor: int = 1  # WORKER_CONCURRENCY_FLOOR: the adaptive limit's floor
 
 
 @dataclass(eq=False)
@@ -149,6 +152,11 @@ class QueuePool:
             report=self.report,
         )
         self.tenants = None if cap is None else Tenants(cap)
+        # WORKER_ADAPTIVE_CONCURRENCY: the handler slots in use follow the downstream's latency.
+        self.adaptive = Limit(options.concurrency_floor, options.concurrency) if options.adaptive else None
+        if self.adaptive is not None:
+            self.admission.set_limit(self.adaptive.current)
+            self.report.concurrency_limit(self.adaptive)
         self.pace = Pace()  # receive round trips and job durations, for the prefetch
         self.book = LeaseBook(info.name, options.visibility, options.heartbeat_fraction)
         self.keeper = LeaseKeeper(self.book, control or client, info.url, self._sqs_answered)
@@ -396,6 +404,7 @@ class QueuePool:
                     await self._let_go([run], reason)
                     return Release()
                 ending = self._downstream(run, await self._attempt(run))
+                self._adapt(ending)
                 self.admission.decide(run.ticket)
                 if ending.duration:
                     self.pace.ran(ending.duration)  # also the fair tenants' line length
@@ -466,6 +475,16 @@ class QueuePool:
             self.report.resumed()
         return ending
 
+    def _adapt(self, ending: Ending) -> None:
+        """What a handler's ending says to the adaptive limit (adaptive.py), before its slot
+        goes back: a shrunken limit holds that slot back at once."""
+        if self.adaptive is None or not ending.duration:
+            return  # off, or the handler never ran
+        limit = self.adaptive.sample(ending.duration, ending.outcome, clock.now(), self.admission.running)
+        if limit != self.admission.limit:
+            self.admission.set_limit(limit)
+            self.report.concurrency_limit(self.adaptive)
+
     async def _attempt(self, run: Run) -> Ending:
         """One handler call, up to its end (or the shutdown cut). Admission's slot is taken;
         if the handler is never called (preparing.py: the message cannot run), the slot's
@@ -525,7 +544,7 @@ class QueuePool:
     def _size_prefetch(self) -> None:
         self.admission.set_prefetch(
             prefetch_target(
-                self.options.concurrency, self.options.prefetch, self.pace.receive_seconds, self.pace.job_seconds
+                self.admission.limit, self.options.prefetch, self.pace.receive_seconds, self.pace.job_seconds
             )
         )
 

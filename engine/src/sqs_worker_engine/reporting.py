@@ -14,6 +14,7 @@ import threading
 from collections.abc import Callable
 
 from . import metrics
+from .adaptive import Limit, worth_telling
 from .delivery import Delivery
 from .events import Events
 from .health import Health
@@ -49,6 +50,9 @@ class QueueReport:
             metrics.TENANT_JOBS_PARKED.labels(queue),
         )
         metrics.CONCURRENCY.labels(queue).set(concurrency)
+        self._limit = metrics.CONCURRENCY_LIMIT.labels(queue)
+        self._limit.set(concurrency)
+        self._limit_told = concurrency  # the limit the latest log line named
 
     # -- the queue ------------------------------------------------------------------
 
@@ -79,6 +83,23 @@ class QueueReport:
         self._paused.set(0)
         self.health.paused.discard(self.queue)
         log.info("downstream answers again: receiving resumed", extra={"queue": self.queue})
+
+    def concurrency_limit(self, limit: Limit) -> None:
+        """The adaptive limit moved: the gauge always, a log line when it moved enough."""
+        current = limit.current
+        self._limit.set(current)
+        if worth_telling(self._limit_told, current, limit.floor, limit.ceiling):
+            log.info(
+                "concurrency limit %d -> %d (latency %s, baseline %s; floor %d, ceiling %d)",
+                self._limit_told,
+                current,
+                _ms(limit.latency),
+                _ms(limit.baseline),
+                limit.floor,
+                limit.ceiling,
+                extra={"queue": self.queue},
+            )
+            self._limit_told = current
 
     def throttled(self, seconds: float) -> None:
         self._throttled.inc(seconds)
@@ -199,3 +220,7 @@ class QueueReport:
                 loop.call_soon_threadsafe(emit)
 
         return report
+
+
+def _ms(seconds: float | None) -> str:
+    return "unmeasured" if seconds is None else f"{seconds * 1000:.0f} ms"

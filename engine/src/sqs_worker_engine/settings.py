@@ -8,7 +8,8 @@ non-zero exit without a traceback.
 Per-queue overrides use `WORKER_QUEUE_<KEY>_<SETTING>`, where KEY is the queue name in
 upper case with every character other than A-Z and 0-9 replaced by `_`
 (`orders.fifo` -> `ORDERS_FIFO`). Settings: URL, CONCURRENCY, JOB_TIMEOUT_MS,
-VISIBILITY_TIMEOUT_SECONDS, POLLERS, RATE_LIMIT, GROUP_CONCURRENCY.
+VISIBILITY_TIMEOUT_SECONDS, POLLERS, RATE_LIMIT, GROUP_CONCURRENCY, PREFETCH,
+ADAPTIVE_CONCURRENCY, CONCURRENCY_FLOOR.
 """
 
 from __future__ import annotations
@@ -52,7 +53,12 @@ QUEUE_OVERRIDES = (
     "RATE_LIMIT",
     "GROUP_CONCURRENCY",
     "PREFETCH",
+    "ADAPTIVE_CONCURRENCY",
+    "CONCURRENCY_FLOOR",
 )
+# How pydantic reads a boolean variable; a per-queue override is read the same way.
+TRUE_WORDS = frozenset({"1", "true", "t", "yes", "y", "on"})
+FALSE_WORDS = frozenset({"0", "false", "f", "no", "n", "off"})
 
 
 @dataclass(frozen=True)
@@ -180,6 +186,10 @@ class Settings(BaseSettings):
     # is one more message a SIGKILL strands for a visibility timeout. Unset: the queue's
     # concurrency, at least 50 (prefetch.default_prefetch); 0: off.
     prefetch: int | None = Field(default=None, ge=0, le=10_000, validation_alias="WORKER_PREFETCH")
+    # Adaptive concurrency (adaptive.py): the handlers running at once move between the floor
+    # and WORKER_CONCURRENCY, then the ceiling, following the downstream's latency.
+    adaptive_concurrency: bool = Field(default=False, validation_alias="WORKER_ADAPTIVE_CONCURRENCY")
+    concurrency_floor: int = Field(default=1, ge=1, le=1000, validation_alias="WORKER_CONCURRENCY_FLOOR")
     # Tracing (tracing.py): the producer's span as the parent of each job's, or a link only.
     trace_parent: bool = Field(default=True, validation_alias="WORKER_TRACE_PARENT")
 
@@ -293,6 +303,8 @@ class QueueSettings:
     rate_limit: float | None = None  # jobs started per second (WORKER_[QUEUE_<KEY>_]RATE_LIMIT)
     group_concurrency: int | None = None  # jobs of one group at once (WORKER_[QUEUE_<KEY>_]GROUP_CONCURRENCY)
     prefetch: int = 0  # most messages held beyond the concurrency (WORKER_[QUEUE_<KEY>_]PREFETCH)
+    adaptive: bool = False  # the concurrency is a ceiling (WORKER_[QUEUE_<KEY>_]ADAPTIVE_CONCURRENCY)
+    concurrency_floor: int = 1  # the adaptive limit's floor (WORKER_[QUEUE_<KEY>_]CONCURRENCY_FLOOR)
 
     @property
     def fifo(self) -> bool:
@@ -341,6 +353,9 @@ class WorkerConfig:
                 "pollers": q.pollers,
                 "rate_limit_per_second": q.rate_limit,
                 "group_concurrency": q.group_concurrency,
+                "prefetch": q.prefetch,
+                "adaptive_concurrency": q.adaptive,
+                "concurrency_floor": q.concurrency_floor,
                 "fifo": q.fifo,
             }
             for q in self.queues
@@ -453,7 +468,8 @@ def load_settings(environ: Mapping[str, str] | None = None, service: ServiceDefa
         if len(known) > 1:
             problems.append((var, f"ambiguous: names {' and '.join(f'{s} of {by_key[k]}' for k, s in known)}"))
             continue
-        key, setting = known[0] if known else readings[0]
+        # Naming no queue: the longest setting read is the one meant (X_GROUP_CONCURRENCY: X's cap).
+        key, setting = known[0] if known else max(readings, key=lambda r: len(r[1]))
         if key not in by_key:
             problems.append((var, f"no queue with key {key!r} in WORKER_QUEUES ({', '.join(settings.queues)})"))
             continue
@@ -515,8 +531,31 @@ def load_settings(environ: Mapping[str, str] | None = None, service: ServiceDefa
         group_cap = _int(own, "GROUP_CONCURRENCY", prefix, settings.group_concurrency or 0, 1, 1000, problems) or None
         if name.endswith(".fifo") or (group_cap is not None and group_cap >= concurrency):
             group_cap = None
+        adaptive = _bool(own, "ADAPTIVE_CONCURRENCY", prefix, settings.adaptive_concurrency, problems)
+        least = _int(own, "CONCURRENCY_FLOOR", prefix, settings.concurrency_floor, 1, 1000, problems)
+        if adaptive and least > concurrency:
+            names = [prefix + s if s in own else "WORKER_" + s for s in ("CONCURRENCY_FLOOR", "CONCURRENCY")]
+            problems.append(
+                (
+                    names[0],
+                    f"the adaptive concurrency's floor {least} is above {name}'s concurrency {concurrency} "
+                    f"({names[1]}, the ceiling)",
+                )
+            )
         queues.append(
-            QueueSettings(name, url, concurrency, job_timeout_ms, visibility, pollers, rate, group_cap, prefetch)
+            QueueSettings(
+                name,
+                url,
+                concurrency,
+                job_timeout_ms,
+                visibility,
+                pollers,
+                rate,
+                group_cap,
+                prefetch,
+                adaptive,
+                least,
+            )
         )
 
     for q in queues:
@@ -592,6 +631,17 @@ def _int(
     if not low <= value <= high:
         problems.append((prefix + setting, f"{value} is outside {low}..{high}"))
     return value
+
+
+def _bool(own: Mapping[str, str], setting: str, prefix: str, default: bool, problems: list[tuple[str, str]]) -> bool:
+    raw = own.get(setting)
+    if raw is None:
+        return default
+    word = raw.strip().lower()
+    if word not in TRUE_WORDS | FALSE_WORDS:
+        problems.append((prefix + setting, f"{raw!r} is not true or false"))
+        return default
+    return word in TRUE_WORDS
 
 
 _ALIASES: dict[str, str] = {}

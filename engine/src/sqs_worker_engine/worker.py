@@ -290,6 +290,8 @@ class Worker:
                 rate_limit=q.rate_limit,
                 group_concurrency=q.group_concurrency,
                 prefetch=q.prefetch,
+                adaptive=q.adaptive,
+                concurrency_floor=q.concurrency_floor,
             )
             pool = QueuePool(
                 client,

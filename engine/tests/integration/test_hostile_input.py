@@ -259,6 +259,7 @@ BAD: dict[str, dict[str, str]] = {
             "WORKER_LARGE_PAYLOAD_MAX_BYTES",
             "WORKER_GROUP_CONCURRENCY",
             "WORKER_PREFETCH",
+            "WORKER_CONCURRENCY_FLOOR",
             "DB_POOL_SIZE",
         )
     },
@@ -278,6 +279,7 @@ BAD: dict[str, dict[str, str]] = {
     "WORKER_LARGE_PAYLOAD_DELETE": {"empty": "", "malformed": "later", "absurd": "2"},
     "WORKER_TRACE_PARENT": {"empty": "", "malformed": "sometimes", "absurd": "2"},
     "WORKER_SNS_VERIFY_SIGNATURES": {"empty": "", "malformed": "rarely", "absurd": "2"},
+    "WORKER_ADAPTIVE_CONCURRENCY": {"empty": "", "malformed": "adaptive", "absurd": "2"},
     # Empty means no limit.
     "WORKER_RATE_LIMIT": {"malformed": "fast", "no_unit": "50", "zero": "0/s", "negative": "-5/s", "per_day": "9/day"},
     # S3's bucket-name rule; empty means none.

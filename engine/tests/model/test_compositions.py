@@ -1,6 +1,7 @@
 """Liveness of the protections composed: random compositions of pauses, rate limits, tenant
-caps, prefetch on and off, FIFO and standard queues, batch handlers, slow and failing SQS
-calls, lost leases and SIGTERM, the real worker against the in-memory SQS on virtual time.
+caps, prefetch on and off, adaptive concurrency on and off, FIFO and standard queues, batch
+handlers, slow and failing SQS calls, lost leases and SIGTERM, the real worker against the
+in-memory SQS on virtual time.
 
 Checked in every composition:
 - every message ends: completed, or in the DLQ for its own failure (never a good one),
@@ -9,6 +10,8 @@ Checked in every composition:
 - no handler starts on a delivery whose lease was lost, and one message never runs twice
   at once while a lease on it is held;
 - a rate limit is never exceeded in any window of its length;
+- no handler slot is taken while the slots running are at the limit in use (the adaptive
+  limit, or the concurrency);
 - a SIGTERM'd worker exits within its shutdown timeout plus a small margin.
 
 `test_a_leaked_probe_is_caught` breaks admission on purpose (the probe of a pause is never
@@ -25,6 +28,7 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
+from unittest import mock
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -63,6 +67,7 @@ class Composition:
     kinds: tuple[tuple[str, int], ...]  # each message's kind and group
     trouble: tuple[tuple[str, float, str | None], ...]  # (operation, delay, error) while disturbed
     sigterm_at: float | None  # virtual seconds after the start
+    adaptive: bool = False  # WORKER_ADAPTIVE_CONCURRENCY: the concurrency is the ceiling
 
 
 @st.composite
@@ -90,6 +95,7 @@ def compositions(draw: st.DrawFn) -> Composition:
             )
         ),
         sigterm_at=draw(st.one_of(st.none(), st.floats(0.5, 30))),
+        adaptive=draw(st.booleans()),
     )
 
 
@@ -180,7 +186,14 @@ def play(c: Composition) -> None:
         "WORKER_RETRY_MAX_SECONDS": "8",
         **({"WORKER_RATE_LIMIT": c.rate} if c.rate else {}),
         **({"WORKER_GROUP_CONCURRENCY": c.group_cap} if c.group_cap else {}),
+        **({"WORKER_ADAPTIVE_CONCURRENCY": "true"} if c.adaptive else {}),
     }
+    take = Admission._take
+
+    def checked_take(admission: Admission, ticket: Any, now: float) -> None:
+        if admission.running >= admission.limit:
+            seen.problems.append(f"a start with {admission.running} running at a limit of {admission.limit}")
+        take(admission, ticket, now)
 
     async def scenario() -> None:
         sqs = MemorySQS()
@@ -223,7 +236,8 @@ def play(c: Composition) -> None:
         if c.rate:
             _check_rate(seen.starts, StartWindow(_per_second(c.rate)), len(workers))
 
-    vtime.run(scenario())
+    with mock.patch.object(Admission, "_take", checked_take):
+        vtime.run(scenario())
 
 
 def _all_ended(sqs: MemorySQS, keys: dict[str, str], seen: Seen, queue: str, dlq: str) -> bool:

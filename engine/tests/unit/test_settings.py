@@ -311,3 +311,66 @@ def test_a_default_poller_count_past_the_bound_is_refused_naming_its_cause() -> 
     # Asked for, a count within the bound stands: the owner chose it.
     config = load_settings({**SERVICE.environ, "WORKER_PREFETCH": "10000", "WORKER_POLLERS": "20"}, SERVICE)
     assert config.queues[0].pollers == 20
+
+
+def test_adaptive_concurrency_is_off_by_default_and_set_for_all_queues_or_one() -> None:
+    config = load_settings({"WORKER_QUEUES": "orders,receipts"})
+    assert [(q.adaptive, q.concurrency_floor) for q in config.queues] == [(False, 1), (False, 1)]
+    config = load_settings(
+        {
+            "WORKER_QUEUES": "orders,receipts",
+            "WORKER_CONCURRENCY": "48",
+            "WORKER_ADAPTIVE_CONCURRENCY": "true",
+            "WORKER_CONCURRENCY_FLOOR": "2",
+            "WORKER_QUEUE_RECEIPTS_ADAPTIVE_CONCURRENCY": "off",
+            "WORKER_QUEUE_ORDERS_CONCURRENCY_FLOOR": "4",
+        }
+    )
+    orders, receipts = config.queues
+    assert (orders.adaptive, orders.concurrency_floor, orders.concurrency) == (True, 4, 48)
+    assert (receipts.adaptive, receipts.concurrency_floor) == (False, 2)
+    assert config.describe()["queues"][0]["adaptive_concurrency"] is True
+
+
+@pytest.mark.parametrize(
+    ("env", "variable", "fragment"),
+    [
+        ({"WORKER_QUEUE_ORDERS_ADAPTIVE_CONCURRENCY": "maybe"}, "WORKER_QUEUE_ORDERS_ADAPTIVE_CONCURRENCY", "true or"),
+        ({"WORKER_QUEUE_ORDERS_CONCURRENCY_FLOOR": "0"}, "WORKER_QUEUE_ORDERS_CONCURRENCY_FLOOR", "outside 1..1000"),
+        ({"WORKER_CONCURRENCY_FLOOR": "0"}, "WORKER_CONCURRENCY_FLOOR", "greater than or equal to 1"),
+        ({"WORKER_ADAPTIVE_CONCURRENCY": "sometimes"}, "WORKER_ADAPTIVE_CONCURRENCY", "valid boolean"),
+        # A floor above the ceiling, named by whichever variable set it.
+        (
+            {"WORKER_ADAPTIVE_CONCURRENCY": "1", "WORKER_CONCURRENCY": "4", "WORKER_CONCURRENCY_FLOOR": "5"},
+            "WORKER_CONCURRENCY_FLOOR",
+            "floor 5 is above orders's concurrency 4 (WORKER_CONCURRENCY",
+        ),
+        (
+            {
+                "WORKER_QUEUE_ORDERS_ADAPTIVE_CONCURRENCY": "yes",
+                "WORKER_QUEUE_ORDERS_CONCURRENCY": "2",
+                "WORKER_QUEUE_ORDERS_CONCURRENCY_FLOOR": "3",
+            },
+            "WORKER_QUEUE_ORDERS_CONCURRENCY_FLOOR",
+            "(WORKER_QUEUE_ORDERS_CONCURRENCY, the ceiling)",
+        ),
+    ],
+)
+def test_bad_adaptive_settings_are_refused_naming_the_variable(
+    env: dict[str, str], variable: str, fragment: str
+) -> None:
+    found = problems({"WORKER_QUEUES": "orders", **env})
+    assert list(found) == [variable], found
+    assert fragment in found[variable], found
+
+
+def test_a_floor_above_the_concurrency_is_harmless_while_adaptive_is_off() -> None:
+    config = load_settings({"WORKER_QUEUES": "orders", "WORKER_CONCURRENCY": "2", "WORKER_CONCURRENCY_FLOOR": "4"})
+    assert config.queues[0].concurrency_floor == 4 and not config.queues[0].adaptive
+
+
+def test_a_misspelt_queue_in_a_long_setting_is_named_by_the_setting_meant() -> None:
+    """WORKER_QUEUE_NOPE_ADAPTIVE_CONCURRENCY also ends in _CONCURRENCY: the queue not found
+    is NOPE (the longer setting), not NOPE_ADAPTIVE."""
+    found = problems({"WORKER_QUEUES": "orders", "WORKER_QUEUE_NOPE_ADAPTIVE_CONCURRENCY": "true"})
+    assert "no queue with key 'NOPE'" in found["WORKER_QUEUE_NOPE_ADAPTIVE_CONCURRENCY"], found
