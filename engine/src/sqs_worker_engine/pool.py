@@ -40,6 +40,7 @@ from . import clock, tracing
 from .admission import Admission, Ticket
 from .backoff import Backoff
 from .calls import HandlerCalls
+from .completion import Completion
 from .decisions import (
     Facts,
     Release,
@@ -132,10 +133,12 @@ class QueuePool:
         control: SqsApi | None = None,
         payloads: PayloadStore | None = None,
         signatures: SnsSignatures | None = None,
+        completion: Completion | None = None,
     ) -> None:
         """`client` receives; `control` (default: the same) extends leases and settles;
         `payloads` reads offloaded payloads from S3; `signatures` checks SNS notifications
-        (None: not checked)."""
+        (None: not checked); `completion`: the process's jobs left (WORKER_MAX_JOBS, shared
+        by every queue's pool) and idle time."""
         self.client = client
         self.payloads = payloads
         self.signatures = signatures
@@ -155,6 +158,7 @@ class QueuePool:
             breaker=Breaker(cap=options.retry_max),
             tenant_cap=cap,
             report=self.report,
+            completion=completion,
         )
         self.tenants = None if cap is None else Tenants(cap)
         self.pace = Pace()  # receive round trips and job durations, for the prefetch
@@ -534,6 +538,7 @@ class QueuePool:
         if self.options.log_payloads:
             log.info("job payload", extra={"body": job.body})
         self.report.started(job.id)
+        self.admission.handler_called(run.ticket)
         if run.delivery.state is State.RECEIVED:
             self.book.start(run.delivery)
         return await self.calls.call(

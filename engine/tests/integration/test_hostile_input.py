@@ -259,6 +259,7 @@ BAD: dict[str, dict[str, str]] = {
             "WORKER_LARGE_PAYLOAD_MAX_BYTES",
             "WORKER_GROUP_CONCURRENCY",
             "WORKER_PREFETCH",
+            "WORKER_MAX_JOBS",
             "DB_POOL_SIZE",
         )
     },
@@ -271,6 +272,8 @@ BAD: dict[str, dict[str, str]] = {
             "WORKER_BACKLOG_SAMPLE_SECONDS",
         )
     },
+    # Infinity would never exit: unset is the way to say that.
+    "WORKER_IDLE_EXIT_SECONDS": {**FLOAT, "infinite": "inf"},
     # Infinity would switch liveness off without a word.
     "WORKER_STALLED_AFTER_SECONDS": {**FLOAT, "infinite": "inf"},
     "WORKER_DRAIN_POLLS": {"empty": "", "malformed": "maybe", "absurd": "2"},
