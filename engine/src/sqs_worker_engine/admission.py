@@ -133,6 +133,10 @@ class Admission:
 
     def receivable(self, most: int, now: float) -> int:
         """How many messages a poller may ask for now (0: wait for a change)."""
+        n = self._receivable(most, now)
+        return n if self.completion is None else self.completion.room_for(self, n)
+
+    def _receivable(self, most: int, now: float) -> int:
         if self.stopping:
             return 0
         n = min(most, self.capacity + self.prefetch - self.in_use, self.held_limit - self.held)
@@ -146,8 +150,6 @@ class Admission:
             n = min(n, 1)
         if self.window is not None:
             n = min(n, self.window.room(now) - len(self._line))
-        if self.completion is not None:
-            n = min(n, self.completion.room)
         return max(0, n)
 
     async def reserve(self, most: int) -> Grant:
@@ -178,7 +180,7 @@ class Admission:
                 self.in_use += n
                 self.held += n
                 if self.completion is not None:
-                    self.completion.promise(n)
+                    self.completion.promise(n, self)
                 probe = self.breaker.paused
                 self._probe_receive = self._probe_receive or probe
                 return Grant(n, probe)

@@ -348,7 +348,7 @@ class Worker:
             self.events.on("job:claimed", self._protection.job_claimed)
             self._tasks.append(asyncio.create_task(self._protection.run(), name="scale-in-protection"))
         if completion is not None:
-            completion.idle_since = clock.now()  # the idle spell begins with the first receive
+            completion.idle_since = clock.now()  # the idle spell begins as the pollers start
             self._tasks.append(asyncio.create_task(completion.watch_idle(), name="idle-exit"))
         for pool in self.pools:
             pool.start()

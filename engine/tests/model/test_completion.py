@@ -294,3 +294,38 @@ def test_the_idle_spell_begins_when_the_last_job_ends_not_while_it_runs() -> Non
     assert seen["exited"], seen
     assert "late" in ended, ended
     assert ended["late"] + 30 <= seen["after"] < ended["late"] + 31, (ended, seen)
+
+
+def test_an_empty_queues_long_polls_do_not_keep_the_jobs_left_from_a_queue_with_messages() -> None:
+    """Queues a (empty) and b (3 messages), WORKER_MAX_JOBS=2, 20 s long polls. a's poll
+    holds the two places it was granted until it answers empty; then b must get them. Before
+    the jobs left were shared in turn, a took them back at once, every 20 s: none of b's ran
+    in 600 s and the worker never exited."""
+    runs: Counter[str] = Counter()
+    seen: dict[str, Any] = {}
+
+    async def scenario() -> None:
+        sqs = MemorySQS()
+        for name in ("a", "b"):
+            sqs.create_queue(name)
+        for i in range(3):
+            sqs.put("b", f"b-{i}")
+        router = Router()
+
+        @router.handler("a", payload=str)
+        async def handle_a(job: Job[str]) -> None:
+            runs[job.payload] += 1
+
+        @router.handler("b", payload=str)
+        async def handle_b(job: Job[str]) -> None:
+            runs[job.payload] += 1
+
+        worker = await start(sqs, router, "a,b", WORKER_CONCURRENCY="1", WORKER_PREFETCH="0", WORKER_MAX_JOBS="2")
+        seen["exited"] = await exited(worker, 600)
+        seen["at"] = clock.now()
+        seen["left"] = sqs.visible("b")
+
+    vtime.run(scenario())
+    assert seen["exited"], f"the worker was still running: {runs}"
+    assert sum(runs.values()) == 2 and len(seen["left"]) == 1, (runs, seen)
+    assert seen["at"] < 60, f"b waited for a's long polls: exited at {seen['at']:.0f} s"

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sqs_worker_engine.admission import Admission, Ticket
-from sqs_worker_engine.completion import UNLIMITED, Completion, idle_left, jobs_done, room
+from sqs_worker_engine.completion import UNLIMITED, Completion, idle_left, jobs_done, room, turn
 
 
 def test_room_is_the_jobs_left_less_what_is_promised() -> None:
@@ -32,6 +32,26 @@ def test_the_idle_spell_runs_only_while_nothing_is_held() -> None:
     assert idle_left(30.0, None, 100.0) is None  # something is held
     assert idle_left(30.0, 80.0, 100.0) == 10.0
     assert idle_left(30.0, 60.0, 100.0) == -10.0
+
+
+def test_the_jobs_left_go_to_the_queues_in_turn() -> None:
+    """An empty queue's poll gives its places back and would take them again at once: the
+    queue that waited for them is first in line and gets them."""
+    assert turn(3, 2, first=True) == 2 and turn(3, 2, first=False) == 0 and turn(0, 2, first=True) == 0
+    kicks: list[str] = []
+    completion = Completion(2, None, lambda reason: None)
+    completion.listen(lambda: kicks.append("kick"))
+    a, b = object(), object()
+    assert completion.room_for(a, 10) == 2
+    completion.promise(2, a)
+    assert completion.room_for(b, 10) == 0  # b waits in line
+    completion.unpromise(2)  # a's long poll answered empty
+    assert kicks, "the pollers waiting for room were woken"
+    assert completion.room_for(a, 10) == 0, "a took the room back before b"
+    assert completion.room_for(b, 1) == 1
+    completion.promise(1, b)
+    assert completion.room_for(a, 10) == 1, "a is first now"
+    assert completion.room_for(b, 0) == 0  # b wants nothing: it stays out of the line
 
 
 # A step: a poller is granted places (some of which come back unused), a held message's
