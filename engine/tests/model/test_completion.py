@@ -329,3 +329,36 @@ def test_an_empty_queues_long_polls_do_not_keep_the_jobs_left_from_a_queue_with_
     assert seen["exited"], f"the worker was still running: {runs}"
     assert sum(runs.values()) == 2 and len(seen["left"]) == 1, (runs, seen)
     assert seen["at"] < 60, f"b waited for a's long polls: exited at {seen['at']:.0f} s"
+
+
+def test_an_idle_exit_with_drain_polls_gives_a_late_message_back_at_once() -> None:
+    """WORKER_IDLE_EXIT_SECONDS=45 with 20 s long polls: the exit comes while the poll sent
+    at 40 s is out. With WORKER_DRAIN_POLLS=true (as the ScaledJob sets it) a message
+    arriving at 50 s is taken by that poll and given back at once; without it, the
+    abandoned poll takes it inside SQS and hides it for the visibility timeout."""
+    visible: dict[str, list[str]] = {}
+
+    for drain in ("true", "false"):
+
+        async def scenario(drain: str = drain) -> None:
+            sqs = MemorySQS()
+            sqs.create_queue(QUEUE)
+            router = Router()
+
+            @router.handler(QUEUE, payload=str)
+            async def handle(job: Job[str]) -> None:
+                raise AssertionError("nothing runs after the idle exit")
+
+            began = clock.now()
+            worker = await start(
+                sqs, router, WORKER_IDLE_EXIT_SECONDS="45", WORKER_WAIT_TIME_SECONDS="20", WORKER_DRAIN_POLLS=drain
+            )
+            await asyncio.sleep(began + 50 - clock.now())
+            sqs.put(QUEUE, "late")
+            await until(worker.task.done, 60)
+            await asyncio.sleep(began + 51 - clock.now())
+            visible[drain] = sqs.visible(QUEUE)
+            await sqs.settle()
+
+        vtime.run(scenario())
+    assert visible == {"true": ["late"], "false": []}, visible
