@@ -49,6 +49,7 @@ LOCALSTACK_PORT = 4566
 PYTHON_VERSIONS = ("3.11", "3.12", "3.13")
 DEPLOY_TARGETS = ("ecs-and-eks", "ecs", "eks")
 ECS_TARGETS = ("ecs-and-eks", "ecs")
+WORKLOADS = ("deployment", "scaledjob")  # kubernetes_workload
 YES_NO = ("yes", "no")
 ENGINE_SOURCES = ("git", "index")
 
@@ -359,6 +360,7 @@ def check_metrics_port(problems: Problems, answers: dict[str, object]) -> None:
 def check_choices(problems: Problems, answers: dict[str, object]) -> None:
     for name, choices in (
         ("deploy_target", DEPLOY_TARGETS),
+        ("kubernetes_workload", WORKLOADS),
         ("use_idempotency", YES_NO),
         ("untrusted_input", YES_NO),
         ("large_payloads", YES_NO),

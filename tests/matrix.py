@@ -176,6 +176,19 @@ SUPPORTED: dict[str, Combination] = {
     "port-and-region-edges": Combination(
         {"metrics_port": "65535", "aws_region": "us-isob-east-1", "python_version": "3.11"}
     ),
+    "eks-scaledjob": Combination(
+        {
+            "deploy_target": "eks",
+            "kubernetes_workload": "scaledjob",
+            "job_timeout_seconds": "3600",
+            "shutdown_timeout_seconds": "3700",
+            "visibility_timeout_seconds": "300",
+            "worker_concurrency": "2",
+            "tracing": "yes",
+        },
+        "artifacts",
+        "long jobs as a KEDA ScaledJob: one Job per message that exits after it, with the collector sidecar",
+    ),
     "engine-from-index": Combination(
         {"engine_source": "index"},
         "artifacts",
@@ -327,6 +340,7 @@ _FROM_REPLAY: list[tuple[dict[str, Any], str, str]] = [
     ({"large_payloads": "big"}, "large_payloads", "must be one of yes, no"),
     ({"tracing": "otel"}, "tracing", "must be one of yes, no"),
     ({"engine_source": "path"}, "engine_source", "must be one of git, index"),
+    ({"kubernetes_workload": "job"}, "kubernetes_workload", "must be one of deployment, scaledjob"),
     ({"project_name": "{{ 7*7 }}"}, "project_name", "letters A-Z a-z"),
     ({"project_name": "a'''b\\\"c"}, "project_name", "letters A-Z a-z"),
     ({"description": "{{ cookiecutter.__class__ }}"}, "description", "template markers"),

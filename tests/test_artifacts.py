@@ -96,12 +96,9 @@ ECS_FILES = {"deploy/ecs/service.yaml"}
 # Custom resources: held to their operators' CRD schemas, not to Kubernetes' built-in ones.
 CUSTOM_RESOURCE_GROUPS = ("keda.sh/", "monitoring.coreos.com/", "external-secrets.io/")
 K8S_FILES = {
-    "deploy/k8s/deployment.yaml",
     "deploy/k8s/serviceaccount.yaml",
-    "deploy/k8s/scaledobject.yaml",
     "deploy/k8s/triggerauthentication.yaml",
     "deploy/k8s/service.yaml",
-    "deploy/k8s/poddisruptionbudget.yaml",
     "deploy/k8s/networkpolicy.yaml",
     "deploy/k8s/namespace.yaml",
     "deploy/k8s/servicemonitor.yaml",
@@ -110,6 +107,15 @@ K8S_FILES = {
     "deploy/k8s/optional/external-secrets.yaml",
 }
 K8S_TRACING_FILES = {"deploy/k8s/otel-collector.yaml"}  # with tracing=yes
+# kubernetes_workload: long-lived pods scaled by KEDA, or one Job per message.
+K8S_DEPLOYMENT_FILES = {
+    "deploy/k8s/deployment.yaml",
+    "deploy/k8s/scaledobject.yaml",
+    "deploy/k8s/poddisruptionbudget.yaml",
+}
+K8S_SCALEDJOB_FILES = {"deploy/k8s/scaledjob.yaml"}
+# What the ScaledJob's pods add to the environment: one job, an idle exit, the last poll waited out.
+SCALEDJOB_ENV = {"WORKER_MAX_JOBS": "1", "WORKER_IDLE_EXIT_SECONDS": "60", "WORKER_DRAIN_POLLS": "true"}
 
 
 def context(given: dict[str, str]) -> dict[str, str]:
@@ -149,6 +155,7 @@ class Answers:
     untrusted: bool
     large: bool
     tracing: bool
+    workload: str = "deployment"
 
     @classmethod
     def of(cls, given: dict[str, str]) -> Answers:
@@ -171,7 +178,17 @@ class Answers:
             untrusted=c["untrusted_input"] == "yes",
             large=c["large_payloads"] == "yes",
             tracing=c["tracing"] == "yes",
+            workload=c["kubernetes_workload"],
         )
+
+    @property
+    def scaledjob(self) -> bool:
+        """Kubernetes runs a KEDA ScaledJob (one Job per message), not a Deployment."""
+        return self.eks and self.workload == "scaledjob"
+
+    @property
+    def k8s_files(self) -> set[str]:
+        return K8S_FILES | (K8S_SCALEDJOB_FILES if self.scaledjob else K8S_DEPLOYMENT_FILES)
 
     @property
     def ecs(self) -> bool:
@@ -270,6 +287,9 @@ CHECKED = names("full", "checked", "artifacts")
 ECS_SETS = [key for key in CHECKED if ANSWERS[key].ecs]
 EKS_SETS = [key for key in CHECKED if ANSWERS[key].eks]
 assert {ANSWERS[key].target for key in CHECKED} == set(COOKIECUTTER["deploy_target"]), "a target goes unchecked"
+assert {ANSWERS[key].workload for key in EKS_SETS} == set(COOKIECUTTER["kubernetes_workload"]), (
+    "a workload goes unchecked"
+)
 
 
 class Baked(dict[str, Path]):
@@ -322,10 +342,10 @@ def test_files_follow_deploy_target(projects: dict[str, Path], key: str) -> None
     if answers.ecs:
         expected |= ECS_FILES
     if answers.eks:
-        expected |= K8S_FILES | (K8S_TRACING_FILES if answers.tracing else set())
+        expected |= answers.k8s_files | (K8S_TRACING_FILES if answers.tracing else set())
     for rel in expected:
         assert (project / rel).is_file(), f"{rel} missing for deploy_target={answers.target}"
-    absent = (ECS_FILES | K8S_FILES | K8S_TRACING_FILES) - expected
+    absent = (ECS_FILES | K8S_FILES | K8S_TRACING_FILES | K8S_DEPLOYMENT_FILES | K8S_SCALEDJOB_FILES) - expected
     for rel in absent:
         assert not (project / rel).exists(), f"{rel} generated for deploy_target={answers.target}"
     deploy_files = {p.relative_to(project).as_posix() for p in (project / "deploy").rglob("*") if p.is_file()}
@@ -576,7 +596,7 @@ def test_collector_sidecar(projects: dict[str, Path], key: str) -> None:
         assert config["service"]["pipelines"]["traces"]["exporters"] == ["awsxray"]
     if answers.eks:
         objects = load_k8s(project)
-        spec = objects["Deployment"]["spec"]["template"]["spec"]
+        spec = worker_pod(objects)["spec"]
         (sidecar,) = spec["initContainers"]
         assert sidecar["restartPolicy"] == "Always", "a native sidecar: up before the worker, down after it"
         assert sidecar["image"] == COOKIECUTTER["_adot_image"]
@@ -801,27 +821,69 @@ def test_ecs_secrets(projects: dict[str, Path], key: str, secret: str) -> None:
     assert "DATABASE_URL" in answers.variables, "a setting the worker reads"
 
 
+def worker_pod(objects: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The worker's pod template: the Deployment's, or that of the Jobs a ScaledJob starts."""
+    if "ScaledJob" in objects:
+        return objects["ScaledJob"]["spec"]["jobTargetRef"]["template"]
+    return objects["Deployment"]["spec"]["template"]
+
+
+def scaledjob_job(scaled: dict[str, Any]) -> dict[str, Any]:
+    """The batch/v1 Job KEDA creates from a ScaledJob's jobTargetRef."""
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": scaled["metadata"]["name"], "namespace": scaled["metadata"]["namespace"]},
+        "spec": scaled["spec"]["jobTargetRef"],
+    }
+
+
+def check_scaledjob(scaled: dict[str, Any], answers: Answers) -> None:
+    """kubernetes_workload=scaledjob: one Job per message, each pod runs one job to its end."""
+    spec, job = scaled["spec"], scaled["spec"]["jobTargetRef"]
+    pod = job["template"]
+    assert (job["parallelism"], job["completions"]) == (1, 1)
+    assert pod["spec"]["restartPolicy"] == "Never" and job["backoffLimit"] == 0
+    # Its deadline outlives start-up, the idle exit, the job and the drain: it never cuts a job.
+    idle = int(SCALEDJOB_ENV["WORKER_IDLE_EXIT_SECONDS"])
+    assert job["activeDeadlineSeconds"] >= idle + answers.job_timeout + answers.grace
+    # Updating the ScaledJob lets running Jobs finish (the default deletes them).
+    assert spec["rollout"] == {"strategy": "gradual"}
+    assert spec["scalingStrategy"]["strategy"] == "accurate"
+    assert spec["minReplicaCount"] == 0 and spec["pollingInterval"] <= 60
+    assert 1 <= spec["successfulJobsHistoryLimit"] <= spec["failedJobsHistoryLimit"]
+    (trigger,) = spec["triggers"]
+    # One Job per visible message; in-flight ones have their Job already.
+    assert trigger["metadata"]["queueLength"] == "1" and trigger["metadata"]["scaleOnInFlight"] == "false"
+    # Cluster Autoscaler and Karpenter leave a running job's pod alone.
+    annotations = pod["metadata"]["annotations"]
+    assert annotations["cluster-autoscaler.kubernetes.io/safe-to-evict"] == "false"
+    assert annotations["karpenter.sh/do-not-disrupt"] == "true"
+
+
 @pytest.mark.parametrize("key", EKS_SETS)
 def test_kubernetes_objects(projects: dict[str, Path], key: str) -> None:
     project, answers = projects[key], ANSWERS[key]
     objects = load_k8s(project)
     assert set(objects) == {
-        "Deployment",
         "ServiceAccount",
         "Service",
-        "PodDisruptionBudget",
-        "ScaledObject",
         "TriggerAuthentication",
         "NetworkPolicy",
         "Namespace",
         "ServiceMonitor",
         "PrometheusRule",
         f"ConfigMap/{answers.slug}-settings",
-    } | ({f"ConfigMap/{answers.slug}-otel-collector"} if answers.tracing else set())
+    } | ({f"ConfigMap/{answers.slug}-otel-collector"} if answers.tracing else set()) | (
+        {"ScaledJob"} if answers.scaledjob else {"Deployment", "ScaledObject", "PodDisruptionBudget"}
+    )
     for kind, obj in objects.items():
         if obj["apiVersion"].startswith(CUSTOM_RESOURCE_GROUPS):
             continue
         assert k8s_problems(obj) == [], kind
+    if answers.scaledjob:
+        # KEDA's schema does not look into the Job template: the Job it makes from it must be valid.
+        assert k8s_problems(scaledjob_job(objects["ScaledJob"])) == [], "the ScaledJob's Job"
     # Everything in the service's own namespace, which enforces Pod Security "restricted".
     namespace = objects.pop("Namespace")["metadata"]
     assert namespace["name"] == answers.slug
@@ -830,18 +892,21 @@ def test_kubernetes_objects(projects: dict[str, Path], key: str) -> None:
         objects, answers.slug
     )
 
-    deployment = objects["Deployment"]
-    assert "replicas" not in deployment["spec"], "KEDA owns the replica count"
-    # A rollout never runs more pods than KEDA set (pods x concurrency within the budget),
-    # and replaces one at a time (the replaced pod drains while its replacement starts).
-    assert deployment["spec"]["strategy"] == {
-        "type": "RollingUpdate",
-        "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1},
-    }
-    pod = deployment["spec"]["template"]
+    workload = objects["ScaledJob" if answers.scaledjob else "Deployment"]
+    pod = worker_pod(objects)
     spec = pod["spec"]
     labels = pod["metadata"]["labels"]
-    assert deployment["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    if answers.scaledjob:
+        check_scaledjob(workload, answers)
+    else:
+        assert "replicas" not in workload["spec"], "KEDA owns the replica count"
+        # A rollout never runs more pods than KEDA set (pods x concurrency within the budget),
+        # and replaces one at a time (the replaced pod drains while its replacement starts).
+        assert workload["spec"]["strategy"] == {
+            "type": "RollingUpdate",
+            "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1},
+        }
+        assert workload["spec"]["selector"]["matchLabels"].items() <= labels.items()
     assert spec["terminationGracePeriodSeconds"] == answers.grace
     pod_security = spec["securityContext"]
     assert pod_security["runAsNonRoot"] is True and pod_security["runAsUser"] == 10001
@@ -860,7 +925,8 @@ def test_kubernetes_objects(projects: dict[str, Path], key: str) -> None:
     for constraint in spread.values():
         assert constraint["labelSelector"]["matchLabels"].items() <= labels.items()
         assert constraint["whenUnsatisfiable"] == "ScheduleAnyway" and constraint["maxSkew"] == 1
-    assert env_list(container["env"]) == answers.env(bucket=PAYLOAD_BUCKET_PLACEHOLDER)
+    extra = SCALEDJOB_ENV if answers.scaledjob else {}
+    assert env_list(container["env"]) == answers.env(bucket=PAYLOAD_BUCKET_PLACEHOLDER) | extra
     resources = container["resources"]
     assert {"cpu", "memory"} <= set(resources["requests"]) and "memory" in resources["limits"]
     # Untrusted input: CPU capped too (a hostile message must not starve the node).
@@ -888,10 +954,11 @@ def test_kubernetes_objects(projects: dict[str, Path], key: str) -> None:
     service = objects["Service"]
     assert service["spec"]["selector"].items() <= labels.items()
     assert [(p["port"], p["targetPort"]) for p in service["spec"]["ports"]] == [(answers.port, "metrics")]
-    budget = objects["PodDisruptionBudget"]["spec"]
-    assert budget["selector"]["matchLabels"].items() <= labels.items()
-    # Readiness follows SQS: in an SQS outage every pod is unready, and drains must not hang.
-    assert budget["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
+    if not answers.scaledjob:  # a Job's pod is never evicted mid-job instead (check_scaledjob)
+        budget = objects["PodDisruptionBudget"]["spec"]
+        assert budget["selector"]["matchLabels"].items() <= labels.items()
+        # Readiness follows SQS: in an SQS outage every pod is unready, and drains must not hang.
+        assert budget["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
 
     # Ingress: the metrics port only; the policy applies to these pods.
     network = objects["NetworkPolicy"]["spec"]
@@ -913,14 +980,15 @@ def test_kubernetes_objects(projects: dict[str, Path], key: str) -> None:
         assert blocks and all("169.254.0.0/16" in b.get("except", []) for b in blocks)
 
     # KEDA objects: structure and cross-references (the CRD schemas are checked below).
-    scaled, auth = objects["ScaledObject"], objects["TriggerAuthentication"]
+    scaled, auth = objects["ScaledJob" if answers.scaledjob else "ScaledObject"], objects["TriggerAuthentication"]
     assert scaled["apiVersion"] == auth["apiVersion"] == "keda.sh/v1alpha1"
     so = scaled["spec"]
-    assert so["scaleTargetRef"]["name"] == deployment["metadata"]["name"]
-    assert so["minReplicaCount"] >= 1
     assert so["maxReplicaCount"] == answers.max_replicas
-    scale_down = so["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]["scaleDown"]
-    assert scale_down["stabilizationWindowSeconds"] >= 300 and scale_down["policies"]
+    if not answers.scaledjob:
+        assert so["scaleTargetRef"]["name"] == workload["metadata"]["name"]
+        assert so["minReplicaCount"] >= 1
+        scale_down = so["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]["scaleDown"]
+        assert scale_down["stabilizationWindowSeconds"] >= 300 and scale_down["policies"]
     assert auth["spec"]["podIdentity"]["provider"] == "aws"
     assert auth["spec"]["podIdentity"]["roleArn"].startswith(f"arn:{partition}:iam::{PLACEHOLDER_ACCOUNT}:role/")
     known_metadata = {
@@ -957,7 +1025,8 @@ def test_kubernetes_objects(projects: dict[str, Path], key: str) -> None:
         },
     }
     triggers = {t["type"]: t for t in so["triggers"]}
-    assert set(triggers) == set(known_metadata)
+    # A ScaledJob starts Jobs for messages: the backlog's age says nothing more to it.
+    assert set(triggers) == ({"aws-sqs-queue"} if answers.scaledjob else set(known_metadata))
     for kind, trigger in triggers.items():
         assert trigger["authenticationRef"]["name"] == auth["metadata"]["name"]
         assert set(trigger["metadata"]) <= known_metadata[kind], kind
@@ -965,6 +1034,8 @@ def test_kubernetes_objects(projects: dict[str, Path], key: str) -> None:
     sqs = triggers["aws-sqs-queue"]["metadata"]
     assert sqs["queueURL"] == f"https://sqs.{answers.region}.{suffix}/{PLACEHOLDER_ACCOUNT}/{answers.queue}"
     assert int(sqs["queueLength"]) >= 1 and "activationQueueLength" in sqs
+    if answers.scaledjob:
+        return
     age = triggers["aws-cloudwatch"]["metadata"]
     assert (age["namespace"], age["metricName"]) == ("AWS/SQS", "ApproximateAgeOfOldestMessage")
     assert (age["dimensionName"], age["dimensionValue"]) == ("QueueName", answers.queue)
@@ -980,7 +1051,7 @@ def test_kubernetes_settings_and_secrets(projects: dict[str, Path], key: str) ->
     objects = load_k8s(project)
     settings = objects[f"ConfigMap/{answers.slug}-settings"]
     assert settings["data"] == {}, "the owner's to fill"
-    (container,) = objects["Deployment"]["spec"]["template"]["spec"]["containers"]
+    (container,) = worker_pod(objects)["spec"]["containers"]
     secret = f"{answers.slug}-secrets"
     assert container["envFrom"] == [
         {"configMapRef": {"name": settings["metadata"]["name"]}},
@@ -997,7 +1068,7 @@ def test_kubernetes_settings_and_secrets(projects: dict[str, Path], key: str) ->
     aws = store["spec"]["provider"]["aws"]
     assert aws["service"] == "SecretsManager" and aws["region"] == answers.region
     assert aws["auth"]["jwt"]["serviceAccountRef"]["name"] == account["metadata"]["name"]
-    assert account["metadata"]["name"] != objects["Deployment"]["spec"]["template"]["spec"]["serviceAccountName"]
+    assert account["metadata"]["name"] != worker_pod(objects)["spec"]["serviceAccountName"]
     assert external["spec"]["secretStoreRef"] == {"kind": "SecretStore", "name": store["metadata"]["name"]}
     assert external["spec"]["target"]["name"] == secret
     schemas = crd_schema_dir("external-secrets")
@@ -1053,7 +1124,8 @@ def test_prometheus_operator_schemas_reject_defects(projects: dict[str, Path]) -
 def test_keda_objects_match_crd_schemas(projects: dict[str, Path], key: str) -> None:
     schemas = keda_schema_dir()
     objects = load_k8s(projects[key])
-    for kind in ("ScaledObject", "TriggerAuthentication"):
+    scaler = "ScaledJob" if ANSWERS[key].scaledjob else "ScaledObject"
+    for kind in (scaler, "TriggerAuthentication"):
         assert keda_problems(objects[kind], schemas) == [], kind
 
 
@@ -1341,7 +1413,16 @@ def test_release_workflow(projects: dict[str, Path], key: str) -> None:
         job = jobs["deploy-eks"]
         assert job["env"]["IMAGE"] == "${{ needs.image.outputs.image }}@${{ needs.image.outputs.digest }}"
         script = "\n".join(step.get("run", "") for step in job["steps"])
-        deployment = load_k8s(project)["Deployment"]
+        objects = load_k8s(project)
+        if answers.scaledjob:
+            scaled = objects["ScaledJob"]
+            (container,) = worker_pod(objects)["spec"]["containers"]
+            assert container["name"] == "worker"  # the first container: the patch's /containers/0
+            where = f"-n {scaled['metadata']['namespace']}"
+            assert f"{where} patch scaledjob/{scaled['metadata']['name']} --type=json" in script
+            assert '/spec/jobTargetRef/template/spec/containers/0/image\\", \\"value\\": \\"$IMAGE\\"' in script
+            return
+        deployment = objects["Deployment"]
         (container,) = deployment["spec"]["template"]["spec"]["containers"]
         where = f"-n {deployment['metadata']['namespace']}"
         assert f'{where} set image deployment/{deployment["metadata"]["name"]} {container["name"]}="$IMAGE"' in script
@@ -1505,7 +1586,7 @@ def test_artifacts_agree(projects: dict[str, Path], key: str) -> None:
 
     if answers.eks:
         k8s = load_k8s(project)
-        pod = k8s["Deployment"]["spec"]["template"]
+        pod = worker_pod(k8s)
         (container,) = pod["spec"]["containers"]
         envs["k8s"] = env_list(container["env"])
         grace["Kubernetes terminationGracePeriodSeconds"] = pod["spec"]["terminationGracePeriodSeconds"]
@@ -1516,7 +1597,7 @@ def test_artifacts_agree(projects: dict[str, Path], key: str) -> None:
         ports["k8s Service"] = k8s["Service"]["spec"]["ports"][0]["port"]
         images["k8s"] = image_repository(container["image"])
         regions["k8s image registry"] = re.search(r"\.ecr\.([a-z0-9-]+)\.", container["image"]).group(1)
-        so = k8s["ScaledObject"]["spec"]
+        so = k8s["ScaledJob" if answers.scaledjob else "ScaledObject"]["spec"]
         replica_caps["KEDA maxReplicaCount"] = so["maxReplicaCount"]
         for trigger in so["triggers"]:
             meta = trigger["metadata"]
@@ -1727,6 +1808,11 @@ def test_keda_schema_rejects_defects(projects: dict[str, Path]) -> None:
     scaled["spec"]["triggers"][0]["metadata"]["queueLength"] = 16  # KEDA wants strings
     scaled["spec"]["maxReplicas"] = 10  # not a ScaledObject field
     assert len(keda_problems(scaled, schemas)) >= 2
+    job = copy.deepcopy(load_k8s(projects["eks-scaledjob"])["ScaledJob"])
+    job["spec"]["scalingStrategy"]["strategy"] = 1  # a string
+    job["spec"]["rollout"]["gradually"] = True  # not a rollout field
+    del job["spec"]["jobTargetRef"]
+    assert len(keda_problems(job, schemas)) >= 3
 
 
 def test_promql_metric_names() -> None:

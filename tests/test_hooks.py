@@ -44,6 +44,7 @@ VALID: dict[str, str] = {
     "shutdown_timeout_seconds": "90",
     "max_receive_count": "5",
     "deploy_target": "ecs-and-eks",
+    "kubernetes_workload": "deployment",
     "metrics_port": "9102",
     "use_idempotency": "no",
     "untrusted_input": "no",

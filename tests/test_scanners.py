@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from conftest import ROOT, bake, run
 from matrix import COOKIECUTTER, SUPPORTED
 from validators import tool
@@ -26,15 +27,27 @@ ACCEPTED = {
     "CKV_AWS_119": "deploy/aws/queues.yaml: the idempotency table uses the AWS managed key",
     "CKV_AWS_18": "deploy/aws/queues.yaml: no access logging on the transient large-payload bucket",
     "CKV_AWS_158": "deploy/ecs/service.yaml: CloudWatch Logs encrypts log groups; a CMK is the account's choice",
-    "CKV_K8S_11": "deploy/k8s/deployment.yaml: no CPU limit on purpose",
-    "CKV_K8S_15": "deploy/k8s/deployment.yaml: immutable release tags, IfNotPresent",
-    "CKV_K8S_43": "deploy/k8s/deployment.yaml: the image reference is set at deploy time",
-    "CKV_K8S_35": "deploy/k8s/deployment.yaml: the engine reads settings from the environment; the Secret is optional",
+    "CKV_K8S_11": "deploy/k8s/deployment.yaml, scaledjob.yaml: no CPU limit on purpose",
+    "CKV_K8S_15": "deploy/k8s/deployment.yaml, scaledjob.yaml: immutable release tags, IfNotPresent",
+    "CKV_K8S_43": "deploy/k8s/deployment.yaml, scaledjob.yaml: the image reference is set at deploy time",
+    "CKV_K8S_35": "deploy/k8s/deployment.yaml, scaledjob.yaml: the engine reads settings from the environment; the Secret is optional",
 }
 BROKEN = "broken"  # the defaults, with a privileged container and an unpinned action
 # The bakes by deploy target: one scan each, so the three can run on different test workers.
 DEFAULT_TARGET = COOKIECUTTER["deploy_target"][0]
 TARGETS = sorted({combo.answers.get("deploy_target", DEFAULT_TARGET) for combo in SUPPORTED.values()})
+
+
+def write_scaledjob_as_job(project: Path) -> None:
+    """checkov knows no KEDA ScaledJob (it finds no resource in one): the Job KEDA makes
+    from it, with the ScaledJob's metadata and so its accepted skips, is scanned in its place."""
+    path = project / "deploy" / "k8s" / "scaledjob.yaml"
+    if not path.is_file():
+        return
+    scaled = yaml.safe_load(path.read_text())
+    metadata = {key: scaled["metadata"][key] for key in ("name", "namespace", "labels", "annotations")}
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": metadata, "spec": scaled["spec"]["jobTargetRef"]}
+    (path.parent / "scaledjob-as-job.yaml").write_text(yaml.safe_dump(job))
 
 
 def bakes(out: Path, target: str) -> dict[str, Path]:
@@ -44,6 +57,8 @@ def bakes(out: Path, target: str) -> dict[str, Path]:
         for key, combo in SUPPORTED.items()
         if combo.answers.get("deploy_target", DEFAULT_TARGET) == target
     }
+    for project in projects.values():
+        write_scaledjob_as_job(project)
     if "defaults" in projects:
         broken = out / BROKEN / projects["defaults"].name
         shutil.copytree(projects["defaults"], broken)
@@ -154,6 +169,9 @@ def test_scanners_find_nothing_unaccepted(target: str, tmp_path: Path) -> None:
         zizmor_found = {(ident, path) for ident, path in zizmor_found if path != broken}
     for key, checked in found.items():
         assert checked["failed_checks"] == [], key
+        if (projects[key] / "deploy" / "k8s" / "scaledjob-as-job.yaml").is_file():
+            jobs = [where for _, _, where in checked["skipped_checks"] if "scaledjob-as-job.yaml" in where]
+            assert jobs, (key, "the ScaledJob's Job was not scanned")
         skipped = {check for _, check, _ in checked["skipped_checks"]}
         assert skipped <= set(ACCEPTED), (key, skipped - set(ACCEPTED))
         # Every bake's queues skip CKV_AWS_27: its absence means the report left skips out.

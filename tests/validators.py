@@ -146,6 +146,7 @@ from prometheus_client.metrics import MetricWrapperBase
 from sqs_worker_engine import metrics
 collectors = [c for c in vars(metrics).values() if isinstance(c, MetricWrapperBase)]
 collectors.append(metrics.enable_db_pool_gauge(CollectorRegistry()))  # registered with DB_POOL_SIZE only
+collectors.append(metrics.enable_jobs_left_gauge(CollectorRegistry()))  # with WORKER_MAX_JOBS only
 print(json.dumps({m.name: m.type for c in collectors for m in c.describe()}))
 """
 
@@ -154,7 +155,7 @@ print(json.dumps({m.name: m.type for c in collectors for m in c.describe()}))
 def engine_metrics() -> dict[str, str]:
     """The engine's metrics as PromQL names them (counters with `_total`, info with `_info`),
     with their kind. Read from sqs_worker_engine.metrics in a process of its own, so that
-    registering the optional gauge touches nothing here."""
+    registering the optional gauges touches nothing here."""
     result = run([sys.executable, "-c", _METRICS_SCRIPT], ROOT, timeout=60)
     assert result.returncode == 0, result.stderr
     suffix = {"counter": "_total", "info": "_info"}

@@ -15,7 +15,9 @@ Every protection that limits what is received or started answers here, from one 
 - tenant caps (tenants.py): a message whose group runs its cap waits in line without
   blocking the others (parked), or is given back (the pool asks `when_capped`);
 - SQS itself: while deletes and lease extensions cannot reach SQS, nothing held starts
-  (it could not be settled, and its lease lapses anyway) and nothing more is received.
+  (it could not be settled, and its lease lapses anyway) and nothing more is received;
+- run to completion (completion.py, WORKER_MAX_JOBS): places granted plus messages held
+  and not started never exceed the process's jobs left.
 
 Whatever a message holds from admission is one `Ticket`: its place, its handler slot, its
 rate-window entry, its tenant turn, the probe. `close()` gives all of it back, once,
@@ -37,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from . import clock
+from .completion import Completion
 from .reporting import QueueReport
 from .throttle import Breaker, StartWindow
 
@@ -57,6 +60,7 @@ class Ticket:
     probe: bool = False  # its latest start is the pause's probe
     counted: bool = True  # counts in `in_use` (received, waiting or running; not parked or settling)
     closed: bool = False
+    promised: bool = False  # holds a place of the jobs left (completion.py) until its handler is called
     _turn: asyncio.Future[None] | None = field(default=None, repr=False)
 
     def __lt__(self, other: Ticket) -> bool:  # the line is kept in receive order
@@ -81,10 +85,14 @@ class Admission:
         breaker: Breaker | None = None,
         tenant_cap: int | None = None,
         report: QueueReport | None = None,
+        completion: Completion | None = None,
     ) -> None:
         self.report = report
         self.capacity = concurrency  # the configured concurrency: the ceiling of `limit`
         self.limit = concurrency  # handler slots in use now (set_limit)
+        self.completion = completion  # the process's jobs left, shared by every queue
+        if completion is not None:
+            completion.listen(self._kick)
         self.prefetch_cap = prefetch_cap
         self.prefetch = 0  # the measured target (prefetch.py), at most the cap
         self.window = window
@@ -127,6 +135,10 @@ class Admission:
 
     def receivable(self, most: int, now: float) -> int:
         """How many messages a poller may ask for now (0: wait for a change)."""
+        n = self._receivable(most, now)
+        return n if self.completion is None else self.completion.room_for(self, n)
+
+    def _receivable(self, most: int, now: float) -> int:
         if self.stopping:
             return 0
         # Places for the limit in use, not the ceiling: a shrunken limit holds no more waiting.
@@ -170,6 +182,8 @@ class Admission:
             if n > 0:  # another poller may have taken them meanwhile
                 self.in_use += n
                 self.held += n
+                if self.completion is not None:
+                    self.completion.promise(n, self)
                 probe = self.breaker.paused
                 self._probe_receive = self._probe_receive or probe
                 return Grant(n, probe)
@@ -186,7 +200,10 @@ class Admission:
         tickets = []
         for _ in range(got):
             self._seq += 1
-            tickets.append(Ticket(self._seq, None))
+            tickets.append(Ticket(self._seq, None, promised=self.completion is not None))
+        if self.completion is not None:
+            self.completion.unpromise(unused)
+            self.completion.received(got)
         return tickets
 
     # -- 2. may this message start -----------------------------------------------------
@@ -285,6 +302,13 @@ class Admission:
             ticket._turn.set_result(None)
             ticket._turn = None
 
+    def handler_called(self, ticket: Ticket) -> None:
+        """Its handler is called: a job for WORKER_MAX_JOBS, once per message (a FIFO retry
+        in place is the same job)."""
+        if ticket.promised and self.completion is not None:
+            ticket.promised = False
+            self.completion.job_started()
+
     # -- 3. what a ticket gives back --------------------------------------------------
 
     def work_ended(self, ticket: Ticket) -> None:
@@ -328,6 +352,8 @@ class Admission:
             self.in_use -= 1
         self.held -= 1
         self._kick()
+        if self.completion is not None:
+            self.completion.closed(ticket.promised)
 
     def _show_tenants(self) -> None:
         if self.tenant_cap is not None and self.report is not None:

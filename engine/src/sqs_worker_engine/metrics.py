@@ -97,6 +97,7 @@ LAST_PROGRESS = Gauge("worker_last_progress_timestamp_seconds", "Unix time the h
 WORKER_INFO = Info("worker", "Worker identity and version.")
 
 _db_pool: Gauge | None = None
+_jobs_left: Gauge | None = None
 
 
 def enable_db_pool_gauge(registry: CollectorRegistry = REGISTRY) -> Gauge:
@@ -105,6 +106,18 @@ def enable_db_pool_gauge(registry: CollectorRegistry = REGISTRY) -> Gauge:
     if _db_pool is None:
         _db_pool = Gauge("db_pool_in_use", "Database connections checked out by handlers.", registry=registry)
     return _db_pool
+
+
+def enable_jobs_left_gauge(registry: CollectorRegistry = REGISTRY) -> Gauge:
+    """Register `worker_jobs_left` (only with WORKER_MAX_JOBS: a 0 would read as "done")."""
+    global _jobs_left
+    if _jobs_left is None:
+        _jobs_left = Gauge(
+            "worker_jobs_left",
+            "Jobs the worker will still start before it drains and exits (WORKER_MAX_JOBS).",
+            registry=registry,
+        )
+    return _jobs_left
 
 
 def set_db_pool_in_use(value: int) -> None:

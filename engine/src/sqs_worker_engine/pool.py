@@ -40,6 +40,7 @@ from .adaptive import Limit
 from .admission import Admission, Ticket
 from .backoff import Backoff
 from .calls import HandlerCalls
+from .completion import Completion
 from .decisions import (
     Facts,
     Release,
@@ -129,10 +130,12 @@ class QueuePool:
         control: SqsApi | None = None,
         payloads: PayloadStore | None = None,
         signatures: SnsSignatures | None = None,
+        completion: Completion | None = None,
     ) -> None:
         """`client` receives; `control` (default: the same) extends leases and settles;
         `payloads` reads offloaded payloads from S3; `signatures` checks SNS notifications
-        (None: not checked)."""
+        (None: not checked); `completion`: the process's jobs left (WORKER_MAX_JOBS, shared
+        by every queue's pool) and idle time."""
         self.client = client
         self.tracing = tracing.enabled()  # decided once: a provider is installed before the worker starts
         self.info = info
@@ -150,6 +153,7 @@ class QueuePool:
             breaker=Breaker(cap=options.retry_max),
             tenant_cap=cap,
             report=self.report,
+            completion=completion,
         )
         self.tenants = None if cap is None else Tenants(cap)
         # WORKER_ADAPTIVE_CONCURRENCY: the handler slots in use follow the downstream's latency.
@@ -509,6 +513,7 @@ class QueuePool:
         if self.options.log_payloads:
             log.info("job payload", extra={"body": job.body})
         self.report.started(job.id)
+        self.admission.handler_called(run.ticket)
         if run.delivery.state is State.RECEIVED:
             self.book.start(run.delivery)
         return await self.calls.call(

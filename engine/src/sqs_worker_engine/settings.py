@@ -190,6 +190,14 @@ class Settings(BaseSettings):
     # and WORKER_CONCURRENCY, then the ceiling, following the downstream's latency.
     adaptive_concurrency: bool = Field(default=False, validation_alias="WORKER_ADAPTIVE_CONCURRENCY")
     concurrency_floor: int = Field(default=1, ge=1, le=1000, validation_alias="WORKER_CONCURRENCY_FLOOR")
+    # Run to completion (completion.py): the process runs at most this many jobs (messages
+    # whose handler was called, every queue together), receiving nothing it will not run,
+    # then drains and exits 0; and exits 0 after this long with nothing held. Unset: never.
+    # Process-wide, not per queue: the pod or task is what ends.
+    max_jobs: int | None = Field(default=None, ge=1, le=1_000_000_000, validation_alias="WORKER_MAX_JOBS")
+    idle_exit_seconds: float | None = Field(
+        default=None, gt=0, le=7 * 86_400, validation_alias="WORKER_IDLE_EXIT_SECONDS"
+    )
     # Tracing (tracing.py): the producer's span as the parent of each job's, or a link only.
     trace_parent: bool = Field(default=True, validation_alias="WORKER_TRACE_PARENT")
 

@@ -13,6 +13,10 @@ SIGNAL_ECHO_SECONDS is one signal, see `is_echo`):
 4. pending deletes and visibility changes are flushed; polls still waiting on an empty
    queue are cancelled (with WORKER_DRAIN_POLLS=true they are waited out instead, see
    settings.py), and the process exits 0.
+
+Run to completion (completion.py): with WORKER_MAX_JOBS or WORKER_IDLE_EXIT_SECONDS the
+worker asks itself to stop (`stop("max jobs reached")`, `stop("idle")`) once nothing is
+held any more, and drains the same way, with nothing left to wait for.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from typing import Any
 from . import clock, job, metrics, signals, tracing
 from ._version import ENGINE_VERSION
 from .backoff import Backoff
+from .completion import Completion
 from .ecs import ScaleInProtection
 from .events import Events, Listener
 from .health import Health, database_check
@@ -127,6 +132,7 @@ class Worker:
         self._control: SqsApi | None = None
         self.signatures = SnsSignatures(self.settings.aws_endpoint_url) if self.settings.sns_verify_signatures else None
         self.resources: Any = None  # what the router's lifespan yielded, once started
+        self.completion: Completion | None = None  # WORKER_MAX_JOBS, WORKER_IDLE_EXIT_SECONDS
 
     # -- the SDK-style surface -------------------------------------------------
 
@@ -269,6 +275,12 @@ class Worker:
             self._process_pool = ProcessPool(s.process_pool_size or os.cpu_count() or 1)
         if s.db_pool_size is not None:
             metrics.enable_db_pool_gauge()
+        completion = None
+        if s.max_jobs is not None or s.idle_exit_seconds is not None:
+            completion = Completion(s.max_jobs, s.idle_exit_seconds, self.stop)
+            if s.max_jobs is not None:
+                completion.show_left(metrics.enable_jobs_left_gauge().set)
+            self.completion = completion
         for q in self.config.queues:
             info = await self._describe(control_client, q.name, q.url)
             spec = self.router.get(q.name)
@@ -305,6 +317,7 @@ class Worker:
                 control=control_client,
                 payloads=self.payloads,
                 signatures=self.signatures,
+                completion=completion,
             )
             self.pools.append(pool)
         # The service's shared resources: opened before the first receive, closed by the
@@ -336,6 +349,9 @@ class Worker:
             )
             self.events.on("job:claimed", self._protection.job_claimed)
             self._tasks.append(asyncio.create_task(self._protection.run(), name="scale-in-protection"))
+        if completion is not None:
+            completion.idle_since = clock.now()  # the idle spell begins as the pollers start
+            self._tasks.append(asyncio.create_task(completion.watch_idle(), name="idle-exit"))
         for pool in self.pools:
             pool.start()
 

@@ -260,6 +260,7 @@ BAD: dict[str, dict[str, str]] = {
             "WORKER_GROUP_CONCURRENCY",
             "WORKER_PREFETCH",
             "WORKER_CONCURRENCY_FLOOR",
+            "WORKER_MAX_JOBS",
             "DB_POOL_SIZE",
         )
     },
@@ -272,6 +273,8 @@ BAD: dict[str, dict[str, str]] = {
             "WORKER_BACKLOG_SAMPLE_SECONDS",
         )
     },
+    # Infinity would never exit: unset is the way to say that.
+    "WORKER_IDLE_EXIT_SECONDS": {**FLOAT, "infinite": "inf"},
     # Infinity would switch liveness off without a word.
     "WORKER_STALLED_AFTER_SECONDS": {**FLOAT, "infinite": "inf"},
     "WORKER_DRAIN_POLLS": {"empty": "", "malformed": "maybe", "absurd": "2"},

@@ -412,3 +412,38 @@ def wait_for_log(path: Path, fragment: str, proc: subprocess.Popen[bytes], timeo
         assert proc.poll() is None, path.read_text()
         assert time.monotonic() < deadline, f"{fragment!r} never logged"
         time.sleep(0.05)
+
+
+def test_a_worker_with_max_jobs_1_runs_one_exits_zero_and_leaves_the_rest_receivable(
+    sqs: Sqs, localstack_endpoint: str, tmp_path: Path
+) -> None:
+    """WORKER_MAX_JOBS=1 (a ScaledJob's pod) with 3 messages, 4 slots and the default
+    prefetch: it runs one, exits 0 by itself, and the other two were never received: they
+    are receivable at once, not invisible for a visibility timeout."""
+    queue = sqs.create(visibility=300)
+    sqs.send(queue, [{"id": f"job-{i}", "seconds": 0.5} for i in range(3)])
+    proc, records, log = start(
+        sqs, localstack_endpoint, tmp_path, queue.name, WORKER_CONCURRENCY=4, WORKER_MAX_JOBS=1, **SHORT_POLLS
+    )
+    assert proc.wait(60) == 0
+    final = read_records(records)
+    assert len(events(final, "start")) == 1 and events(final, "done") == events(final, "start"), final
+    rest = sqs.receive_all(queue.url, wait=1)
+    assert len(rest) == 2, rest
+    assert {json.loads(m["Body"])["id"] for m in rest} | set(events(final, "done")) == {"job-0", "job-1", "job-2"}
+    assert all(m["Attributes"]["ApproximateReceiveCount"] == "1" for m in rest), "the worker received them"
+    lines = list(log_lines(log))
+    assert any(str(line.get("message", "")).startswith("max jobs reached") for line in lines), lines[-5:]
+    stopped = [line for line in lines if line.get("message") == "worker stopped"]
+    assert stopped and stopped[0]["reason"] == "max jobs reached", stopped
+
+
+def test_an_idle_worker_exits_zero_after_its_idle_spell(sqs: Sqs, localstack_endpoint: str, tmp_path: Path) -> None:
+    """WORKER_IDLE_EXIT_SECONDS on an empty queue: the process exits 0 by itself, saying why."""
+    queue = sqs.create()
+    proc, _, log = start(sqs, localstack_endpoint, tmp_path, queue.name, WORKER_IDLE_EXIT_SECONDS=3, **SHORT_POLLS)
+    assert proc.wait(60) == 0
+    lines = list(log_lines(log))
+    assert any(str(line.get("message", "")).startswith("idle") for line in lines), lines[-5:]
+    stopped = [line for line in lines if line.get("message") == "worker stopped"]
+    assert stopped and stopped[0]["reason"] == "idle", stopped

@@ -1,7 +1,7 @@
 """Liveness of the protections composed: random compositions of pauses, rate limits, tenant
 caps, prefetch on and off, adaptive concurrency on and off, FIFO and standard queues, batch
 handlers, slow and failing SQS calls, lost leases and SIGTERM, the real worker against the
-in-memory SQS on virtual time.
+in-memory SQS on virtual time, and run to completion (WORKER_MAX_JOBS).
 
 Checked in every composition:
 - every message ends: completed, or in the DLQ for its own failure (never a good one),
@@ -12,7 +12,12 @@ Checked in every composition:
 - a rate limit is never exceeded in any window of its length;
 - no handler slot is taken while the slots running are at the limit in use (the adaptive
   limit, or the concurrency);
-- a SIGTERM'd worker exits within its shutdown timeout plus a small margin.
+- a SIGTERM'd worker exits within its shutdown timeout plus a small margin;
+- with WORKER_MAX_JOBS, each worker runs at most that many jobs and never holds more
+  messages that have not started than the jobs it has left; one that exits by itself says
+  "max jobs reached", and another takes its place, as a ScaledJob starts another pod. The
+  run ends at the cap with the rest still in the queue, not lost: so every message still
+  ends, over the workers that come one after another.
 
 `test_a_leaked_probe_is_caught` breaks admission on purpose (the probe of a pause is never
 handed back when its job leaves without an answer) and checks that this suite's liveness
@@ -53,7 +58,7 @@ EXIT_MARGIN = 12.0
 ENDS_WITHIN = 3600.0  # virtual seconds after the last disturbance by which every message ended
 KINDS = ("ok", "ok", "ok", "fail_once", "fatal", "pause_once", "slow", "lost")
 GOOD = {"ok", "fail_once", "pause_once", "slow"}
-ran = {"compositions": 0}
+ran = {"compositions": 0, "capped": 0, "replaced": 0}
 
 
 @dataclass(frozen=True)
@@ -68,6 +73,7 @@ class Composition:
     trouble: tuple[tuple[str, float, str | None], ...]  # (operation, delay, error) while disturbed
     sigterm_at: float | None  # virtual seconds after the start
     adaptive: bool = False  # WORKER_ADAPTIVE_CONCURRENCY: the concurrency is the ceiling
+    max_jobs: str | None = None  # WORKER_MAX_JOBS of every worker
 
 
 @st.composite
@@ -96,6 +102,7 @@ def compositions(draw: st.DrawFn) -> Composition:
         ),
         sigterm_at=draw(st.one_of(st.none(), st.floats(0.5, 30))),
         adaptive=draw(st.booleans()),
+        max_jobs=draw(st.sampled_from([None, None, "1", "3"])),
     )
 
 
@@ -106,6 +113,7 @@ class Seen:
     attempts: dict[str, int] = field(default_factory=dict)
     completed: set[str] = field(default_factory=set)
     starts: list[float] = field(default_factory=list)
+    jobs: dict[int, set[str]] = field(default_factory=dict)  # worker -> receipt handles its handlers saw
 
 
 def _router(c: Composition, queue: str, seen: Seen, workers: list[Worker]) -> Router:
@@ -122,6 +130,8 @@ def _router(c: Composition, queue: str, seen: Seen, workers: list[Worker]) -> Ro
             seen.problems.append(f"{key} started while another run of it held its lease")
         seen.running.setdefault(key, []).append(job)
         seen.attempts[key] = seen.attempts.get(key, 0) + 1
+        if run is not None:  # a delivery is one job, however often it runs in place
+            seen.jobs.setdefault(len(workers) - 1, set()).add(run.delivery.receipt_handle)
         # The rate limit counts starts as admission makes them: a batch handler's call comes
         # up to its wait_ms after its jobs started, which no limit on starts can move.
         seen.starts.append(run.ticket.started_at if c.batch and run is not None else clock.now())
@@ -172,6 +182,7 @@ def _router(c: Composition, queue: str, seen: Seen, workers: list[Worker]) -> Ro
 def play(c: Composition) -> None:
     """Run one composition; raises AssertionError naming the invariant that broke."""
     ran["compositions"] += 1
+    ran["capped"] += c.max_jobs is not None
     queue = "jobs.fifo" if c.fifo else "jobs"
     dlq = "jobs-dlq.fifo" if c.fifo else "jobs-dlq"
     seen = Seen()
@@ -187,6 +198,7 @@ def play(c: Composition) -> None:
         **({"WORKER_RATE_LIMIT": c.rate} if c.rate else {}),
         **({"WORKER_GROUP_CONCURRENCY": c.group_cap} if c.group_cap else {}),
         **({"WORKER_ADAPTIVE_CONCURRENCY": "true"} if c.adaptive else {}),
+        **({"WORKER_MAX_JOBS": c.max_jobs} if c.max_jobs else {}),
     }
     take = Admission._take
 
@@ -206,24 +218,38 @@ def play(c: Composition) -> None:
             message_id = sqs.put(queue, json.dumps({"key": key, "kind": kind}), group=f"g{group}")
             if kind == "lost":
                 sqs.refuse_extensions(message_id, "ReceiptHandleIsInvalid")
-        running = Running(Worker(config(queue, **env), router, client=sqs))
-        workers.append(running.worker)
+        now: dict[str, Running] = {}
+
+        def begin() -> None:
+            now["running"] = Running(Worker(config(queue, **env), router, client=sqs))
+            workers.append(now["running"].worker)
+
+        begin()
         sampler = asyncio.create_task(_sample(workers, seen))
+        replacer = asyncio.create_task(_replace_finished(c, now, begin, seen)) if c.max_jobs else None
         for operation, before, error in c.trouble:
             sqs.faults[operation] = Fault(before=before, error=error, times=3)
         if c.sigterm_at is not None:
             await asyncio.sleep(c.sigterm_at)
-            took = await running.stop()
+            if replacer is not None:
+                replacer.cancel()
+            took = await now["running"].stop()
             assert took <= SHUTDOWN_S + EXIT_MARGIN, f"the worker took {took:.1f} s to exit"
-            running = Running(Worker(config(queue, **env), router, client=sqs))
-            workers.append(running.worker)
+            begin()
+            if replacer is not None:
+                replacer = asyncio.create_task(_replace_finished(c, now, begin, seen))
         await asyncio.sleep(30)
         sqs.heal()
         deadline = clock.now() + ENDS_WITHIN
         while clock.now() < deadline and not _all_ended(sqs, keys, seen, queue, dlq):
             await asyncio.sleep(5)
         sampler.cancel()
-        await running.stop()
+        if replacer is not None:
+            replacer.cancel()
+        await now["running"].stop()
+        if c.max_jobs:
+            for i, handles in seen.jobs.items():
+                assert len(handles) <= int(c.max_jobs), f"worker {i} ran {len(handles)} jobs over its cap"
         assert seen.problems == [], seen.problems
         dead = {json.loads(b)["key"] for b in sqs.bodies(dlq)}
         receives = {json.loads(body)["key"]: n for body, n in sqs.receipts.items()}
@@ -247,12 +273,34 @@ def _all_ended(sqs: MemorySQS, keys: dict[str, str], seen: Seen, queue: str, dlq
 
 async def _sample(workers: list[Worker], seen: Seen) -> None:
     while True:
-        for worker in workers:
+        for i, worker in enumerate(workers):
             for pool in worker.pools:
                 limit = pool.admission.held_limit
                 if len(pool.book) > limit or pool.admission.held > limit:
                     seen.problems.append(f"{len(pool.book)} held, more than {limit}")
-        await asyncio.sleep(0.5)
+                cap = worker.settings.max_jobs
+                if cap is not None:
+                    # Held and not started (by what its handlers saw) within the jobs left.
+                    jobs = seen.jobs.get(i, set())
+                    waiting = sum(1 for d in pool.book if d.receipt_handle not in jobs)
+                    if waiting > cap - len(jobs):
+                        seen.problems.append(f"worker {i} holds {waiting} not started with {cap - len(jobs)} jobs left")
+        await asyncio.sleep(0.1)
+
+
+async def _replace_finished(c: Composition, now: dict[str, Running], begin: Any, seen: Seen) -> None:
+    """A worker that reached its cap exits by itself; another takes its place (a ScaledJob's
+    next pod). One that exits by itself for any other reason is a problem."""
+    while True:
+        await asyncio.sleep(1)
+        running = now["running"]
+        if running.task.done():
+            reason = running.worker._stop_reason
+            completion = running.worker.completion
+            if reason != "max jobs reached" or completion is None or completion.started != int(c.max_jobs or 0):
+                seen.problems.append(f"a worker exited by itself: {reason!r}, {completion and completion.started} jobs")
+            ran["replaced"] += 1
+            begin()
 
 
 def _per_second(rate: str) -> float:
@@ -325,4 +373,7 @@ def _quiet_engine() -> Iterator[None]:
 
 
 def test_zz_report_how_many_compositions_ran() -> None:
-    print(f"\n{ran['compositions']} compositions")
+    print(
+        f"\n{ran['compositions']} compositions, {ran['capped']} with WORKER_MAX_JOBS "
+        f"({ran['replaced']} workers exited at their cap and were replaced)"
+    )

@@ -92,6 +92,12 @@ def test_without_a_queue_the_engine_refuses_to_start() -> None:
         ("AWS_ENDPOINT_URL", "localhost:4566", "not an http(s) URL"),
         ("WORKER_HANDLERS", "no-colon", "package.module:attribute"),
         ("DB_POOL_SIZE", "0", "greater than or equal to 1"),
+        ("WORKER_MAX_JOBS", "0", "greater than or equal to 1"),
+        ("WORKER_MAX_JOBS", "", "valid integer"),
+        ("WORKER_MAX_JOBS", "1.5", "valid integer"),
+        ("WORKER_IDLE_EXIT_SECONDS", "0", "greater than 0"),
+        ("WORKER_IDLE_EXIT_SECONDS", "inf", "less than or equal to 604800"),
+        ("WORKER_IDLE_EXIT_SECONDS", "nan", "less than or equal to"),
     ],
 )
 def test_bad_values_are_named(variable: str, value: str, fragment: str) -> None:
@@ -374,3 +380,15 @@ def test_a_misspelt_queue_in_a_long_setting_is_named_by_the_setting_meant() -> N
     is NOPE (the longer setting), not NOPE_ADAPTIVE."""
     found = problems({"WORKER_QUEUES": "orders", "WORKER_QUEUE_NOPE_ADAPTIVE_CONCURRENCY": "true"})
     assert "no queue with key 'NOPE'" in found["WORKER_QUEUE_NOPE_ADAPTIVE_CONCURRENCY"], found
+
+
+def test_run_to_completion_is_off_unless_asked_for_and_one_value_for_the_process() -> None:
+    """WORKER_MAX_JOBS and WORKER_IDLE_EXIT_SECONDS: unset by default; the process's, not a
+    queue's (no per-queue override: it is the pod or task that ends)."""
+    config = load_settings({}, SERVICE)
+    assert config.settings.max_jobs is None and config.settings.idle_exit_seconds is None
+    config = load_settings({"WORKER_MAX_JOBS": "1", "WORKER_IDLE_EXIT_SECONDS": "60"}, SERVICE)
+    assert config.settings.max_jobs == 1 and config.settings.idle_exit_seconds == 60
+    assert config.describe()["max_jobs"] == 1
+    found = problems({"WORKER_QUEUE_ORDERS_WORKER_JOBS_MAX_JOBS": "1"})
+    assert "unknown per-queue setting" in found["WORKER_QUEUE_ORDERS_WORKER_JOBS_MAX_JOBS"], found
