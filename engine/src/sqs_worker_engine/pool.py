@@ -39,6 +39,7 @@ from typing import Any
 from . import clock, tracing
 from .admission import Admission, Ticket
 from .backoff import Backoff
+from .budget import SharedBudget
 from .calls import HandlerCalls
 from .decisions import (
     Facts,
@@ -96,6 +97,7 @@ class PoolOptions:
     rate_limit: float | None = None  # jobs started per second (see throttle.py)
     group_concurrency: int | None = None  # standard queues: jobs of one group at once (see tenants.py)
     prefetch: int = 0  # WORKER_PREFETCH: most messages held beyond the concurrency (see prefetch.py)
+    weight: int = 1  # WORKER_QUEUE_<KEY>_WEIGHT: its share of a shared budget (see budget.py)
 
 
 class LeaseLostError(Exception):
@@ -132,10 +134,11 @@ class QueuePool:
         control: SqsApi | None = None,
         payloads: PayloadStore | None = None,
         signatures: SnsSignatures | None = None,
+        budget: SharedBudget | None = None,
     ) -> None:
         """`client` receives; `control` (default: the same) extends leases and settles;
         `payloads` reads offloaded payloads from S3; `signatures` checks SNS notifications
-        (None: not checked)."""
+        (None: not checked); `budget`, the slots it shares with other queues (budget.py)."""
         self.client = client
         self.payloads = payloads
         self.signatures = signatures
@@ -155,6 +158,8 @@ class QueuePool:
             breaker=Breaker(cap=options.retry_max),
             tenant_cap=cap,
             report=self.report,
+            budget=budget,
+            weight=options.weight,
         )
         self.tenants = None if cap is None else Tenants(cap)
         self.pace = Pace()  # receive round trips and job durations, for the prefetch

@@ -100,6 +100,12 @@ class QueueReport:
                 extra={"queue": self.queue, "message_id": job_id, "group": group},
             )
 
+    def shared_slots(self, in_use: int, given: bool) -> None:
+        """The shared budget (budget.py): the slots this queue holds; `given`, one more given."""
+        metrics.SHARED_IN_USE.labels(self.queue).set(in_use)
+        if given:
+            metrics.SHARED_GIVEN.labels(self.queue).inc()
+
     def batch(self, size: int) -> None:
         metrics.BATCH_SIZE.labels(self.queue).observe(size)
 
@@ -199,3 +205,8 @@ class QueueReport:
                 loop.call_soon_threadsafe(emit)
 
         return report
+
+
+def shared_budget(total: int) -> None:
+    """The queues of this process share `total` handler slots (WORKER_SHARED_CONCURRENCY)."""
+    metrics.SHARED_CONCURRENCY.set(total)

@@ -27,9 +27,10 @@ from contextlib import AsyncExitStack
 from enum import StrEnum
 from typing import Any
 
-from . import clock, job, metrics, signals, tracing
+from . import clock, job, metrics, reporting, signals, tracing
 from ._version import ENGINE_VERSION
 from .backoff import Backoff
+from .budget import SharedBudget
 from .ecs import ScaleInProtection
 from .events import Events, Listener
 from .health import Health, database_check
@@ -269,6 +270,10 @@ class Worker:
             self._process_pool = ProcessPool(s.process_pool_size or os.cpu_count() or 1)
         if s.db_pool_size is not None:
             metrics.enable_db_pool_gauge()
+        budget = None
+        if s.shared_concurrency is not None and self.config.priority is not None:
+            budget = SharedBudget(s.shared_concurrency, self.config.priority)
+            reporting.shared_budget(s.shared_concurrency)
         for q in self.config.queues:
             info = await self._describe(control_client, q.name, q.url)
             spec = self.router.get(q.name)
@@ -290,6 +295,7 @@ class Worker:
                 rate_limit=q.rate_limit,
                 group_concurrency=q.group_concurrency,
                 prefetch=q.prefetch,
+                weight=q.weight,
             )
             pool = QueuePool(
                 client,
@@ -303,6 +309,7 @@ class Worker:
                 control=control_client,
                 payloads=self.payloads,
                 signatures=self.signatures,
+                budget=budget,
             )
             self.pools.append(pool)
         # The service's shared resources: opened before the first receive, closed by the
