@@ -110,6 +110,7 @@ class Admission:
         self.budget = budget
         self.full_receive = False  # the latest receive brought all it asked for (budget.py: backlog)
         self.arriving = 0  # received, not yet asking to start: their tasks are about to (budget.py)
+        self.reserved = 0  # places of receives still out
         if budget is not None:
             budget.join(self, weight)
 
@@ -180,6 +181,7 @@ class Admission:
             if n > 0:  # another poller may have taken them meanwhile
                 self.in_use += n
                 self.held += n
+                self.reserved += n
                 probe = self.breaker.paused
                 self._probe_receive = self._probe_receive or probe
                 return Grant(n, probe)
@@ -189,6 +191,7 @@ class Admission:
         unused = grant.places - got
         self.in_use -= unused
         self.held -= unused
+        self.reserved -= grant.places
         if grant.probe:
             self._probe_receive = False
         tickets = []
@@ -426,9 +429,10 @@ class Admission:
         """What this queue wants of the shared budget: a backlog is a job it could start
         now but for the budget, a message waiting for it (not parked) or, when none waits,
         on its way (received, its task about to ask; or the latest receive brought all it
-        asked for: SQS holds more)."""
+        asked for, so SQS holds more, and a receive is out or may go out for them)."""
         head = next((t for t in self._line if not self._tenant_full(t.group)), None)
-        if head is None and not self.full_receive and not self.arriving:
+        coming = self.arriving or (self.full_receive and (self.reserved or self.receivable(1, now)))
+        if head is None and not coming:
             return NOTHING
         if self._blocked(head or Ticket(0, None), now, budget=False) is not None:
             return NOTHING
