@@ -8,7 +8,7 @@ JOBS ?= 2
 
 SCANNERS := .venv-scanners
 
-.PHONY: install tools scanners scanners-lock test demo format bench bench-tracing clean
+.PHONY: install tools scanners scanners-lock test demo format bench bench-tracing bench-priorities clean
 
 $(UV):
 	$(PYTHON) -m venv $(VENV)
@@ -55,6 +55,12 @@ bench: install
 # seconds). Writes docs/benchmarks-tracing.{md,json}.
 bench-tracing: install
 	$(VENV)/bin/python bench/tracing.py
+
+# Priorities on one budget: the share of the first completions each priority gives two
+# backlogged queues, side by side (bench/priorities.py; virtual time, seconds). Writes
+# docs/benchmarks-priorities.{md,json}.
+bench-priorities: install
+	$(VENV)/bin/python bench/priorities.py --out docs
 
 format: install
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/python scripts/format_template.py
