@@ -410,17 +410,19 @@ class Admission:
         else:
             self.budget.changed(self)
 
-    def refresh(self) -> None:
-        """Start whoever in this queue may start, wake its pollers to look again."""
+    def refresh(self, pollers: bool = True) -> None:
+        """Start whoever in this queue may start; wake its pollers to look again (the
+        shared budget leaves them asleep when what they may receive cannot have grown)."""
         now = clock.now()
         if self._line:
             self._admit_line(now)
         if self.report is not None:
             self.report.waiting(len(self._line))
-        pollers, self._pollers = self._pollers, []
-        for waiter in pollers:
-            if not waiter.done():
-                waiter.set_result(None)
+        if pollers:
+            waiting, self._pollers = self._pollers, []
+            for waiter in waiting:
+                if not waiter.done():
+                    waiter.set_result(None)
         self._schedule(now)
 
     # -- the shared budget (budget.py) ----------------------------------------------------

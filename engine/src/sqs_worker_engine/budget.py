@@ -9,8 +9,9 @@ pure function of what each queue wants:
   above it has a *backlog*: a queue has a backlog when it could start a job now but for
   the shared budget (below its own concurrency, not paused, rate-limited, cut off from
   SQS or stopping) and either a message of it waits to start (not parked behind its
-  tenant's cap) or its latest receive brought all it asked for (SQS likely holds more:
-  its next receive will bring them, and the slot is kept for them meanwhile).
+  tenant's cap; received and about to ask counts) or, when none waits, its latest
+  receive brought all it asked for (SQS likely holds more) and a receive is out or may go
+  out for them: the slot is kept for them meanwhile (`Admission.wants`).
 - `weighted`: smooth weighted round robin (nginx's) over the queues with a backlog: each
   pick adds every such queue's weight to its credit and gives the slot to the one with
   the most credit (ties: the first listed), which pays the sum of their weights. Over a
@@ -42,9 +43,9 @@ from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 Priority = Literal["strict", "weighted"]
-# What a queue wants of the budget: NOTHING (no backlog), COMING (a backlog, its messages
-# still in SQS: its latest receive brought all it asked for), WAITING (a message waits that
-# could start now but for the budget).
+# What a queue wants of the budget: NOTHING (no backlog), COMING (a backlog on its way:
+# received and about to ask, or still in SQS after a full receive), WAITING (a message
+# waits that could start now but for the budget).
 Want = Literal[0, 1, 2]
 NOTHING: Want = 0
 COMING: Want = 1
@@ -60,7 +61,7 @@ class Member(Protocol):
 
     def wants(self, now: float) -> Want: ...
 
-    def refresh(self) -> None: ...
+    def refresh(self, pollers: bool = True) -> None: ...
 
     def shared_report(self, in_use: int, given: bool) -> None: ...
 
@@ -145,21 +146,22 @@ class SharedBudget:
         return self.total - sum(m.running for m in above)
 
     def changed(self, source: Member) -> None:
-        """`source`'s state changed: let every line admit again (and its pollers look
-        again) until a pass starts nothing more. Each pass that starts something takes a
-        slot, so this ends within `total` passes."""
+        """`source`'s state changed: let every line admit again until a pass starts nothing
+        more (each pass that starts something takes a slot: this ends within `total`
+        passes). Pollers are woken where what they may receive can have grown: the
+        source's, and under strict priority the queues' below it (`entitled`)."""
         if self._busy:  # the pass under way looks at every line again anyway
             source.refresh()
             return
+        below = self.members.index(source) if self.priority == "strict" else len(self.members)
         self._busy = True
         try:
             while True:
                 before = self.in_use
-                for member in self.members:
-                    member.refresh()
+                for i, member in enumerate(self.members):
+                    member.refresh(pollers=member is source or i > below)
                 if self.in_use == before:
                     break
         finally:
             self._busy = False
-        for member in self.members:
-            member.shared_report(member.running, False)
+        source.shared_report(source.running, False)

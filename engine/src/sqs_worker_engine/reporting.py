@@ -13,6 +13,8 @@ import logging
 import threading
 from collections.abc import Callable
 
+from prometheus_client import Counter, Gauge
+
 from . import metrics
 from .delivery import Delivery
 from .events import Events
@@ -49,6 +51,7 @@ class QueueReport:
             metrics.TENANT_JOBS_PARKED.labels(queue),
         )
         metrics.CONCURRENCY.labels(queue).set(concurrency)
+        self._shared: tuple[Gauge, Counter] | None = None  # the shared budget's series (shared_slots)
 
     # -- the queue ------------------------------------------------------------------
 
@@ -101,10 +104,13 @@ class QueueReport:
             )
 
     def shared_slots(self, in_use: int, given: bool) -> None:
-        """The shared budget (budget.py): the slots this queue holds; `given`, one more given."""
-        metrics.SHARED_IN_USE.labels(self.queue).set(in_use)
+        """The shared budget (budget.py): the slots this queue holds; `given`, one more given.
+        Its series exist only where a budget is shared: made at the first report."""
+        if self._shared is None:
+            self._shared = (metrics.SHARED_IN_USE.labels(self.queue), metrics.SHARED_GIVEN.labels(self.queue))
+        self._shared[0].set(in_use)
         if given:
-            metrics.SHARED_GIVEN.labels(self.queue).inc()
+            self._shared[1].inc()
 
     def batch(self, size: int) -> None:
         metrics.BATCH_SIZE.labels(self.queue).observe(size)

@@ -97,7 +97,7 @@ class Line:
             return NOTHING
         return WAITING if self.waiting else COMING if self.coming else NOTHING
 
-    def refresh(self) -> None:
+    def refresh(self, pollers: bool = True) -> None:
         while self.waiting and self.running < self.capacity and self.budget.may_start(self, 0.0):
             self.waiting -= 1
             self.running += 1
