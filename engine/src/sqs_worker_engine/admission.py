@@ -210,6 +210,11 @@ class Admission:
             ticket.arrived = True
             self.arriving -= 1
 
+    def behind_its_group(self, ticket: Ticket) -> None:
+        """FIFO: its message waits for the one before it in its group, not for a slot: it is
+        no backlog of this queue until its turn (it asks to start then)."""
+        self._arrive(ticket)
+
     # -- 2. may this message start -----------------------------------------------------
 
     def _tenant_full(self, group: str | None) -> bool:

@@ -349,6 +349,8 @@ class QueuePool:
             for run in runs:
                 groups.setdefault(run.delivery.group, []).append(run)
             for members in groups.values():
+                for run in members[1:]:
+                    self.admission.behind_its_group(run.ticket)
                 self._spawn(self._run_group(members), members)
         else:
             for run in runs:

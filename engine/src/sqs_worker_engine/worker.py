@@ -275,6 +275,13 @@ class Worker:
             budget = SharedBudget(s.shared_concurrency, self.config.priority)
             reporting.shared_budget(s.shared_concurrency)
         for q in self.config.queues:
+            if budget is not None and q.concurrency > budget.total:
+                log.info(
+                    "queue %s: concurrency %d above the shared budget of %d: it may take the whole budget, never more",
+                    q.name,
+                    q.concurrency,
+                    budget.total,
+                )
             info = await self._describe(control_client, q.name, q.url)
             spec = self.router.get(q.name)
             assert spec is not None

@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from prometheus_client import REGISTRY
+
 from sqs_worker_engine import clock
 from sqs_worker_engine.job import Job
 from sqs_worker_engine.memory import MemorySQS
@@ -54,11 +56,20 @@ def test_strict_priority_runs_the_higher_queue_first() -> None:
     assert first.count(HIGH) >= 0.95 * 80, f"{first.count(HIGH)} of the first 80 from the higher queue"
 
 
+def given(queue: str) -> float:
+    return REGISTRY.get_sample_value("worker_shared_slots_given_total", {"queue": queue}) or 0.0
+
+
 def test_weights_share_the_budget_three_to_one() -> None:
+    before = given(HIGH), given(LOW)
     first = completions(150, 100, WORKER_QUEUE_HIGH_WEIGHT="3", WORKER_QUEUE_LOW_WEIGHT="1")
     high, low = first.count(HIGH), first.count(LOW)
     assert low >= 15, f"the lower queue got {low} of the first 100"
     assert 2.4 <= high / low <= 3.6, f"{high}:{low}"
+    # The metrics tell the same share: slots given to each queue, and the budget.
+    high_given, low_given = given(HIGH) - before[0], given(LOW) - before[1]
+    assert 2.4 <= high_given / low_given <= 3.6, (high_given, low_given)
+    assert REGISTRY.get_sample_value("worker_shared_concurrency") == 4
 
 
 def test_weighted_is_the_default_and_equal_weights_share_evenly() -> None:
@@ -109,3 +120,39 @@ def test_a_lower_queue_runs_the_whole_budget_until_the_higher_has_work_again() -
 
     vtime.run(scenario())
     assert most_low == 4, f"the lower queue ran at most {most_low} of the budget of 4 with the higher empty"
+
+
+def test_a_fifo_group_running_one_at_a_time_lends_the_rest_of_the_budget() -> None:
+    """Strict: the higher queue is FIFO with one group, so it runs one job at a time and
+    its group-mates wait for their turn, not for the budget: the lower queue runs on the
+    other 3 slots meanwhile. Before, group-mates received in the same batch counted as the
+    higher queue's backlog until their turn, and held the lower queue to nothing."""
+    completed: list[str] = []
+    most_low = 0
+
+    async def scenario() -> None:
+        nonlocal most_low
+        sqs = MemorySQS()
+        sqs.create_queue("high.fifo")
+        sqs.create_queue(LOW)
+        for i in range(10):
+            sqs.put("high.fifo", f"high-{i}", group="one")
+            sqs.put(LOW, f"low-{i}")
+        router = Router()
+        for queue in ("high.fifo", LOW):
+
+            @router.handler(queue, payload=str)
+            async def handle(job: Job[str], queue: str = queue) -> None:
+                await asyncio.sleep(1.0)
+                completed.append(queue)
+
+        worker = await start(sqs, router, f"high.fifo,{LOW}", WORKER_SHARED_CONCURRENCY="4", WORKER_PRIORITY="strict")
+        low_pool = worker.worker.pools[1]
+        while completed.count("high.fifo") < 10 and clock.now() < 120:
+            most_low = max(most_low, low_pool.admission.running)
+            await asyncio.sleep(0.05)
+        await worker.stop()
+
+    vtime.run(scenario())
+    assert completed.count("high.fifo") == 10
+    assert most_low == 3, f"the lower queue ran at most {most_low} beside the higher queue's one group"
