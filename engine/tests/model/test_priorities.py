@@ -156,3 +156,41 @@ def test_a_fifo_group_running_one_at_a_time_lends_the_rest_of_the_budget() -> No
     vtime.run(scenario())
     assert completed.count("high.fifo") == 10
     assert most_low == 3, f"the lower queue ran at most {most_low} beside the higher queue's one group"
+
+
+def test_weighted_a_queue_without_work_lends_its_share_and_takes_it_back() -> None:
+    """Weights 3:1: with the higher queue empty the lower one runs all 4 slots; once the
+    higher queue has work it holds its share of 3 within three job durations (slots that
+    free while its next receive is on its way are lent for a job, then paid back)."""
+    most_low = 0
+    high_running: list[int] = []
+
+    async def scenario() -> None:
+        nonlocal most_low
+        sqs = MemorySQS()
+        for queue in (HIGH, LOW):
+            sqs.create_queue(queue)
+        for i in range(100):
+            sqs.put(LOW, f"low-{i}")
+        worker = await start(
+            sqs,
+            _router([]),
+            BOTH,
+            WORKER_SHARED_CONCURRENCY="4",
+            WORKER_QUEUE_HIGH_WEIGHT="3",
+        )
+        high_pool, low_pool = worker.worker.pools
+        for _ in range(100):  # 5 virtual seconds
+            most_low = max(most_low, low_pool.admission.running)
+            await asyncio.sleep(0.05)
+        for i in range(50):
+            sqs.put(HIGH, f"high-{i}")
+        await asyncio.sleep(3.05)
+        for _ in range(40):
+            high_running.append(high_pool.admission.running)
+            await asyncio.sleep(0.1)
+        await worker.stop()
+
+    vtime.run(scenario())
+    assert most_low == 4, f"the lower queue ran at most {most_low} of 4 with the higher empty"
+    assert min(high_running) >= 3, f"the higher queue ran {min(high_running)}, below its share of 3"
