@@ -8,7 +8,7 @@ JOBS ?= 3
 
 SCANNERS := .venv-scanners
 
-.PHONY: install tools scanners scanners-lock test demo format bench bench-tracing bench-adaptive clean
+.PHONY: install tools scanners scanners-lock test demo format bench bench-tracing bench-adaptive bench-priorities clean
 
 $(UV):
 	$(PYTHON) -m venv $(VENV)
@@ -61,6 +61,11 @@ bench-tracing: install
 # docs/benchmarks-adaptive.{md,json}.
 bench-adaptive: install
 	$(VENV)/bin/python bench/adaptive.py --out docs
+# Priorities on one budget: the share of the first completions each priority gives two
+# backlogged queues, side by side (bench/priorities.py; virtual time, seconds). Writes
+# docs/benchmarks-priorities.{md,json}.
+bench-priorities: install
+	$(VENV)/bin/python bench/priorities.py --out docs
 
 format: install
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/python scripts/format_template.py

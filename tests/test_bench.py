@@ -82,6 +82,20 @@ def test_tracing_bench_reports_both_sides(tmp_path: Path) -> None:
     assert "ratio on / off" in tracing.markdown(result)
 
 
+def test_priorities_bench_reports_every_row_side_by_side(tmp_path: Path) -> None:
+    """`make bench-priorities`: every priority in one run. Its figures are the engine's
+    decisions on virtual time, not timings, so the README's are asserted here."""
+    import priorities
+
+    assert priorities.main(["--out", str(tmp_path)]) == 0
+    rows = {r["row"]: r for r in json.loads((tmp_path / "benchmarks-priorities.json").read_text())}
+    assert len(rows) == 2 * len(priorities.ROWS)
+    assert rows["strict"]["high_of_first_80"] == 80
+    assert 2.4 <= rows["weighted 3:1"]["ratio_high_to_low_100"] <= 3.6
+    assert rows["no shared budget (each queue: concurrency 2)"]["high_of_first_100"] == 50
+    assert "| strict |" in (tmp_path / "benchmarks-priorities.md").read_text()
+
+
 def test_a_wave_rate_needs_half_the_window() -> None:
     """Whole waves are timed (run.aligned_rate), but a handful of completions a millisecond
     apart is one receive's batch, not a rate: the plain window rate is used then."""

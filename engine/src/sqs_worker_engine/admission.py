@@ -18,6 +18,9 @@ Every protection that limits what is received or started answers here, from one 
   (it could not be settled, and its lease lapses anyway) and nothing more is received;
 - run to completion (completion.py, WORKER_MAX_JOBS): places granted plus messages held
   and not started never exceed the process's jobs left.
+- a budget shared with other queues (budget.py, WORKER_SHARED_CONCURRENCY): a message
+  starts only when the budget gives this queue the free slot, asked last, once nothing
+  else blocks it; receiving asks only for the slots the budget may give it.
 
 Whatever a message holds from admission is one `Ticket`: its place, its handler slot, its
 rate-window entry, its tenant turn, the probe. `close()` gives all of it back, once,
@@ -39,12 +42,13 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from . import clock
+from .budget import COMING, NOTHING, WAITING, SharedBudget, Want
 from .completion import Completion
 from .reporting import QueueReport
 from .throttle import Breaker, StartWindow
 
 BATCH_WAIT = 0.002  # seconds a poller waits for a fuller batch of free places (see reserve)
-Block = Literal["stopping", "slots", "sqs", "tenant", "paused", "rate"]
+Block = Literal["stopping", "slots", "sqs", "tenant", "paused", "rate", "budget"]
 
 
 @dataclass(eq=False)
@@ -61,6 +65,7 @@ class Ticket:
     counted: bool = True  # counts in `in_use` (received, waiting or running; not parked or settling)
     closed: bool = False
     promised: bool = False  # holds a place of the jobs left (completion.py) until its handler is called
+    arrived: bool = True  # False from its receive until it first asks to start (or closes)
     _turn: asyncio.Future[None] | None = field(default=None, repr=False)
 
     def __lt__(self, other: Ticket) -> bool:  # the line is kept in receive order
@@ -86,6 +91,8 @@ class Admission:
         tenant_cap: int | None = None,
         report: QueueReport | None = None,
         completion: Completion | None = None,
+        budget: SharedBudget | None = None,
+        weight: int = 1,
     ) -> None:
         self.report = report
         self.capacity = concurrency  # the configured concurrency: the ceiling of `limit`
@@ -110,6 +117,12 @@ class Admission:
         self._pollers: list[asyncio.Future[None]] = []
         self._timer: asyncio.TimerHandle | None = None
         self._seq = 0
+        self.budget = budget
+        self.full_receive = False  # the latest receive brought all it asked for (budget.py: backlog)
+        self.arriving = 0  # received, not yet asking to start: their tasks are about to (budget.py)
+        self.reserved = 0  # places of receives still out
+        if budget is not None:
+            budget.join(self, weight)
 
     # -- the bound ----------------------------------------------------------------
 
@@ -141,8 +154,10 @@ class Admission:
     def _receivable(self, most: int, now: float) -> int:
         if self.stopping:
             return 0
-        # Places for the limit in use, not the ceiling: a shrunken limit holds no more waiting.
-        n = min(most, self.limit + self.prefetch - self.in_use, self.held_limit - self.held)
+        # Places for the limit in use, not the ceiling: a shrunken limit holds no more waiting;
+        # and with a shared budget, for the slots it may give this queue.
+        slots = self.limit if self.budget is None else min(self.limit, self.budget.entitled(self, now))
+        n = min(most, slots + self.prefetch - self.in_use, self.held_limit - self.held)
         if not self.sqs_ok and self.held:
             return 0  # what is held could not be settled: receive more once SQS answers
         if self.breaker.paused:
@@ -184,6 +199,7 @@ class Admission:
                 self.held += n
                 if self.completion is not None:
                     self.completion.promise(n, self)
+                self.reserved += n
                 probe = self.breaker.paused
                 self._probe_receive = self._probe_receive or probe
                 return Grant(n, probe)
@@ -193,18 +209,32 @@ class Admission:
         unused = grant.places - got
         self.in_use -= unused
         self.held -= unused
+        self.reserved -= grant.places
         if grant.probe:
             self._probe_receive = False
-        if unused or grant.probe:
-            self._kick()
         tickets = []
         for _ in range(got):
             self._seq += 1
-            tickets.append(Ticket(self._seq, None, promised=self.completion is not None))
+            tickets.append(Ticket(self._seq, None, promised=self.completion is not None, arrived=False))
         if self.completion is not None:
             self.completion.unpromise(unused)
             self.completion.received(got)
+        self.arriving += got  # before the kick: they are this queue's backlog (budget.py)
+        full = 0 < got == grant.places
+        if unused or grant.probe or full != self.full_receive:
+            self.full_receive = full
+            self._kick()
         return tickets
+
+    def _arrive(self, ticket: Ticket) -> None:
+        if not ticket.arrived:
+            ticket.arrived = True
+            self.arriving -= 1
+
+    def behind_its_group(self, ticket: Ticket) -> None:
+        """FIFO: its message waits for the one before it in its group, not for a slot: it is
+        no backlog of this queue until its turn (it asks to start then)."""
+        self._arrive(ticket)
 
     # -- 2. may this message start -----------------------------------------------------
 
@@ -214,8 +244,9 @@ class Admission:
     def at_cap(self, ticket: Ticket) -> bool:
         return self._tenant_full(ticket.group)
 
-    def _blocked(self, ticket: Ticket, now: float) -> Block | None:
-        """Why `ticket` may not start now, or None: the whole decision, from the state."""
+    def _blocked(self, ticket: Ticket, now: float, *, budget: bool = True) -> Block | None:
+        """Why `ticket` may not start now, or None: the whole decision, from the state.
+        `budget=False`: everything but the shared budget (what the budget asks)."""
         if self.stopping:
             return "stopping"
         if self.running >= self.limit:
@@ -228,6 +259,8 @@ class Admission:
             return "paused"
         if self.window is not None and self.window.room(now) <= 0:
             return "rate"
+        if budget and self.budget is not None and not self.budget.may_start(self, now):
+            return "budget"
         return None
 
     def _take(self, ticket: Ticket, now: float) -> None:
@@ -245,11 +278,14 @@ class Admission:
         ticket.running, ticket.returned, ticket.decided = True, False, False
         ticket.started_at = now
         self._show_tenants()
+        if self.budget is not None:
+            self.budget.took(self)
 
     async def start(self, ticket: Ticket, lost: asyncio.Future[None]) -> bool:
         """Wait until `ticket` may start and take what it needs; False if it may not after
         all (the pool stops, or `lost`: its lease was lost meanwhile). In receive order:
         a message waits while an earlier one that could start waits too."""
+        self._arrive(ticket)
         if ticket.running:
             return True
         if self.stopping:
@@ -257,6 +293,8 @@ class Admission:
         now = clock.now()
         if not self._line and self._blocked(ticket, now) is None:
             self._take(ticket, now)
+            if self.budget is not None:
+                self.budget.changed(self)  # at its cap or its rate now, it may leave the free slots to others
             return True
         if self._tenant_full(ticket.group) and ticket.counted:
             # Parked: it lends its place to other tenants' messages (taken back when it
@@ -343,6 +381,7 @@ class Admission:
         if ticket.closed:
             return
         ticket.closed = True
+        self._arrive(ticket)
         self._leave_line(ticket)
         if self._probe is ticket:
             self._probe = None  # it said nothing about the downstream: the next may probe
@@ -405,17 +444,46 @@ class Admission:
     # -- waking -------------------------------------------------------------------------
 
     def _kick(self) -> None:
-        """The state changed: start whoever may start, wake the pollers to look again."""
+        """The state changed: start whoever may start, wake the pollers to look again;
+        with a shared budget, in every queue that shares it."""
+        if self.budget is None:
+            self.refresh()
+        else:
+            self.budget.changed(self)
+
+    def refresh(self, pollers: bool = True) -> None:
+        """Start whoever in this queue may start; wake its pollers to look again (the
+        shared budget leaves them asleep when what they may receive cannot have grown)."""
         now = clock.now()
         if self._line:
             self._admit_line(now)
         if self.report is not None:
             self.report.waiting(len(self._line))
-        pollers, self._pollers = self._pollers, []
-        for waiter in pollers:
-            if not waiter.done():
-                waiter.set_result(None)
+        if pollers:
+            waiting, self._pollers = self._pollers, []
+            for waiter in waiting:
+                if not waiter.done():
+                    waiter.set_result(None)
         self._schedule(now)
+
+    # -- the shared budget (budget.py) ----------------------------------------------------
+
+    def wants(self, now: float) -> Want:
+        """What this queue wants of the shared budget: a backlog is a job it could start
+        now but for the budget, a message waiting for it (not parked) or, when none waits,
+        on its way (received, its task about to ask; or the latest receive brought all it
+        asked for, so SQS holds more, and a receive is out or may go out for them)."""
+        head = next((t for t in self._line if not self._tenant_full(t.group)), None)
+        coming = self.arriving or (self.full_receive and (self.reserved or self.receivable(1, now)))
+        if head is None and not coming:
+            return NOTHING
+        if self._blocked(head or Ticket(0, None), now, budget=False) is not None:
+            return NOTHING
+        return WAITING if head is not None else COMING
+
+    def shared_report(self, in_use: int, given: bool) -> None:
+        if self.report is not None:
+            self.report.shared_slots(in_use, given)
 
     def _wake_at(self) -> float | None:
         """Seconds until the state changes by itself (a pause ends, a rate window moves)."""

@@ -93,6 +93,18 @@ BATCH_SIZE = Histogram(
     ["queue"],
     buckets=(1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 10000),
 )
+# Priorities on one budget (budget.py, WORKER_SHARED_CONCURRENCY).
+SHARED_CONCURRENCY = Gauge(
+    "worker_shared_concurrency", "Handler slots the queues of this process share (WORKER_SHARED_CONCURRENCY)."
+)
+SHARED_IN_USE = Gauge(
+    "worker_shared_slots_in_use", "Slots of the shared budget this queue's jobs hold now, by queue.", ["queue"]
+)
+SHARED_GIVEN = Counter(
+    "worker_shared_slots_given",
+    "Slots of the shared budget given to this queue's jobs (its share: its rate over the sum's), by queue.",
+    ["queue"],
+)
 LAST_PROGRESS = Gauge("worker_last_progress_timestamp_seconds", "Unix time the handler loop last made progress.")
 WORKER_INFO = Info("worker", "Worker identity and version.")
 

@@ -39,6 +39,7 @@ from . import clock, tracing
 from .adaptive import Limit
 from .admission import Admission, Ticket
 from .backoff import Backoff
+from .budget import SharedBudget
 from .calls import HandlerCalls
 from .completion import Completion
 from .decisions import (
@@ -99,6 +100,7 @@ class PoolOptions:
     prefetch: int = 0  # WORKER_PREFETCH: most messages held beyond the concurrency (see prefetch.py)
     adaptive: bool = False  # WORKER_ADAPTIVE_CONCURRENCY: the concurrency is a ceiling (see adaptive.py)
     concurrency_floor: int = 1  # WORKER_CONCURRENCY_FLOOR: the adaptive limit's floor
+    weight: int = 1  # WORKER_QUEUE_<KEY>_WEIGHT: its share of a shared budget (see budget.py)
 
 
 @dataclass(eq=False)
@@ -131,11 +133,13 @@ class QueuePool:
         payloads: PayloadStore | None = None,
         signatures: SnsSignatures | None = None,
         completion: Completion | None = None,
+        budget: SharedBudget | None = None,
     ) -> None:
         """`client` receives; `control` (default: the same) extends leases and settles;
         `payloads` reads offloaded payloads from S3; `signatures` checks SNS notifications
         (None: not checked); `completion`: the process's jobs left (WORKER_MAX_JOBS, shared
-        by every queue's pool) and idle time."""
+        by every queue's pool) and idle time; `budget`: the slots it shares with other
+        queues (budget.py)."""
         self.client = client
         self.tracing = tracing.enabled()  # decided once: a provider is installed before the worker starts
         self.info = info
@@ -154,6 +158,8 @@ class QueuePool:
             tenant_cap=cap,
             report=self.report,
             completion=completion,
+            budget=budget,
+            weight=options.weight,
         )
         self.tenants = None if cap is None else Tenants(cap)
         # WORKER_ADAPTIVE_CONCURRENCY: the handler slots in use follow the downstream's latency.
@@ -358,6 +364,8 @@ class QueuePool:
             for run in runs:
                 groups.setdefault(run.delivery.group, []).append(run)
             for members in groups.values():
+                for run in members[1:]:
+                    self.admission.behind_its_group(run.ticket)
                 self._spawn(self._run_group(members), members)
         else:
             for run in runs:

@@ -13,6 +13,8 @@ import logging
 import threading
 from collections.abc import Callable
 
+from prometheus_client import Counter, Gauge
+
 from . import metrics
 from .adaptive import Limit, worth_telling
 from .delivery import Delivery
@@ -53,6 +55,7 @@ class QueueReport:
         self._limit = metrics.CONCURRENCY_LIMIT.labels(queue)
         self._limit.set(concurrency)
         self._limit_told = concurrency  # the limit the latest log line named
+        self._shared: tuple[Gauge, Counter] | None = None  # the shared budget's series (shared_slots)
 
     # -- the queue ------------------------------------------------------------------
 
@@ -120,6 +123,15 @@ class QueueReport:
                 delay,
                 extra={"queue": self.queue, "message_id": job_id, "group": group},
             )
+
+    def shared_slots(self, in_use: int, given: bool) -> None:
+        """The shared budget (budget.py): the slots this queue holds; `given`, one more given.
+        Its series exist only where a budget is shared: made at the first report."""
+        if self._shared is None:
+            self._shared = (metrics.SHARED_IN_USE.labels(self.queue), metrics.SHARED_GIVEN.labels(self.queue))
+        self._shared[0].set(in_use)
+        if given:
+            self._shared[1].inc()
 
     def batch(self, size: int) -> None:
         metrics.BATCH_SIZE.labels(self.queue).observe(size)
@@ -224,3 +236,8 @@ class QueueReport:
 
 def _ms(seconds: float | None) -> str:
     return "unmeasured" if seconds is None else f"{seconds * 1000:.0f} ms"
+
+
+def shared_budget(total: int) -> None:
+    """The queues of this process share `total` handler slots (WORKER_SHARED_CONCURRENCY)."""
+    metrics.SHARED_CONCURRENCY.set(total)

@@ -9,7 +9,7 @@ Per-queue overrides use `WORKER_QUEUE_<KEY>_<SETTING>`, where KEY is the queue n
 upper case with every character other than A-Z and 0-9 replaced by `_`
 (`orders.fifo` -> `ORDERS_FIFO`). Settings: URL, CONCURRENCY, JOB_TIMEOUT_MS,
 VISIBILITY_TIMEOUT_SECONDS, POLLERS, RATE_LIMIT, GROUP_CONCURRENCY, PREFETCH,
-ADAPTIVE_CONCURRENCY, CONCURRENCY_FLOOR.
+ADAPTIVE_CONCURRENCY, CONCURRENCY_FLOOR, WEIGHT.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from urllib.parse import urlsplit
 from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from .budget import PRIORITIES, Priority
 from .lease import heartbeat_problem
 from .limits import (
     LARGE_PAYLOAD_MAX_BYTES,
@@ -55,6 +56,7 @@ QUEUE_OVERRIDES = (
     "PREFETCH",
     "ADAPTIVE_CONCURRENCY",
     "CONCURRENCY_FLOOR",
+    "WEIGHT",
 )
 # How pydantic reads a boolean variable; a per-queue override is read the same way.
 TRUE_WORDS = frozenset({"1", "true", "t", "yes", "y", "on"})
@@ -198,6 +200,12 @@ class Settings(BaseSettings):
     idle_exit_seconds: float | None = Field(
         default=None, gt=0, le=7 * 86_400, validation_alias="WORKER_IDLE_EXIT_SECONDS"
     )
+    # Priorities on one budget (budget.py): the queues of this process share this many
+    # running jobs; unset, each queue runs its own concurrency. WORKER_PRIORITY chooses who
+    # gets a free slot: `weighted` (the default; WORKER_QUEUE_<KEY>_WEIGHT) or `strict` (in
+    # the order of WORKER_QUEUES).
+    shared_concurrency: int | None = Field(default=None, ge=1, le=1000, validation_alias="WORKER_SHARED_CONCURRENCY")
+    priority: Priority | None = Field(default=None, validation_alias="WORKER_PRIORITY")
     # Tracing (tracing.py): the producer's span as the parent of each job's, or a link only.
     trace_parent: bool = Field(default=True, validation_alias="WORKER_TRACE_PARENT")
 
@@ -231,6 +239,15 @@ class Settings(BaseSettings):
                 raise ValueError(f"{name!r} is not a valid SQS queue name (1-80 of A-Z a-z 0-9 - _, optional .fifo)")
         if len(set(value)) != len(value):
             raise ValueError("a queue is listed twice")
+        return value
+
+    @field_validator("priority", mode="before")
+    @classmethod
+    def _check_priority(cls, value: Any) -> Any:
+        if value == "":
+            return None
+        if value is not None and value not in PRIORITIES:
+            raise ValueError(f"{value!r} is not a priority: use {' or '.join(PRIORITIES)}")
         return value
 
     @field_validator("rate_limit")
@@ -313,6 +330,7 @@ class QueueSettings:
     prefetch: int = 0  # most messages held beyond the concurrency (WORKER_[QUEUE_<KEY>_]PREFETCH)
     adaptive: bool = False  # the concurrency is a ceiling (WORKER_[QUEUE_<KEY>_]ADAPTIVE_CONCURRENCY)
     concurrency_floor: int = 1  # the adaptive limit's floor (WORKER_[QUEUE_<KEY>_]CONCURRENCY_FLOOR)
+    weight: int = 1  # its share of the shared budget under weighted priority (WORKER_QUEUE_<KEY>_WEIGHT)
 
     @property
     def fifo(self) -> bool:
@@ -337,6 +355,13 @@ class WorkerConfig:
         if self.settings.stalled_after_seconds is not None:
             return self.settings.stalled_after_seconds
         return max(q.job_timeout for q in self.queues) + 60
+
+    @property
+    def priority(self) -> Priority | None:
+        """How a shared budget's slots are given (None: no shared budget)."""
+        if self.settings.shared_concurrency is None:
+            return None
+        return self.settings.priority or "weighted"
 
     @property
     def health_file(self) -> str:
@@ -364,10 +389,12 @@ class WorkerConfig:
                 "prefetch": q.prefetch,
                 "adaptive_concurrency": q.adaptive,
                 "concurrency_floor": q.concurrency_floor,
+                "weight": q.weight,
                 "fifo": q.fifo,
             }
             for q in self.queues
         ]
+        data["priority"] = self.priority
         data["stalled_after_seconds"] = self.stalled_after
         data["health_file"] = self.health_file
         return data
@@ -483,11 +510,32 @@ def load_settings(environ: Mapping[str, str] | None = None, service: ServiceDefa
             continue
         overrides[by_key[key]][setting] = value
 
+    shared = settings.shared_concurrency
+    if shared is None and settings.priority is not None:
+        problems.append(
+            ("WORKER_PRIORITY", "chooses how a shared budget's slots are given: set WORKER_SHARED_CONCURRENCY")
+        )
+    # With a shared budget a queue may take all of it unless its own concurrency (or one the
+    # environment sets for every queue) caps it lower; a service's default does not.
+    base_concurrency = settings.concurrency if shared is None or "WORKER_CONCURRENCY" in given else shared
     queues: list[QueueSettings] = []
     for name in settings.queues:
         own = overrides[name]
         prefix = f"{QUEUE_OVERRIDE_PREFIX}{queue_env_key(name)}_"
-        concurrency = _int(own, "CONCURRENCY", prefix, settings.concurrency, 1, 1000, problems)
+        concurrency = _int(own, "CONCURRENCY", prefix, base_concurrency, 1, 1000, problems)
+        weight = _int(own, "WEIGHT", prefix, 1, 1, 1000, problems)
+        if "WEIGHT" in own and shared is None:
+            problems.append(
+                (prefix + "WEIGHT", "a weight is a share of a shared budget: set WORKER_SHARED_CONCURRENCY too")
+            )
+        elif "WEIGHT" in own and settings.priority == "strict":
+            problems.append(
+                (
+                    prefix + "WEIGHT",
+                    "strict priority reads no weights (the order of WORKER_QUEUES decides): "
+                    "drop it, or set WORKER_PRIORITY=weighted",
+                )
+            )
         job_timeout_ms = _int(
             own, "JOB_TIMEOUT_MS", prefix, settings.job_timeout_ms, 100, MAX_VISIBILITY_SECONDS * 1000, problems
         )
@@ -563,6 +611,7 @@ def load_settings(environ: Mapping[str, str] | None = None, service: ServiceDefa
                 prefetch,
                 adaptive,
                 least,
+                weight,
             )
         )
 
@@ -592,12 +641,16 @@ def load_settings(environ: Mapping[str, str] | None = None, service: ServiceDefa
     if settings.retry_max_seconds < settings.retry_base_seconds:
         problems.append(("WORKER_RETRY_MAX_SECONDS", "must be at least WORKER_RETRY_BASE_SECONDS"))
     total = sum(q.concurrency for q in queues)
+    if shared is not None:
+        total = min(total, shared)  # the queues never run more than the budget together
     if settings.db_pool_size is not None and total > settings.db_pool_size:
+        what = "the shared budget" if shared is not None and total == shared else "sum of per-queue concurrency"
+        lower = "WORKER_SHARED_CONCURRENCY" if shared is not None and total == shared else "WORKER_CONCURRENCY"
         problems.append(
             (
                 "DB_POOL_SIZE",
                 f"{settings.db_pool_size} connections cannot serve {total} concurrent handlers "
-                "(sum of per-queue concurrency); lower WORKER_CONCURRENCY or raise the pool",
+                f"({what}); lower {lower} or raise the pool",
             )
         )
     config = WorkerConfig(settings, tuple(queues), service)

@@ -31,9 +31,10 @@ from contextlib import AsyncExitStack
 from enum import StrEnum
 from typing import Any
 
-from . import clock, job, metrics, signals, tracing
+from . import clock, job, metrics, reporting, signals, tracing
 from ._version import ENGINE_VERSION
 from .backoff import Backoff
+from .budget import SharedBudget
 from .completion import Completion
 from .ecs import ScaleInProtection
 from .events import Events, Listener
@@ -281,7 +282,18 @@ class Worker:
             if s.max_jobs is not None:
                 completion.show_left(metrics.enable_jobs_left_gauge().set)
             self.completion = completion
+        budget = None
+        if s.shared_concurrency is not None and self.config.priority is not None:
+            budget = SharedBudget(s.shared_concurrency, self.config.priority)
+            reporting.shared_budget(s.shared_concurrency)
         for q in self.config.queues:
+            if budget is not None and q.concurrency > budget.total:
+                log.info(
+                    "queue %s: concurrency %d above the shared budget of %d: it may take the whole budget, never more",
+                    q.name,
+                    q.concurrency,
+                    budget.total,
+                )
             info = await self._describe(control_client, q.name, q.url)
             spec = self.router.get(q.name)
             assert spec is not None
@@ -304,6 +316,7 @@ class Worker:
                 prefetch=q.prefetch,
                 adaptive=q.adaptive,
                 concurrency_floor=q.concurrency_floor,
+                weight=q.weight,
             )
             pool = QueuePool(
                 client,
@@ -318,6 +331,7 @@ class Worker:
                 payloads=self.payloads,
                 signatures=self.signatures,
                 completion=completion,
+                budget=budget,
             )
             self.pools.append(pool)
         # The service's shared resources: opened before the first receive, closed by the

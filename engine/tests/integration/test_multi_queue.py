@@ -47,3 +47,47 @@ def test_slow_queue_does_not_starve_fast_queue(sqs: Sqs, localstack_endpoint: st
             await wait_for(lambda: finished.count("slow") == 6, 60, "the slow queue")
 
     asyncio.run(scenario())
+
+
+def test_strict_priority_on_a_shared_budget_runs_the_higher_queue_first(
+    sqs: Sqs, localstack_endpoint: str, health_file: str
+) -> None:
+    """Two backlogged queues sharing 2 slots, strict priority: the higher queue's messages
+    all complete before most of the lower queue's (at most what started before the
+    higher queue's first receive came back, and a few on a short receive)."""
+    high, low = sqs.create(prefix="high"), sqs.create(prefix="low")
+    finished: list[str] = []
+    low_done_when_high_drained: list[int] = []
+    router = Router()
+
+    @router.handler(high.name)
+    async def high_job(job: Job[Any]) -> None:
+        await asyncio.sleep(0.05)
+        finished.append("high")
+        if finished.count("high") == 30:
+            low_done_when_high_drained.append(finished.count("low"))
+
+    @router.handler(low.name)
+    async def low_job(job: Job[Any]) -> None:
+        await asyncio.sleep(0.05)
+        finished.append("low")
+
+    sqs.send(high, [{"n": i} for i in range(30)])
+    sqs.send(low, [{"n": i} for i in range(30)])
+    env = env_for(
+        localstack_endpoint,
+        f"{high.name},{low.name}",
+        health_file,
+        WORKER_SHARED_CONCURRENCY=2,
+        WORKER_PRIORITY="strict",
+    )
+
+    async def scenario() -> None:
+        async with running_worker(env, router) as worker:
+            assert [p.options.concurrency for p in worker.pools] == [2, 2]
+            await wait_for(lambda: len(finished) == 60, 60, "both queues")
+            assert sum(p.admission.running for p in worker.pools) == 0
+
+    asyncio.run(scenario())
+    (low_done,) = low_done_when_high_drained
+    assert low_done <= 10, f"{low_done} of the lower queue's 30 completed before the higher queue's 30"

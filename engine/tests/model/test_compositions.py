@@ -116,12 +116,13 @@ class Seen:
     jobs: dict[int, set[str]] = field(default_factory=dict)  # worker -> receipt handles its handlers saw
 
 
-def _router(c: Composition, queue: str, seen: Seen, workers: list[Worker]) -> Router:
-    router = Router()
+def _router(c: Composition, queue: str, seen: Seen, workers: list[Worker], router: Router | None = None) -> Router:
+    """`queue`'s handler, on `router` (default: a new one)."""
+    router = router or Router()
 
     def enter(job: Job[Any]) -> tuple[str, str]:
         key, kind = job.payload["key"], job.payload["kind"]
-        pool = workers[-1].pools[0]
+        pool = next(p for p in workers[-1].pools if p.name == queue)
         run = next((r for r in pool.runs if r.job is job), None)
         if run is None or run.delivery.state is not State.RUNNING:
             seen.problems.append(f"{key} started without a held lease ({run and run.delivery.state})")

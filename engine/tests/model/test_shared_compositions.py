@@ -1,0 +1,244 @@
+"""Liveness of a shared budget (budget.py) composed with everything else: two or three
+queues of random compositions (test_compositions.py's: pauses, rate limits, tenant caps,
+prefetch, FIFO, batch handlers, failing messages, lost leases), sharing 1-4 slots under
+strict or weighted priority, with slow and failing SQS calls and SIGTERM.
+
+Checked in every composition, besides test_compositions.py's invariants per queue (every
+message ends, held within concurrency + prefetch, no start on a lost lease, no message
+run twice at once, rate limits kept, a prompt exit on SIGTERM): the queues together never
+hold more slots than the budget. A slot that nobody holds while a line waits for it for
+good, or a line that nobody wakes, leaves a message that never ends: the check fails.
+SHARED_COMPOSITIONS sets how many are played (default: COMPOSITIONS / 3).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from sqs_worker_engine import clock
+from sqs_worker_engine.budget import Member, SharedBudget
+from sqs_worker_engine.memory import Fault, MemorySQS
+from sqs_worker_engine.router import Router
+from sqs_worker_engine.settings import queue_env_key
+from sqs_worker_engine.throttle import StartWindow
+from sqs_worker_engine.worker import Worker
+
+from . import vtime
+from .harness import Running, config
+from .test_compositions import (
+    COMPOSITIONS,
+    ENDS_WITHIN,
+    EXIT_MARGIN,
+    GOOD,
+    MAX_RECEIVE,
+    SHUTDOWN_S,
+    Composition,
+    Seen,
+    _check_rate,
+    _per_second,
+    _router,
+    compositions,
+)
+
+SHARED_COMPOSITIONS = int(os.environ.get("SHARED_COMPOSITIONS", str(max(1, COMPOSITIONS // 3))))
+ran = {"compositions": 0}
+
+
+@dataclass(frozen=True)
+class Shared:
+    queues: tuple[Composition, ...]  # each queue's own composition (its trouble and SIGTERM unused)
+    budget: int
+    priority: str
+    weights: tuple[int, ...]
+    trouble: tuple[tuple[str, float, str | None], ...]
+    sigterm_at: float | None
+
+
+@st.composite
+def shared_compositions(draw: st.DrawFn) -> Shared:
+    queues = tuple(draw(st.lists(compositions(), min_size=2, max_size=3)))
+    first = queues[0]
+    return Shared(
+        queues=queues,
+        budget=draw(st.integers(1, 4)),
+        priority=draw(st.sampled_from(["strict", "weighted"])),
+        weights=tuple(draw(st.integers(1, 3)) for _ in queues),
+        trouble=first.trouble,
+        sigterm_at=first.sigterm_at,
+    )
+
+
+def _name(i: int, c: Composition) -> str:
+    return f"q{i}.fifo" if c.fifo else f"q{i}"
+
+
+def _env(s: Shared) -> dict[str, str]:
+    env = {
+        "WORKER_SHARED_CONCURRENCY": str(s.budget),
+        "WORKER_PRIORITY": s.priority,
+        "WORKER_VISIBILITY_TIMEOUT_SECONDS": "10",
+        "WORKER_JOB_TIMEOUT_MS": "18000",
+        "WORKER_SHUTDOWN_TIMEOUT_MS": str(int(SHUTDOWN_S * 1000)),
+        "WORKER_RETRY_BASE_SECONDS": "1",
+        "WORKER_RETRY_MAX_SECONDS": "8",
+    }
+    for i, (c, weight) in enumerate(zip(s.queues, s.weights, strict=True)):
+        prefix = f"WORKER_QUEUE_{queue_env_key(_name(i, c))}_"
+        env[prefix + "CONCURRENCY"] = str(c.concurrency)
+        env[prefix + "PREFETCH"] = c.prefetch
+        if c.rate:
+            env[prefix + "RATE_LIMIT"] = c.rate
+        if c.group_cap:
+            env[prefix + "GROUP_CONCURRENCY"] = c.group_cap
+        if s.priority == "weighted":
+            env[prefix + "WEIGHT"] = str(weight)
+    return env
+
+
+def play(s: Shared) -> None:
+    """Run one composition; raises AssertionError naming the invariant that broke."""
+    ran["compositions"] += 1
+    names = [_name(i, c) for i, c in enumerate(s.queues)]
+    seen = {name: Seen() for name in names}
+    problems: list[str] = []
+    workers: list[Worker] = []
+    env = _env(s)
+
+    async def scenario() -> None:
+        sqs = MemorySQS()
+        router = Router()
+        keys: dict[str, dict[str, str]] = {}
+        for i, (name, c) in enumerate(zip(names, s.queues, strict=True)):
+            sqs.create_queue_with_dlq(name, MAX_RECEIVE, VisibilityTimeout="10")
+            _router(c, name, seen[name], workers, router)
+            keys[name] = {}
+            for j, (kind, group) in enumerate(c.kinds):
+                key = f"q{i}k{j}"
+                keys[name][key] = kind
+                message_id = sqs.put(name, json.dumps({"key": key, "kind": kind}), group=f"g{group}")
+                if kind == "lost":
+                    sqs.refuse_extensions(message_id, "ReceiptHandleIsInvalid")
+        queues = ",".join(names)
+        running = Running(Worker(config(queues, **env), router, client=sqs))
+        workers.append(running.worker)
+        sampler = asyncio.create_task(_sample(workers, s.budget, problems))
+        for operation, before, error in s.trouble:
+            sqs.faults[operation] = Fault(before=before, error=error, times=3)
+        if s.sigterm_at is not None:
+            await asyncio.sleep(s.sigterm_at)
+            took = await running.stop()
+            assert took <= SHUTDOWN_S + EXIT_MARGIN, f"the worker took {took:.1f} s to exit"
+            running = Running(Worker(config(queues, **env), router, client=sqs))
+            workers.append(running.worker)
+        await asyncio.sleep(30)
+        sqs.heal()
+        deadline = clock.now() + ENDS_WITHIN
+        while clock.now() < deadline and not all(_ended(sqs, name, keys[name], seen[name]) for name in names):
+            await asyncio.sleep(5)
+        sampler.cancel()
+        await running.stop()
+        assert problems == [], problems
+        receives = {json.loads(body)["key"]: n for body, n in sqs.receipts.items()}
+        for name, c in zip(names, s.queues, strict=True):
+            assert seen[name].problems == [], seen[name].problems
+            dead = {json.loads(b)["key"] for b in sqs.bodies(_dlq(name))}
+            for key, kind in keys[name].items():
+                assert key in seen[name].completed or key in dead, f"{kind} message {key} never ended ({s})"
+                if kind in GOOD and key in dead:
+                    assert receives[key] >= MAX_RECEIVE, f"good message {key} ({kind}) was dead-lettered"
+                if kind == "fatal":
+                    assert key in dead, f"fatal message {key} was not dead-lettered"
+            if c.rate:
+                _check_rate(seen[name].starts, StartWindow(_per_second(c.rate)), len(workers))
+
+    vtime.run(scenario())
+
+
+def _dlq(name: str) -> str:
+    return name.removesuffix(".fifo") + "-dlq" + (".fifo" if name.endswith(".fifo") else "")
+
+
+def _ended(sqs: MemorySQS, name: str, keys: dict[str, str], seen: Seen) -> bool:
+    dead = {json.loads(b)["key"] for b in sqs.bodies(_dlq(name))}
+    return all(k in seen.completed or k in dead for k in keys) and not sqs.bodies(name)
+
+
+async def _sample(workers: list[Worker], budget: int, problems: list[str]) -> None:
+    while True:
+        for worker in workers:
+            in_use = sum(pool.admission.running for pool in worker.pools)
+            if in_use > budget:
+                problems.append(f"{in_use} slots held, more than the budget of {budget}")
+            for pool in worker.pools:
+                limit = pool.admission.held_limit
+                if len(pool.book) > limit or pool.admission.held > limit:
+                    problems.append(f"{pool.name}: {len(pool.book)} held, more than {limit}")
+        await asyncio.sleep(0.5)
+
+
+@settings(
+    max_examples=SHARED_COMPOSITIONS,
+    derandomize=True,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(shared_compositions())
+def test_every_message_of_every_queue_ends_on_a_shared_budget(s: Shared) -> None:
+    play(s)
+
+
+@pytest.fixture(autouse=True)
+def _quiet_engine() -> Iterator[None]:
+    import logging
+
+    engine = logging.getLogger("sqs_worker_engine")
+    level = engine.level
+    engine.setLevel(logging.CRITICAL)
+    yield
+    engine.setLevel(level)
+
+
+def test_zz_report_how_many_shared_compositions_ran() -> None:
+    print(f"\n{ran['compositions']} shared compositions")
+
+
+def _plain(kinds: tuple[tuple[str, int], ...]) -> Composition:
+    """A standard queue running one job at a time, without prefetch: its one poller waits
+    while its one message waits for a slot, so only the budget can wake it."""
+    return Composition(False, False, 1, "0", None, None, kinds, (), None)
+
+
+WAKE_CASE = Shared(
+    queues=(_plain((("ok", 0),) * 3), _plain((("ok", 0),) * 3)),
+    budget=1,
+    priority="weighted",
+    weights=(1, 1),
+    trouble=(),
+    sigterm_at=None,
+)
+
+
+def test_the_wake_case_ends_as_it_should() -> None:
+    """One slot for two queues: each job's end hands the slot to the other queue's line."""
+    play(WAKE_CASE)
+
+
+def test_a_line_nobody_wakes_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The check of the check: a budget that lets only the queue whose state changed admit
+    again (a slot freed in one queue never wakes the other's line) strands the other
+    queue's messages, and the liveness check says so."""
+
+    def selfish(self: SharedBudget, source: Member) -> None:
+        source.refresh()
+
+    monkeypatch.setattr(SharedBudget, "changed", selfish)
+    with pytest.raises(AssertionError, match="never ended"):
+        play(WAKE_CASE)
