@@ -1,7 +1,8 @@
 """Liveness of a shared budget (budget.py) composed with everything else: two or three
 queues of random compositions (test_compositions.py's: pauses, rate limits, tenant caps,
-prefetch, FIFO, batch handlers, failing messages, lost leases), sharing 1-4 slots under
-strict or weighted priority, with slow and failing SQS calls and SIGTERM.
+prefetch, adaptive concurrency, FIFO, batch handlers, failing messages, lost leases),
+sharing 1-4 slots under strict or weighted priority, with slow and failing SQS calls,
+SIGTERM, and WORKER_MAX_JOBS (a worker at its cap exits and another takes its place).
 
 Checked in every composition, besides test_compositions.py's invariants per queue (every
 message ends, held within concurrency + prefetch, no start on a lost lease, no message
@@ -14,6 +15,7 @@ SHARED_COMPOSITIONS sets how many are played (default: COMPOSITIONS / 3).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 from collections.abc import Iterator
@@ -44,6 +46,7 @@ from .test_compositions import (
     Seen,
     _check_rate,
     _per_second,
+    _replace_finished,
     _router,
     compositions,
 )
@@ -60,6 +63,7 @@ class Shared:
     weights: tuple[int, ...]
     trouble: tuple[tuple[str, float, str | None], ...]
     sigterm_at: float | None
+    max_jobs: str | None = None  # WORKER_MAX_JOBS of every worker: the process's, all queues together
 
 
 @st.composite
@@ -73,6 +77,7 @@ def shared_compositions(draw: st.DrawFn) -> Shared:
         weights=tuple(draw(st.integers(1, 3)) for _ in queues),
         trouble=first.trouble,
         sigterm_at=first.sigterm_at,
+        max_jobs=first.max_jobs,
     )
 
 
@@ -89,6 +94,7 @@ def _env(s: Shared) -> dict[str, str]:
         "WORKER_SHUTDOWN_TIMEOUT_MS": str(int(SHUTDOWN_S * 1000)),
         "WORKER_RETRY_BASE_SECONDS": "1",
         "WORKER_RETRY_MAX_SECONDS": "8",
+        **({"WORKER_MAX_JOBS": s.max_jobs} if s.max_jobs else {}),
     }
     for i, (c, weight) in enumerate(zip(s.queues, s.weights, strict=True)):
         prefix = f"WORKER_QUEUE_{queue_env_key(_name(i, c))}_"
@@ -98,6 +104,8 @@ def _env(s: Shared) -> dict[str, str]:
             env[prefix + "RATE_LIMIT"] = c.rate
         if c.group_cap:
             env[prefix + "GROUP_CONCURRENCY"] = c.group_cap
+        if c.adaptive:  # a limit that moves under a shared budget
+            env[prefix + "ADAPTIVE_CONCURRENCY"] = "true"
         if s.priority == "weighted":
             env[prefix + "WEIGHT"] = str(weight)
     return env
@@ -127,24 +135,41 @@ def play(s: Shared) -> None:
                 if kind == "lost":
                     sqs.refuse_extensions(message_id, "ReceiptHandleIsInvalid")
         queues = ",".join(names)
-        running = Running(Worker(config(queues, **env), router, client=sqs))
-        workers.append(running.worker)
+        now: dict[str, Running] = {}
+
+        def begin() -> None:
+            now["running"] = Running(Worker(config(queues, **env), router, client=sqs))
+            workers.append(now["running"].worker)
+
+        # With WORKER_MAX_JOBS a worker exits at its cap and another takes its place.
+        capped = dataclasses.replace(s.queues[0], max_jobs=s.max_jobs)
+        seen_first = seen[names[0]]
+
+        def replacing() -> asyncio.Task[None] | None:
+            return asyncio.create_task(_replace_finished(capped, now, begin, seen_first)) if s.max_jobs else None
+
+        begin()
         sampler = asyncio.create_task(_sample(workers, s.budget, problems))
+        replacer = replacing()
         for operation, before, error in s.trouble:
             sqs.faults[operation] = Fault(before=before, error=error, times=3)
         if s.sigterm_at is not None:
             await asyncio.sleep(s.sigterm_at)
-            took = await running.stop()
+            if replacer is not None:
+                replacer.cancel()
+            took = await now["running"].stop()
             assert took <= SHUTDOWN_S + EXIT_MARGIN, f"the worker took {took:.1f} s to exit"
-            running = Running(Worker(config(queues, **env), router, client=sqs))
-            workers.append(running.worker)
+            begin()
+            replacer = replacing()
         await asyncio.sleep(30)
         sqs.heal()
         deadline = clock.now() + ENDS_WITHIN
         while clock.now() < deadline and not all(_ended(sqs, name, keys[name], seen[name]) for name in names):
             await asyncio.sleep(5)
         sampler.cancel()
-        await running.stop()
+        if replacer is not None:
+            replacer.cancel()
+        await now["running"].stop()
         assert problems == [], problems
         receives = {json.loads(body)["key"]: n for body, n in sqs.receipts.items()}
         for name, c in zip(names, s.queues, strict=True):
