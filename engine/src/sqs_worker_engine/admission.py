@@ -42,8 +42,10 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from . import clock
+from .adaptive import Limit
 from .budget import COMING, NOTHING, WAITING, SharedBudget, Want
 from .completion import Completion
+from .outcomes import Outcome
 from .reporting import QueueReport
 from .throttle import Breaker, StartWindow
 
@@ -93,10 +95,16 @@ class Admission:
         completion: Completion | None = None,
         budget: SharedBudget | None = None,
         weight: int = 1,
+        adaptive: Limit | None = None,
     ) -> None:
         self.report = report
         self.capacity = concurrency  # the configured concurrency: the ceiling of `limit`
         self.limit = concurrency  # handler slots in use now (set_limit)
+        self.adaptive = adaptive  # WORKER_ADAPTIVE_CONCURRENCY: moves the limit (adaptive.py)
+        if adaptive is not None:
+            self.limit = adaptive.current
+            if report is not None:
+                report.concurrency_limit(adaptive)
         self.completion = completion  # the process's jobs left, shared by every queue
         if completion is not None:
             completion.listen(self._kick)
@@ -354,8 +362,16 @@ class Admission:
         ticket.returned = True
         self._free_slot(ticket)
 
-    def decide(self, ticket: Ticket) -> None:
-        """Its ending was read (the pause's decisions made): the slot may go once its work ended."""
+    def decide(self, ticket: Ticket, duration: float = 0.0, outcome: Outcome | None = None) -> None:
+        """Its ending was read (the pause's decisions made): the slot may go once its work
+        ended. A handler that ran (`duration`) tells the adaptive limit first, so that a
+        shrunken limit holds this very slot back."""
+        if self.adaptive is not None and duration and outcome is not None:
+            limit = self.adaptive.sample(duration, outcome, clock.now(), self.running)
+            if limit != self.limit:
+                self.set_limit(limit)
+                if self.report is not None:
+                    self.report.concurrency_limit(self.adaptive)
         ticket.decided = True
         self._free_slot(ticket)
 

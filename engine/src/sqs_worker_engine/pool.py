@@ -159,14 +159,11 @@ class QueuePool:
             report=self.report,
             completion=completion,
             budget=budget,
+            # WORKER_ADAPTIVE_CONCURRENCY: the handler slots in use follow the downstream's latency.
+            adaptive=Limit(options.concurrency_floor, options.concurrency) if options.adaptive else None,
             weight=options.weight,
         )
         self.tenants = None if cap is None else Tenants(cap)
-        # WORKER_ADAPTIVE_CONCURRENCY: the handler slots in use follow the downstream's latency.
-        self.adaptive = Limit(options.concurrency_floor, options.concurrency) if options.adaptive else None
-        if self.adaptive is not None:
-            self.admission.set_limit(self.adaptive.current)
-            self.report.concurrency_limit(self.adaptive)
         self.pace = Pace()  # receive round trips and job durations, for the prefetch
         self.book = LeaseBook(info.name, options.visibility, options.heartbeat_fraction)
         self.keeper = LeaseKeeper(self.book, control or client, info.url, self._sqs_answered)
@@ -416,8 +413,7 @@ class QueuePool:
                     await self._let_go([run], reason)
                     return Release()
                 ending = self._downstream(run, await self._attempt(run))
-                self._adapt(ending)
-                self.admission.decide(run.ticket)
+                self.admission.decide(run.ticket, ending.duration, ending.outcome)
                 if ending.duration:
                     self.pace.ran(ending.duration)  # also the fair tenants' line length
                     if self.options.prefetch:
@@ -486,16 +482,6 @@ class QueuePool:
         if self.admission.answered(run.ticket, handled=ending.outcome not in ("released", "lease_lost")):
             self.report.resumed()
         return ending
-
-    def _adapt(self, ending: Ending) -> None:
-        """What a handler's ending says to the adaptive limit (adaptive.py), before its slot
-        goes back: a shrunken limit holds that slot back at once."""
-        if self.adaptive is None or not ending.duration:
-            return  # off, or the handler never ran
-        limit = self.adaptive.sample(ending.duration, ending.outcome, clock.now(), self.admission.running)
-        if limit != self.admission.limit:
-            self.admission.set_limit(limit)
-            self.report.concurrency_limit(self.adaptive)
 
     async def _attempt(self, run: Run) -> Ending:
         """One handler call, up to its end (or the shutdown cut). Admission's slot is taken;

@@ -160,7 +160,7 @@ def test_off_the_limit_is_the_concurrency_all_along(watch: Watch) -> None:
         running = await start(sqs, router, WORKER_CONCURRENCY="12")
         path = await sample_until_done(running, downstream, messages, 600)
         assert set(path) == {12}
-        assert running.worker.pools[0].adaptive is None
+        assert running.worker.pools[0].admission.adaptive is None
         await running.stop()
 
     vtime.run(scenario())
