@@ -34,6 +34,7 @@ from .limits import (
     MAX_VISIBILITY_SECONDS,
     MAX_WAIT_SECONDS,
 )
+from .loops import EventLoop, loop_problem, uvloop_installed
 from .prefetch import default_prefetch
 from .throttle import parse_rate
 
@@ -182,6 +183,8 @@ class Settings(BaseSettings):
     prefetch: int | None = Field(default=None, ge=0, le=10_000, validation_alias="WORKER_PREFETCH")
     # Tracing (tracing.py): the producer's span as the parent of each job's, or a link only.
     trace_parent: bool = Field(default=True, validation_alias="WORKER_TRACE_PARENT")
+    # The event loop (loops.py): uvloop when installed (auto), or insisted on, or never.
+    event_loop: EventLoop = Field(default="auto", validation_alias="WORKER_EVENT_LOOP")
 
     db_pool_size: int | None = Field(default=None, ge=1, le=100_000, validation_alias="DB_POOL_SIZE")
     database_url: SecretStr | None = Field(default=None, validation_alias="DATABASE_URL")
@@ -213,6 +216,14 @@ class Settings(BaseSettings):
                 raise ValueError(f"{name!r} is not a valid SQS queue name (1-80 of A-Z a-z 0-9 - _, optional .fifo)")
         if len(set(value)) != len(value):
             raise ValueError("a queue is listed twice")
+        return value
+
+    @field_validator("event_loop")
+    @classmethod
+    def _check_event_loop(cls, value: EventLoop) -> EventLoop:
+        problem = loop_problem(value, uvloop_installed())
+        if problem:
+            raise ValueError(problem)
         return value
 
     @field_validator("rate_limit")

@@ -311,3 +311,16 @@ def test_a_default_poller_count_past_the_bound_is_refused_naming_its_cause() -> 
     # Asked for, a count within the bound stands: the owner chose it.
     config = load_settings({**SERVICE.environ, "WORKER_PREFETCH": "10000", "WORKER_POLLERS": "20"}, SERVICE)
     assert config.queues[0].pollers == 20
+
+
+def test_the_event_loop_is_auto_by_default_and_a_bad_choice_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    """WORKER_EVENT_LOOP: auto unless set; a value that is none of the three, or uvloop
+    where it is not installed, refuses to boot naming the variable (and the extra)."""
+    from sqs_worker_engine import settings
+
+    assert load_settings({}, SERVICE).settings.event_loop == "auto"
+    assert load_settings({"WORKER_EVENT_LOOP": "asyncio"}, SERVICE).settings.event_loop == "asyncio"
+    assert "WORKER_EVENT_LOOP" in problems({"WORKER_EVENT_LOOP": "libuv"})
+    monkeypatch.setattr(settings, "uvloop_installed", lambda: False)
+    assert "sqs-worker-engine[uvloop]" in problems({"WORKER_EVENT_LOOP": "uvloop"})["WORKER_EVENT_LOOP"]
+    assert load_settings({"WORKER_EVENT_LOOP": "auto"}, SERVICE).settings.event_loop == "auto"
