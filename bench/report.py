@@ -77,6 +77,22 @@ def reference(results: dict[str, Any]) -> tuple[str, int]:
     return handler, concurrency
 
 
+def raw_cpu_ms(results: dict[str, Any]) -> float | None:
+    """The raw batched loop's CPU per message in this run: the cheapest of its runs (the
+    floor any contender's machinery is compared with), None if none completed."""
+    figures = [r["cpu_ms_per_message"] for r in results["ceiling"]["runs"] if r.get("cpu_ms_per_message")]
+    return min(figures, default=None)
+
+
+def cpu_vs_raw(row: dict[str, Any], results: dict[str, Any]) -> float | None:
+    """A row's CPU per message over the raw loop's in the same run (None without either)."""
+    raw = results["ceiling"].get("cpu_ms_per_message")
+    if raw is None:  # a results file from before the figure was kept
+        raw = raw_cpu_ms(results)
+    mine = row.get("cpu_ms_per_message")
+    return mine / raw if raw and mine is not None else None
+
+
 # -- targets ---------------------------------------------------------------------------
 
 
@@ -221,6 +237,10 @@ def num(value: float | None, digits: int = 1) -> str:
     return f"{value:,.{digits}f}"
 
 
+def ratio_text(value: float | None) -> str:
+    return "–" if value is None else f"{value:.2f}x"
+
+
 def table(header: list[str], rows: list[list[str]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
@@ -282,6 +302,7 @@ def summary_columns(results: dict[str, Any]) -> list[str]:
         f"SQS requests / message (no-op, c={concurrency})",
         "idle requests / min (per poller)",
         f"CPU s / 1,000 messages (no-op, c={concurrency})",
+        f"CPU / message over the raw loop's (no-op, c={concurrency})",
         "peak RSS idle (MiB)",
         f"peak RSS, c={plan['rss_concurrency']}, {plan['rss_bytes'] // 1024} KiB messages (MiB)",
         "idle drain (s)",
@@ -325,6 +346,7 @@ def summary_rows(results: dict[str, Any]) -> list[list[str]]:
                 else "error"
             ),
             num(noop["cpu_ms_per_message"], 2) if noop else "–",
+            ratio_text(cpu_vs_raw(noop, results)) if noop else "–",
             num(i["peak_rss_bytes"] / MiB) if "peak_rss_bytes" in i else "error",
             num(m["peak_rss_bytes"] / MiB) if "peak_rss_bytes" in m else "error",
             drain_text(i) if "drain_seconds" in i else "error",
@@ -678,6 +700,17 @@ def markdown(results: dict[str, Any], baseline: dict[str, Any] | None = None) ->
             + scenario_table(results, lambda r: num(r["cpu_ms_per_message"], 2), added)
             + "\n"
         )
+        raw = results["ceiling"].get("cpu_ms_per_message") or raw_cpu_ms(results)
+        if raw:
+            add(f"\n## CPU per message over the raw batched loop's, {at}\n")
+            add(
+                f"Each row's CPU per message divided by the raw batched loop's in this run ({num(raw, 3)} ms, the "
+                "cheapest of its runs at the emulator's latency): 1.00x is a loop that receives 10 and deletes them "
+                "in one batch call and does nothing else. Two figures measured side by side drift far less with "
+                "the machine's load than either one alone.\n\n"
+                + scenario_table(results, lambda r: ratio_text(cpu_vs_raw(r, results)), added)
+                + "\n"
+            )
     add("\n## Idle\n")
     rows = []
     for r in sorted(results["idle"], key=lambda r: CONTENDERS.index(r["contender"])):

@@ -401,6 +401,7 @@ class Bench:
         self.ceiling = 0.0
         self.cpu_seconds = 0.0  # one cpu-like handler call, measured in this run
         self.raw_processes = 1
+        self.raw_cpu_ms: float | None = None  # the raw loop's CPU per message in this run (the floor)
         self.runs = 0
         self.added = (0.0, 0.0)  # the round trip the proxy adds now (seconds, uniform low-high)
 
@@ -1125,6 +1126,7 @@ def run(
         ceiling_runs = bench.measure_ceiling()
         if not bench.ceiling:
             raise SystemExit(f"the raw loop could not run: {ceiling_runs}")
+        bench.raw_cpu_ms = report.raw_cpu_ms({"ceiling": {"runs": ceiling_runs}})
         runs: list[dict[str, Any]] = []
         turn = 0
         results["added_latencies"] = [latency_label(a) for a in latencies]
@@ -1143,7 +1145,7 @@ def run(
                 for contender in rotation(names, turn):
                     row = bench.throughput(contender, handler, 1 if contender == "handloop" else concurrency)
                     runs.append(row)
-                    log(f"+{row['added_ms']:>2} ms " + describe(row))
+                    log(f"+{row['added_ms']:>2} ms " + describe(row, bench.raw_cpu_ms))
                 turn += 1
         bench.added = (0.0, 0.0)  # the other measurements are at the emulator's own latency
         if plan.name == "full":
@@ -1155,6 +1157,11 @@ def run(
                     row["efficiency"] = row["throughput"] / row["ideal"]
         results["ceiling"] = {"messages_per_second": bench.ceiling, "runs": ceiling_runs}
         results["runs"] = runs
+        # Every row's CPU per message over the raw loop's, measured in this run: a ratio of two
+        # figures taken side by side drifts far less with the machine's load than either one.
+        results["ceiling"]["cpu_ms_per_message"] = report.raw_cpu_ms(results)
+        for row in runs + ceiling_runs:
+            row["cpu_vs_raw"] = report.cpu_vs_raw(row, results)
         results["idle"] = []
         results["memory"] = []
         results["drain"] = []
@@ -1223,14 +1230,15 @@ def scrub(value: Any, prefixes: list[str]) -> Any:
     return value
 
 
-def describe(row: dict[str, Any]) -> str:
+def describe(row: dict[str, Any], raw_cpu_ms: float | None = None) -> str:
     head = f"{row['handler']:>8} c={row['concurrency']:<3} {row['contender']:<10}"
     if "error" in row:
         return f"{head} ERROR {row['error'][:300]}"
     eff = f" eff {row['efficiency']:.2f}" if row.get("efficiency") is not None else ""
+    ratio = f" ({row['cpu_ms_per_message'] / raw_cpu_ms:.2f}x raw)" if raw_cpu_ms else ""
     return (
         f"{head} {row['throughput']:8.1f} msg/s{eff}  {row['requests_per_message']:.3f} req/msg  "
-        f"{row['cpu_ms_per_message']:.3f} ms CPU/msg  ({row['messages']} in {row['window_seconds']} s)"
+        f"{row['cpu_ms_per_message']:.3f} ms CPU/msg{ratio}  ({row['messages']} in {row['window_seconds']} s)"
     )
 
 

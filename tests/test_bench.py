@@ -35,6 +35,8 @@ def test_bench_smoke_reports_every_contender_and_figure(tmp_path: Path, localsta
     ]
     assert not failed, "\n".join(failed)
     assert data["ceiling"]["messages_per_second"] > 0
+    assert data["ceiling"]["cpu_ms_per_message"] > 0
+    assert "CPU per message over the raw batched loop's" in (out / "benchmarks.md").read_text()
 
     # Every contender ran every throughput scenario at both latencies, and every other measurement.
     assert data["added_latencies"] == ["0", "20"]
@@ -44,7 +46,13 @@ def test_bench_smoke_reports_every_contender_and_figure(tmp_path: Path, localsta
                 for added in data["added_latencies"]:
                     row = report.find(data, contender, handler, concurrency, added)
                     assert row is not None, f"no {handler} run at c={concurrency} +{added} ms for {contender}"
-                    for figure in ("throughput", "efficiency", "requests_per_message", "cpu_ms_per_message"):
+                    for figure in (
+                        "throughput",
+                        "efficiency",
+                        "requests_per_message",
+                        "cpu_ms_per_message",
+                        "cpu_vs_raw",
+                    ):
                         assert isinstance(row[figure], float), (contender, handler, added, figure)
                     assert row["machine_busy_cores"] > 0, row
         # The proxy held every request for the added round trip.
@@ -123,3 +131,24 @@ def test_adaptive_bench_meets_its_targets_in_virtual_time(tmp_path: Path) -> Non
     assert data["adaptive_share_of_best"] >= 0.75, data
     assert data["adaptive_over_fixed_ceiling"] >= 3, data
     assert all(data["targets"].values()), data["targets"]
+def test_cpu_per_message_is_reported_over_the_raw_loops_of_the_same_run() -> None:
+    """Each row's CPU per message is divided by the cheapest raw-loop run of its own run
+    (report.cpu_vs_raw): the ratio, not either figure, is what survives a busy machine. A
+    results file from before the figure was kept gets it from its ceiling runs."""
+    results = {
+        "ceiling": {
+            "runs": [
+                {"cpu_ms_per_message": 0.30},
+                {"cpu_ms_per_message": 0.25},
+                {"error": "failed"},
+            ]
+        }
+    }
+    assert report.raw_cpu_ms(results) == 0.25
+    row = {"cpu_ms_per_message": 0.375}
+    assert report.cpu_vs_raw(row, results) == 1.5
+    results["ceiling"]["cpu_ms_per_message"] = 0.3
+    assert abs(report.cpu_vs_raw(row, results) - 1.25) < 1e-9
+    assert report.cpu_vs_raw({"error": "x"}, results) is None
+    assert report.cpu_vs_raw(row, {"ceiling": {"runs": []}}) is None
+    assert report.ratio_text(1.25) == "1.25x" and report.ratio_text(None) == "–"

@@ -210,6 +210,8 @@ class Admission:
                 self.reserved += n
                 probe = self.breaker.paused
                 self._probe_receive = self._probe_receive or probe
+                if self.receivable(most, clock.now()) > 0:
+                    self._wake_poller()  # room for more than this receive: the next poller looks too
                 return Grant(n, probe)
 
     def received(self, grant: Grant, got: int) -> list[Ticket]:
@@ -428,10 +430,12 @@ class Admission:
     def answered(self, ticket: Ticket, handled: bool) -> bool:
         """Its handler ended otherwise. True when this ended a pause. A probe that left
         without an answer (released, lease lost) keeps the probe until its ticket closes."""
-        if handled and self._probe is ticket:
+        probe = handled and self._probe is ticket
+        if probe:
             self._probe = None
         ended = self.breaker.answered(ticket.started_at, handled)
-        self._kick()
+        if ended or probe:  # else nothing changed: every job's end comes here
+            self._kick()
         return ended
 
     def sqs_answered(self, ok: bool) -> None:
@@ -447,8 +451,10 @@ class Admission:
         self._kick()
 
     def set_prefetch(self, target: int) -> None:
-        self.prefetch = min(target, self.prefetch_cap)
-        self._kick()
+        prefetch = min(target, self.prefetch_cap)
+        if prefetch != self.prefetch:  # measured after every job: mostly the same
+            self.prefetch = prefetch
+            self._kick()
 
     def stop(self) -> None:
         """No more receives or starts: the waits end (their messages are let go)."""
@@ -456,19 +462,21 @@ class Admission:
         for ticket in list(self._line):
             self._leave_line(ticket)
         self._kick()
+        while self._pollers:  # every poller, to see that it is done
+            self._wake_poller()
 
     # -- waking -------------------------------------------------------------------------
 
     def _kick(self) -> None:
-        """The state changed: start whoever may start, wake the pollers to look again;
-        with a shared budget, in every queue that shares it."""
+        """The state changed: start whoever may start, wake a poller to look again; with a
+        shared budget, in every queue that shares it."""
         if self.budget is None:
             self.refresh()
         else:
             self.budget.changed(self)
 
     def refresh(self, pollers: bool = True) -> None:
-        """Start whoever in this queue may start; wake its pollers to look again (the
+        """Start whoever in this queue may start; wake a poller of it to look again (the
         shared budget leaves them asleep when what they may receive cannot have grown)."""
         now = clock.now()
         if self._line:
@@ -476,11 +484,19 @@ class Admission:
         if self.report is not None:
             self.report.waiting(len(self._line))
         if pollers:
-            waiting, self._pollers = self._pollers, []
-            for waiter in waiting:
-                if not waiter.done():
-                    waiter.set_result(None)
+            self._wake_poller()
         self._schedule(now)
+
+    def _wake_poller(self) -> None:
+        """Wake the poller that has waited longest. One, not all: pollers are alike (what
+        one may ask for, any may), and a place freed by a job is one receive's worth at most;
+        a poller that takes places while more are left wakes the next (`reserve`). Waking all
+        of them for every freed place had tens race for it at high concurrency."""
+        while self._pollers:
+            waiter = self._pollers.pop(0)
+            if not waiter.done():  # else its wait timed out: it looks anyway
+                waiter.set_result(None)
+                return
 
     # -- the shared budget (budget.py) ----------------------------------------------------
 

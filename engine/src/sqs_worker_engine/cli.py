@@ -34,6 +34,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from . import signals
 from .health import check_file
+from .loops import EventLoop, new_loop
 from .settings import ConfigError, ServiceDefaults, WorkerConfig, load_settings
 
 EXIT_CONFIG = 2
@@ -192,7 +193,7 @@ def cmd_run(config: WorkerConfig, args: argparse.Namespace) -> int:
     router = load_router(handlers)
     worker = Worker(config, router)
     try:
-        run_until_stopped(worker.run(handle_signals=True))
+        run_until_stopped(worker.run(handle_signals=True), config.settings.event_loop)
     except StartupError as exc:
         logging.getLogger(__name__).error("cannot start: %s", exc)
         return EXIT_STARTUP
@@ -219,10 +220,11 @@ def _handlers(config: WorkerConfig) -> str:
     return config.settings.handlers
 
 
-def run_until_stopped(main: Coroutine[Any, Any, None]) -> None:
+def run_until_stopped(main: Coroutine[Any, Any, None], event_loop: EventLoop = "asyncio") -> None:
     """asyncio.run, without its last step: waiting for every thread asyncio.to_thread
-    started, which a blocked call would stretch to its own end."""
-    loop = asyncio.new_event_loop()
+    started, which a blocked call would stretch to its own end. On the loop `event_loop`
+    resolves to (loops.py, WORKER_EVENT_LOOP)."""
+    loop = new_loop(event_loop)
     asyncio.set_event_loop(loop)
     try:
         loop.run_until_complete(main)

@@ -17,6 +17,7 @@ message another consumer is working on.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -89,8 +90,8 @@ class Delivery:
                 self._lost.set_result(None)
         return self._lost
 
-    @property
-    def message_id(self) -> str:
+    @functools.cached_property
+    def message_id(self) -> str:  # asked several times a message: read once
         return str(self.message["MessageId"])
 
     @property

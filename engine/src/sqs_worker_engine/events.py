@@ -53,7 +53,10 @@ class Events:
             self._listeners[event].remove(listener)
 
     def emit(self, event: str, **fields: Any) -> None:
-        for listener in tuple(self._listeners[event]):
+        listeners = self._listeners[event]
+        if not listeners:  # the usual case: several events a message, nobody listening
+            return
+        for listener in tuple(listeners):
             try:
                 listener({"event": event, **fields})
             except Exception:

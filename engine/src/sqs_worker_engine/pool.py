@@ -54,6 +54,7 @@ from .decisions import (
     plan,
 )
 from .delivery import Delivery, LeaseBook, State
+from .eager import start_task
 from .errors import DownstreamUnavailable
 from .events import Events
 from .health import Health
@@ -369,7 +370,7 @@ class QueuePool:
                 self._spawn(self._life(run, []), [run])
 
     def _spawn(self, coro: Coroutine[Any, Any, Any], runs: list[Run]) -> None:
-        task = asyncio.create_task(self._guarded(coro, runs))
+        task = start_task(self._guarded(coro, runs))  # a job whose slot is free starts now (eager.py)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 

@@ -9,6 +9,7 @@ and listeners rely on (metric names, event names, their fields) lives in one fil
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import threading
 from collections.abc import Callable
@@ -34,14 +35,16 @@ class QueueReport:
         self.health = health
         self._loop_thread = threading.get_ident()
         # Metric children looked up once: labels() per message shows up in profiles.
-        self._inflight = metrics.INFLIGHT.labels(queue)
+        # Gauges that change with every message are read when scraped, not written each
+        # time: a gauge's set or inc takes a lock, several times a message.
+        self._running = 0
+        self._waiting = 0
+        metrics.INFLIGHT.labels(queue).set_function(lambda: self._running)
+        metrics.PREFETCHED.labels(queue).set_function(lambda: self._waiting)
         self._duration = metrics.JOB_DURATION.labels(queue)
         self._receive_count = metrics.RECEIVE_COUNT.labels(queue)
         self._age = metrics.MESSAGE_AGE.labels(queue)
         self._processed = {o: metrics.JOBS_PROCESSED.labels(queue, o) for o in OUTCOMES}
-        self._inflight.set(0)
-        self._prefetched = metrics.PREFETCHED.labels(queue)
-        self._prefetched.set(0)
         self._paused = metrics.PAUSED.labels(queue)
         self._paused.set(0)
         self._throttled = metrics.THROTTLED.labels(queue)
@@ -108,7 +111,7 @@ class QueueReport:
         self._throttled.inc(seconds)
 
     def waiting(self, prefetched: int) -> None:
-        self._prefetched.set(prefetched)
+        self._waiting = prefetched
 
     def tenants(self, running: int, at_cap: int, parked: int) -> None:
         for gauge, value in zip(self._tenant_gauges, (running, at_cap, parked), strict=True):
@@ -166,7 +169,7 @@ class QueueReport:
         self.events.emit("job:started", worker_id=self.worker_id, job_id=job_id, queue=self.queue)
 
     def running(self, change: int) -> None:
-        self._inflight.inc(change)
+        self._running += change
 
     def released(self, job_id: str, reason: str) -> None:
         """Given back without running (shutdown, or held behind its FIFO group)."""
@@ -211,27 +214,26 @@ class QueueReport:
             )
 
     def progress_reporter(self, job_id: str) -> Callable[[float, str | None], None]:
-        """`job.progress` for one job: safe from the loop, threads alike."""
-        loop = asyncio.get_running_loop()
+        """`job.progress` for one job: safe from the loop, threads alike. (A partial: made
+        for every job, most of which never report progress.)"""
+        return functools.partial(self._progress, asyncio.get_running_loop(), job_id)
 
-        def report(percent: float, message: str | None) -> None:
-            def emit() -> None:
-                self.health.progress(self.queue)
-                self.events.emit(
-                    "job:progress",
-                    worker_id=self.worker_id,
-                    job_id=job_id,
-                    queue=self.queue,
-                    percent=percent,
-                    message=message,
-                )
+    def _progress(self, loop: asyncio.AbstractEventLoop, job_id: str, percent: float, message: str | None) -> None:
+        def emit() -> None:
+            self.health.progress(self.queue)
+            self.events.emit(
+                "job:progress",
+                worker_id=self.worker_id,
+                job_id=job_id,
+                queue=self.queue,
+                percent=percent,
+                message=message,
+            )
 
-            if threading.get_ident() == self._loop_thread:
-                emit()
-            else:
-                loop.call_soon_threadsafe(emit)
-
-        return report
+        if threading.get_ident() == self._loop_thread:
+            emit()
+        else:
+            loop.call_soon_threadsafe(emit)
 
 
 def _ms(seconds: float | None) -> str:

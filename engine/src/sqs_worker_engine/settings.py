@@ -36,6 +36,7 @@ from .limits import (
     MAX_VISIBILITY_SECONDS,
     MAX_WAIT_SECONDS,
 )
+from .loops import EventLoop, loop_problem, uvloop_installed
 from .prefetch import default_prefetch
 from .throttle import parse_rate
 
@@ -208,6 +209,8 @@ class Settings(BaseSettings):
     priority: Priority | None = Field(default=None, validation_alias="WORKER_PRIORITY")
     # Tracing (tracing.py): the producer's span as the parent of each job's, or a link only.
     trace_parent: bool = Field(default=True, validation_alias="WORKER_TRACE_PARENT")
+    # The event loop (loops.py): uvloop when installed (auto), or insisted on, or never.
+    event_loop: EventLoop = Field(default="auto", validation_alias="WORKER_EVENT_LOOP")
 
     db_pool_size: int | None = Field(default=None, ge=1, le=100_000, validation_alias="DB_POOL_SIZE")
     database_url: SecretStr | None = Field(default=None, validation_alias="DATABASE_URL")
@@ -248,6 +251,14 @@ class Settings(BaseSettings):
             return None
         if value is not None and value not in PRIORITIES:
             raise ValueError(f"{value!r} is not a priority: use {' or '.join(PRIORITIES)}")
+        return value
+
+    @field_validator("event_loop")
+    @classmethod
+    def _check_event_loop(cls, value: EventLoop) -> EventLoop:
+        problem = loop_problem(value, uvloop_installed())
+        if problem:
+            raise ValueError(problem)
         return value
 
     @field_validator("rate_limit")

@@ -128,3 +128,67 @@ def test_no_window_of_the_rate_s_length_holds_more_than_its_count(rate: float, g
     for i, t in enumerate(starts):
         inside = [s for s in starts[i:] if s < t + window.seconds]
         assert len(inside) <= window.count
+
+
+class _Looks(Admission):
+    """Counts how often a waiting poller looks at the state again (`receivable`)."""
+
+    looks = 0
+
+    def receivable(self, most: int, now: float) -> int:
+        self.looks += 1
+        return super().receivable(most, now)
+
+
+def test_a_freed_place_wakes_one_waiting_poller_not_all() -> None:
+    """With every place taken, pollers wait; a job that frees its place wakes one of them
+    to take it. Waking all had each of them look (and tens race for one place at high
+    concurrency): fails on the old code, where all twenty looked."""
+
+    async def play() -> None:
+        never: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        admission = _Looks(10, 0)
+        tickets = admission.received(await admission.reserve(10), 10)
+        for ticket in tickets:
+            assert await admission.start(ticket, never)
+        pollers = [asyncio.ensure_future(admission.reserve(10)) for _ in range(20)]
+        await asyncio.sleep(0.01)
+        assert not any(p.done() for p in pollers)
+        admission.looks = 0
+        admission.work_ended(tickets[0])
+        admission.decide(tickets[0])  # its place is free (it settles meanwhile)
+        for _ in range(3):
+            await asyncio.sleep(0)
+        assert admission.looks <= 2, f"{admission.looks} looks for one freed place"
+        admission.stop()
+        grants = await asyncio.wait_for(asyncio.gather(*pollers), 5)
+        assert sum(g.places for g in grants) <= 1
+
+    asyncio.run(play())
+
+
+def test_places_freed_at_once_reach_every_waiting_poller_in_turn() -> None:
+    """Once SQS answers again, thirty places are free at once: the poller woken takes a
+    receive's worth and wakes the next, until none is left (none waits for a later change)."""
+
+    async def play() -> None:
+        admission = Admission(40, 0)
+        first = admission.received(await admission.reserve(10), 10)
+        admission.sqs_answered(False)  # held messages cannot be settled: receive nothing
+        pollers = [asyncio.ensure_future(admission.reserve(10)) for _ in range(4)]
+        await asyncio.sleep(0.01)
+        assert not any(p.done() for p in pollers)
+        admission.sqs_answered(True)
+        for _ in range(500):  # a hang guard, not a timing: each hand-on is a few loop turns
+            await asyncio.sleep(0.01)
+            if sum(p.done() for p in pollers) >= 3:
+                break
+        done = [p for p in pollers if p.done()]
+        waiting = [p for p in pollers if not p.done()]
+        assert len(done) == 3 and len(waiting) == 1, "three receives of ten; the fourth waits"
+        assert all(p.result().places == 10 for p in done)
+        admission.stop()
+        assert (await asyncio.wait_for(waiting[0], 5)).places == 0
+        assert len(first) == 10
+
+    asyncio.run(play())

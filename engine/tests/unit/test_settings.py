@@ -392,3 +392,16 @@ def test_run_to_completion_is_off_unless_asked_for_and_one_value_for_the_process
     assert config.describe()["max_jobs"] == 1
     found = problems({"WORKER_QUEUE_ORDERS_WORKER_JOBS_MAX_JOBS": "1"})
     assert "unknown per-queue setting" in found["WORKER_QUEUE_ORDERS_WORKER_JOBS_MAX_JOBS"], found
+
+
+def test_the_event_loop_is_auto_by_default_and_a_bad_choice_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    """WORKER_EVENT_LOOP: auto unless set; a value that is none of the three, or uvloop
+    where it is not installed, refuses to boot naming the variable (and the extra)."""
+    from sqs_worker_engine import settings
+
+    assert load_settings({}, SERVICE).settings.event_loop == "auto"
+    assert load_settings({"WORKER_EVENT_LOOP": "asyncio"}, SERVICE).settings.event_loop == "asyncio"
+    assert "WORKER_EVENT_LOOP" in problems({"WORKER_EVENT_LOOP": "libuv"})
+    monkeypatch.setattr(settings, "uvloop_installed", lambda: False)
+    assert "sqs-worker-engine[uvloop]" in problems({"WORKER_EVENT_LOOP": "uvloop"})["WORKER_EVENT_LOOP"]
+    assert load_settings({"WORKER_EVENT_LOOP": "auto"}, SERVICE).settings.event_loop == "auto"

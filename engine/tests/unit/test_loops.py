@@ -1,0 +1,75 @@
+"""The event loop the worker runs on (loops.py, WORKER_EVENT_LOOP)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+
+from sqs_worker_engine import Job, Router, loops
+from sqs_worker_engine.cli import run_until_stopped
+from sqs_worker_engine.memory import MemorySQS
+from sqs_worker_engine.settings import ServiceDefaults, load_settings
+from sqs_worker_engine.worker import Worker
+
+
+@pytest.mark.parametrize(
+    ("choice", "installed", "loop", "problem"),
+    [
+        ("auto", True, "uvloop", False),
+        ("auto", False, "asyncio", False),
+        ("uvloop", True, "uvloop", False),
+        ("uvloop", False, "uvloop", True),
+        ("asyncio", True, "asyncio", False),
+        ("asyncio", False, "asyncio", False),
+    ],
+)
+def test_each_choice_resolves_to_one_loop(choice: loops.EventLoop, installed: bool, loop: str, problem: bool) -> None:
+    assert loops.resolve(choice, installed) == loop
+    assert (loops.loop_problem(choice, installed) is not None) == problem
+
+
+@pytest.mark.parametrize("choice", loops.CHOICES)
+def test_the_worker_runs_its_jobs_on_the_loop_chosen(choice: loops.EventLoop) -> None:
+    """A worker on each loop the choice resolves to here takes messages through to their
+    deletes (run the way `run` runs it: cli.run_until_stopped)."""
+    if choice == "uvloop" and not loops.uvloop_installed():
+        pytest.skip("uvloop is not installed here")
+    seen: dict[str, Any] = {}
+
+    async def main() -> None:
+        sqs = MemorySQS()
+        sqs.create_queue("jobs")
+        for i in range(30):
+            sqs.put("jobs", json.dumps({"n": i}))
+        router = Router()
+        done = asyncio.Event()
+
+        @router.handler("jobs")
+        async def handle(job: Job[Any]) -> None:
+            await asyncio.sleep(0)
+            seen["count"] = seen.get("count", 0) + 1
+            if seen["count"] == 30:
+                done.set()
+
+        env = {
+            "WORKER_QUEUES": "jobs",
+            "AWS_REGION": "us-east-1",
+            "WORKER_METRICS_PORT": "0",
+            "WORKER_CONCURRENCY": "4",
+            "WORKER_BACKLOG_SAMPLE_SECONDS": "3600",
+        }
+        worker = Worker(load_settings(env, ServiceDefaults(name="loops")), router, client=sqs)
+        task = asyncio.create_task(worker.run())
+        await asyncio.wait_for(done.wait(), 30)
+        worker.stop("done")
+        await task
+        seen["loop"] = type(asyncio.get_running_loop()).__module__
+        seen["left"] = sqs.bodies("jobs")
+
+    run_until_stopped(main(), choice)
+    assert seen["count"] == 30 and seen["left"] == [], "every message ran and was deleted"
+    expected = loops.resolve(choice, loops.uvloop_installed())
+    assert seen["loop"].startswith("uvloop") == (expected == "uvloop"), seen["loop"]
