@@ -261,6 +261,7 @@ BAD: dict[str, dict[str, str]] = {
             "WORKER_PREFETCH",
             "WORKER_CONCURRENCY_FLOOR",
             "WORKER_MAX_JOBS",
+            "WORKER_SHARED_CONCURRENCY",
             "DB_POOL_SIZE",
         )
     },
@@ -283,6 +284,9 @@ BAD: dict[str, dict[str, str]] = {
     "WORKER_TRACE_PARENT": {"empty": "", "malformed": "sometimes", "absurd": "2"},
     "WORKER_SNS_VERIFY_SIGNATURES": {"empty": "", "malformed": "rarely", "absurd": "2"},
     "WORKER_ADAPTIVE_CONCURRENCY": {"empty": "", "malformed": "adaptive", "absurd": "2"},
+    # Empty means no priority (unset); anything but the two words is refused.
+    "WORKER_PRIORITY": {"malformed": "urgent", "absurd": "strict;weighted"},
+    "WORKER_EVENT_LOOP": {"empty": "", "malformed": "trio"},
     # Empty means no limit.
     "WORKER_RATE_LIMIT": {"malformed": "fast", "no_unit": "50", "zero": "0/s", "negative": "-5/s", "per_day": "9/day"},
     # S3's bucket-name rule; empty means none.

@@ -183,11 +183,21 @@ def test_content_in_a_log_line_is_json_escaped(capsys: pytest.CaptureFixture[str
     with pytest.raises(ControlMessage) as dropped:
         open_envelope("sns", json.dumps({"Type": "SubscriptionConfirmation", "TopicArn": forged}))
     configure("svc", "INFO")
+    # What this checks is the formatter; the engine loggers' levels are other tests' to
+    # quieten (the property suites set CRITICAL while they run), so they are pinned here.
+    loggers = [logging.getLogger("sqs_worker_engine"), logging.getLogger("sqs_worker_engine.pool")]
+    kept = [(logger.level, logger.disabled) for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.NOTSET)
+        logger.disabled = False
     try:
-        logging.getLogger("sqs_worker_engine.pool").info("dropped: %s", dropped.value)
+        loggers[1].info("dropped: %s", dropped.value)
     finally:
         logging.getLogger().handlers.clear()
+        for logger, (level, disabled) in zip(loggers, kept, strict=True):
+            logger.setLevel(level)
+            logger.disabled = disabled
     lines = capsys.readouterr().out.splitlines()
-    assert len(lines) == 1, lines
+    assert len(lines) == 1, (lines, kept)
     record = json.loads(lines[0])
     assert record["level"] == "INFO" and forged in record["message"]
