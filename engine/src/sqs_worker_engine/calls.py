@@ -18,7 +18,6 @@ from typing import Any
 
 from . import clock
 from .batches import Collector
-from .eager import start_task
 from .errors import RetryLater
 from .job import Job
 from .outcomes import Ending, classify
@@ -76,11 +75,8 @@ class HandlerCalls:
             call_ended.add_done_callback(finished)
             return result, ended
         if self.spec.mode == "async":
-            task = start_task(self.spec.fn(job))  # a handler that never waits is done here
-            if task.done():
-                finished()
-            else:
-                task.add_done_callback(finished)
+            task = asyncio.ensure_future(self.spec.fn(job))
+            task.add_done_callback(finished)
             return task, ended
         if self.spec.mode == "thread":
             assert self.threads is not None
@@ -109,8 +105,7 @@ class HandlerCalls:
         started = clock.now()
         with span or contextlib.nullcontext():  # the span is current in the handler's task or thread
             work, ended = self.start(job, on_ended)
-        if not work.done():  # done already: a handler that never waited (eager.py), no loop turn
-            await asyncio.wait({work, lost, cut}, timeout=job_timeout, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait({work, lost, cut}, timeout=job_timeout, return_when=asyncio.FIRST_COMPLETED)
         if work.done() and lease_gone():
             return Ending("lease_lost", None, clock.now() - started)  # whatever it did: not ours now
         if work.done():

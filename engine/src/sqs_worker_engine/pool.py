@@ -54,7 +54,6 @@ from .decisions import (
     plan,
 )
 from .delivery import Delivery, LeaseBook, State
-from .eager import start_task
 from .errors import DownstreamUnavailable
 from .events import Events
 from .health import Health
@@ -254,8 +253,11 @@ class QueuePool:
         for run in self.runs:
             if not run.cut.done():
                 run.cut.set_result(None)
-        while self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+        # Wait for the lives still going (one may spawn another as it lets its group go):
+        # only for those not done, so that a finished task whose removal is still queued
+        # is never awaited over and over.
+        while pending := [task for task in self._tasks if not task.done()]:
+            await asyncio.wait(pending)
         return len(cut)
 
     async def cancel_polls(self) -> None:
@@ -370,7 +372,7 @@ class QueuePool:
                 self._spawn(self._life(run, []), [run])
 
     def _spawn(self, coro: Coroutine[Any, Any, Any], runs: list[Run]) -> None:
-        task = start_task(self._guarded(coro, runs))  # a job whose slot is free starts now (eager.py)
+        task = asyncio.create_task(self._guarded(coro, runs))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
