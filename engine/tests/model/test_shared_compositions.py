@@ -18,7 +18,6 @@ import asyncio
 import dataclasses
 import json
 import os
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
@@ -46,6 +45,7 @@ from .test_compositions import (
     Seen,
     _check_rate,
     _per_second,
+    _quiet_engine,  # noqa: F401 - autouse here too: the engine's logs stay quiet while suites play
     _replace_finished,
     _router,
     compositions,
@@ -218,17 +218,6 @@ async def _sample(workers: list[Worker], budget: int, problems: list[str]) -> No
 @given(shared_compositions())
 def test_every_message_of_every_queue_ends_on_a_shared_budget(s: Shared) -> None:
     play(s)
-
-
-@pytest.fixture(autouse=True)
-def _quiet_engine() -> Iterator[None]:
-    import logging
-
-    engine = logging.getLogger("sqs_worker_engine")
-    level = engine.level
-    engine.setLevel(logging.CRITICAL)
-    yield
-    engine.setLevel(level)
 
 
 def test_zz_report_how_many_shared_compositions_ran() -> None:
