@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import dataclasses
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Literal
@@ -45,7 +46,8 @@ from . import clock
 from .adaptive import Limit
 from .budget import COMING, NOTHING, WAITING, SharedBudget, Want
 from .completion import Completion
-from .outcomes import Outcome
+from .errors import DownstreamUnavailable
+from .outcomes import Ending, Outcome
 from .reporting import QueueReport
 from .throttle import Breaker, StartWindow
 
@@ -68,7 +70,10 @@ class Ticket:
     closed: bool = False
     promised: bool = False  # holds a place of the jobs left (completion.py) until its handler is called
     arrived: bool = True  # False from its receive until it first asks to start (or closes)
-    _turn: asyncio.Future[None] | None = field(default=None, repr=False)
+    # Its turn to start, while it waits in line: True once it has started, False if it may
+    # not after all (its lease was lost, or the pool stops). Awaited directly: one loop
+    # turn from a freed slot to the next job, not two (asyncio.wait adds a callback's).
+    _turn: asyncio.Future[bool] | None = field(default=None, repr=False)
 
     def __lt__(self, other: Ticket) -> bool:  # the line is kept in receive order
         return self.seq < other.seq
@@ -311,14 +316,22 @@ class Admission:
             # starts), or the queue would stop receiving them behind a busy tenant.
             ticket.counted = False
             self.in_use -= 1
-        turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        turn: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         ticket._turn = turn
         bisect.insort(self._line, ticket)
         self._kick()
         if not turn.done():
-            await asyncio.wait({turn, lost}, return_when=asyncio.FIRST_COMPLETED)
-        if turn.done() and not turn.cancelled():
-            ticket._turn = None
+
+            def lease_lost(_: object) -> None:
+                if not turn.done():
+                    turn.set_result(False)
+
+            lost.add_done_callback(lease_lost)
+            try:
+                await turn
+            finally:
+                lost.remove_done_callback(lease_lost)  # the lease's future is shared: leave it clean
+        if turn.result():
             if not lost.done():
                 return True
             self.work_ended(ticket)  # handed a slot as its lease went: it goes on
@@ -329,7 +342,8 @@ class Admission:
 
     def _leave_line(self, ticket: Ticket) -> None:
         if ticket._turn is not None:
-            ticket._turn.cancel()
+            if not ticket._turn.done():
+                ticket._turn.set_result(False)
             ticket._turn = None
         if ticket in self._line:
             self._line.remove(ticket)
@@ -347,7 +361,7 @@ class Admission:
             self._line.remove(ticket)
             self._take(ticket, now)
             assert ticket._turn is not None
-            ticket._turn.set_result(None)
+            ticket._turn.set_result(True)
             ticket._turn = None
 
     def handler_called(self, ticket: Ticket) -> None:
@@ -418,6 +432,26 @@ class Admission:
             self.report.tenants(len(self.tenants), sum(1 for n in self.tenants.values() if n >= cap), self.parked)
 
     # -- signals ----------------------------------------------------------------------
+
+    def ended(self, ticket: Ticket, ending: Ending) -> Ending:
+        """Its attempt ended: what that says about the downstream (the pause) is heard, and
+        the slot may go (`decide`). Trouble pauses the queue, and the message waits out the
+        whole pause and then as long again as asked (the returned ending's delay): the probe
+        that ends the pause is then another message, not this one once more (each receive
+        counts toward its maxReceiveCount). An answer from a job started after the pause
+        began ends it."""
+        error = ending.error
+        if isinstance(error, DownstreamUnavailable):
+            now = clock.now()
+            if self.trouble(ticket, now, error.seconds) and self.report is not None:
+                self.report.paused(self.breaker.until - now, error)
+            ending = dataclasses.replace(ending, requested_delay=self.breaker.until - now + error.seconds)
+        elif (
+            self.answered(ticket, handled=ending.outcome not in ("released", "lease_lost")) and self.report is not None
+        ):
+            self.report.resumed()
+        self.decide(ticket, ending.duration, ending.outcome)
+        return ending
 
     def trouble(self, ticket: Ticket, now: float, seconds: float) -> bool:
         """Its handler said the downstream is unavailable. True when a pause began."""

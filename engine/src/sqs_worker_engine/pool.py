@@ -1,8 +1,9 @@
 """One queue's pool: a message's life from receive to settlement, in the order it lives.
 
-1. Receive. A poller asks admission (admission.py) how many it may ask for: free places
-   within concurrency + prefetch, what the rate limit, a pause and SQS's health allow. It
-   asks SQS for at most that many (and at most 10); each message received gets a ticket.
+1. Receive (receiving.py). A poller asks admission (admission.py) how many it may ask
+   for: free places within concurrency + prefetch, what the rate limit, a pause and SQS's
+   health allow. It asks SQS for at most that many (and at most 10); each message
+   received gets a ticket.
 2. Start. The message waits for admission's word (a handler slot, its tenant's turn, the
    rate window, the end of a pause) in receive order, its lease kept meanwhile.
 3. Run. The handler runs with the job timeout; the lease book keeps its lease. A handler
@@ -28,7 +29,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import dataclasses
 import logging
 import time
 from collections.abc import Coroutine
@@ -38,7 +38,6 @@ from typing import Any
 from . import clock, tracing
 from .adaptive import Limit
 from .admission import Admission, Ticket
-from .backoff import Backoff
 from .budget import SharedBudget
 from .calls import HandlerCalls
 from .completion import Completion
@@ -54,7 +53,6 @@ from .decisions import (
     plan,
 )
 from .delivery import Delivery, LeaseBook, State
-from .errors import DownstreamUnavailable
 from .events import Events
 from .health import Health
 from .job import Job
@@ -65,6 +63,7 @@ from .offload import PayloadStore
 from .outcomes import Ending, describe
 from .prefetch import Pace, prefetch_target
 from .preparing import Payload, Preparer
+from .receiving import Receiver
 from .reporting import QueueReport
 from .router import HandlerSpec
 from .settling import Polls, Settler
@@ -74,10 +73,6 @@ from .tenants import Tenants, when_capped
 from .throttle import Breaker, StartWindow
 
 log = logging.getLogger(__name__)
-RESPONSE_ALLOWANCE = 1.0  # seconds a ReceiveMessage response may spend in transit
-# With WORKER_WAIT_TIME_SECONDS=0 an empty queue answers at once; a poller waits this long
-# before asking again (a long poll would wait up to 20 s on SQS's side instead).
-EMPTY_SHORT_POLL_PAUSE = 1.0
 
 
 @dataclass(frozen=True)
@@ -201,11 +196,17 @@ class QueuePool:
         self._stopped = asyncio.Event()
         self.received_oldest_age = 0.0  # max age at receive since the last backlog sample
         self.received_since_sample = 0  # lets the backlog sampler skip an idle queue
-        self._pollers: list[asyncio.Task[None]] = []
-        # Set while the queue has work: the pollers beyond the first wait for it while the
-        # queue is empty, so an idle queue costs one long poll at a time, not one per poller.
-        self._has_work = asyncio.Event()
-        self._has_work.set()
+        self.receiver = Receiver(
+            client,
+            info.url,
+            self.admission,
+            self.polls,
+            self.report,
+            wait_time=options.wait_time,
+            visibility=options.visibility,
+            on_messages=self._dispatch,
+            on_full=self._received_full if options.prefetch else None,
+        )
         self._keeper_task: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
 
@@ -218,10 +219,7 @@ class QueuePool:
 
     def start(self) -> None:
         self._keeper_task = asyncio.create_task(self.keeper.run(), name=f"keeper-{self.name}")
-        self._pollers = [
-            asyncio.create_task(self._poll_forever(lead=i == 0), name=f"poller-{self.name}-{i}")
-            for i in range(self.options.pollers)
-        ]
+        self.receiver.start(self.options.pollers, self.name)
 
     def stop_polling(self, release_cap: float) -> None:
         """No new receive from now on; what waits to start is given back; running jobs see
@@ -231,7 +229,7 @@ class QueuePool:
         self.settler.stop(release_cap)
         self.admission.stop()
         self._stopped.set()
-        self._has_work.set()  # the idle pollers wake, to see that they are done
+        self.receiver.stop()
         self.calls.close()  # no more jobs are coming to fill a batch
         for run in list(self.runs):
             if run.job is not None:
@@ -239,9 +237,7 @@ class QueuePool:
 
     async def wait_polls(self, cap: float) -> None:
         """WORKER_DRAIN_POLLS: let the last polls answer instead of cancelling them."""
-        pending = [task for task in self._pollers if not task.done()]
-        if pending:
-            await asyncio.wait(pending, timeout=max(0.0, cap - clock.now()))
+        await self.receiver.wait(cap)
 
     async def drain(self, deadline: float) -> int:
         """Wait for running jobs until `deadline` (loop time); then cut off whatever still
@@ -262,10 +258,7 @@ class QueuePool:
 
     async def cancel_polls(self) -> None:
         """Cancel whatever poll is still waiting (an idle queue): the drain is over."""
-        self.polls.abandoned = list(self.polls.out.values())
-        for task in self._pollers:
-            task.cancel()
-        await asyncio.gather(*self._pollers, return_exceptions=True)
+        await self.receiver.cancel()
 
     async def close(self) -> None:
         await self.settler.close()
@@ -276,6 +269,8 @@ class QueuePool:
 
     @property
     def active(self) -> int:
+        """Handler calls whose work has not ended: after the drain, threads that could not
+        be interrupted (they would hold the interpreter's exit)."""
         return self.calls.running
 
     @property
@@ -286,65 +281,7 @@ class QueuePool:
     def released(self) -> int:
         return self.settler.released
 
-    def stuck_threads(self) -> int:
-        """Handler calls still running after the drain (a thread cannot be interrupted):
-        they would hold the interpreter's exit."""
-        return self.calls.running
-
-    # -- 1. receive ------------------------------------------------------------
-
-    async def _poll_forever(self, lead: bool) -> None:
-        """Receive for what admission allows until the stop. The lead poller always polls;
-        the others, once a receive of theirs comes back empty, wait until one brings messages."""
-        backoff = Backoff(base=0.5, cap=20.0)
-        me = asyncio.current_task()
-        while not self.stopping:
-            grant = await self.admission.reserve(MAX_RECEIVE_BATCH)
-            if self.stopping or not grant.places:
-                self.admission.received(grant, 0)
-                return
-            sent = clock.now()
-            self.polls.sent(me, sent)
-            try:
-                resp = await self.client.receive_message(
-                    QueueUrl=self.info.url,
-                    MaxNumberOfMessages=grant.places,
-                    WaitTimeSeconds=self.options.wait_time,
-                    VisibilityTimeout=self.options.visibility,
-                    MessageSystemAttributeNames=["All"],
-                    MessageAttributeNames=["All"],
-                )
-            except asyncio.CancelledError:
-                self.admission.received(grant, 0)
-                raise
-            except Exception as exc:
-                self.admission.received(grant, 0)
-                delay = backoff.next_delay()
-                self.report.receive_failed(exc, delay)
-                await asyncio.sleep(delay)
-                continue
-            finally:
-                self.polls.answered(me)
-            backoff.reset()
-            self.report.receive_ok()
-            messages: list[dict[str, Any]] = [dict(m) for m in resp.get("Messages", [])]
-            tickets = self.admission.received(grant, len(messages))
-            if len(messages) == grant.places and self.options.prefetch:
-                self.pace.received(clock.now() - sent)  # a full answer did not wait in a long poll
-                self._size_prefetch()
-            if messages:
-                # SQS starts a message's visibility clock when it hands the message out: during
-                # a long poll, that is just before the response, not when the request was sent.
-                # Allow a second for the response in transit, never later than the send.
-                self._dispatch(messages, tickets, max(sent, clock.now() - RESPONSE_ALLOWANCE))
-                self._has_work.set()
-            elif self.stopping:
-                return  # answered after the stop: nothing more to wait for (WORKER_DRAIN_POLLS)
-            elif not lead:
-                self._has_work.clear()
-                await self._has_work.wait()
-            elif self.options.wait_time == 0:
-                await asyncio.sleep(EMPTY_SHORT_POLL_PAUSE)  # a short poll answers at once: do not spin
+    # -- 1. receive (receiving.py) -> 2. one life per message ---------------------
 
     def _dispatch(self, messages: list[dict[str, Any]], tickets: list[Ticket], received_at: float) -> None:
         now_wall = time.time()
@@ -415,8 +352,7 @@ class QueuePool:
                     reason = "shutdown" if self.stopping else "lease lost before it started"
                     await self._let_go([run], reason)
                     return Release()
-                ending = self._downstream(run, await self._attempt(run))
-                self.admission.decide(run.ticket, ending.duration, ending.outcome)
+                ending = self.admission.ended(run.ticket, await self._attempt(run))
                 if ending.duration:
                     self.pace.ran(ending.duration)  # also the fair tenants' line length
                     if self.options.prefetch:
@@ -468,23 +404,6 @@ class QueuePool:
         self.report.tenant_capped(action, group, self.tenants.cap, run.delivery.message_id, delay)
         await self._let_go([run], f"group {group} at its cap", delay)
         return True
-
-    def _downstream(self, run: Run, ending: Ending) -> Ending:
-        """What a job's ending says about the downstream (admission's pause): trouble pauses
-        the queue (and the message waits out the whole pause), an answer from a job started
-        after the pause began ends it."""
-        error = ending.error
-        if isinstance(error, DownstreamUnavailable):
-            now = clock.now()
-            if self.admission.trouble(run.ticket, now, error.seconds):
-                self.report.paused(self.admission.breaker.until - now, error)
-            # Invisible for the whole pause and then as long again as asked: the probe that
-            # ends the pause is then another message, not this one once more (each receive
-            # counts toward its maxReceiveCount).
-            return dataclasses.replace(ending, requested_delay=self.admission.breaker.until - now + error.seconds)
-        if self.admission.answered(run.ticket, handled=ending.outcome not in ("released", "lease_lost")):
-            self.report.resumed()
-        return ending
 
     async def _attempt(self, run: Run) -> Ending:
         """One handler call, up to its end (or the shutdown cut). Admission's slot is taken;
@@ -542,6 +461,10 @@ class QueuePool:
     def _lease_held(self, job_id: str) -> bool:
         """A batch job that waited for company may still run: its lease is held."""
         return any(r.delivery.state is State.RUNNING for r in self.runs if r.delivery.message_id == job_id)
+
+    def _received_full(self, seconds: float) -> None:
+        self.pace.received(seconds)
+        self._size_prefetch()
 
     def _size_prefetch(self) -> None:
         self.admission.set_prefetch(

@@ -446,7 +446,7 @@ class Worker:
         self.events.emit("stopped", worker_id=self.worker_id, reason=self._stop_reason or "shutdown")
 
     def stuck_threads(self) -> int:
-        return sum(pool.stuck_threads() for pool in self.pools)
+        return sum(pool.active for pool in self.pools)
 
     async def _sample_backlog(self) -> None:
         """Queue depth for the dashboards: one GetQueueAttributes per queue per interval."""

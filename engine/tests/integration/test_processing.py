@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from sqs_worker_engine import Job, Router, Worker, WorkerState
-from sqs_worker_engine.pool import EMPTY_SHORT_POLL_PAUSE
+from sqs_worker_engine.receiving import EMPTY_SHORT_POLL_PAUSE
 from sqs_worker_engine.settings import load_settings
 from sqs_worker_engine.worker import StartupError
 

@@ -1,0 +1,133 @@
+"""One queue's receiving: its pollers, each asking admission how many messages it may ask
+for (admission.py) and SQS for at most that many, until the stop.
+
+What comes back is handed to the pool with a ticket per message (`on_messages`). A poll
+that fails waits with backoff and tries again; one that comes back empty keeps polling if
+it is the lead poller, and otherwise waits until a receive brings messages again, so an
+idle queue costs one long poll at a time, not one per poller.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+from . import clock
+from .admission import Admission, Ticket
+from .backoff import Backoff
+from .limits import MAX_RECEIVE_BATCH
+from .reporting import QueueReport
+from .settling import Polls
+from .sqs import SqsApi
+
+RESPONSE_ALLOWANCE = 1.0  # seconds a ReceiveMessage response may spend in transit
+# With WORKER_WAIT_TIME_SECONDS=0 an empty queue answers at once; a poller waits this long
+# before asking again (a long poll would wait up to 20 s on SQS's side instead).
+EMPTY_SHORT_POLL_PAUSE = 1.0
+# (messages, a ticket each, when their visibility clock started)
+OnMessages = Callable[[list[dict[str, Any]], list[Ticket], float], None]
+
+
+class Receiver:
+    def __init__(
+        self,
+        client: SqsApi,
+        url: str,
+        admission: Admission,
+        polls: Polls,
+        report: QueueReport,
+        *,
+        wait_time: int,
+        visibility: int,
+        on_messages: OnMessages,
+        on_full: Callable[[float], None] | None = None,
+    ) -> None:
+        """`on_full(seconds)`: a receive came back with all it asked for in `seconds` (it
+        did not wait in a long poll): the prefetch's round trip (prefetch.py)."""
+        self.client = client
+        self.url = url
+        self.admission = admission
+        self.polls = polls
+        self.report = report
+        self.wait_time = wait_time
+        self.visibility = visibility
+        self.on_messages = on_messages
+        self.on_full = on_full
+        self.stopping = False
+        self.tasks: list[asyncio.Task[None]] = []
+        self._has_work = asyncio.Event()  # the queue had messages at the latest receive
+        self._has_work.set()
+
+    def start(self, pollers: int, name: str) -> None:
+        self.tasks = [
+            asyncio.create_task(self._poll_forever(lead=i == 0), name=f"poller-{name}-{i}") for i in range(pollers)
+        ]
+
+    def stop(self) -> None:
+        """No new receive from now on; the idle pollers wake to see that they are done."""
+        self.stopping = True
+        self._has_work.set()
+
+    async def wait(self, cap: float) -> None:
+        """WORKER_DRAIN_POLLS: let the last polls answer, until the loop time `cap`."""
+        pending = [task for task in self.tasks if not task.done()]
+        if pending:
+            await asyncio.wait(pending, timeout=max(0.0, cap - clock.now()))
+
+    async def cancel(self) -> None:
+        """Cancel whatever poll is still waiting (an idle queue): the drain is over."""
+        self.polls.abandoned = list(self.polls.out.values())
+        for task in self.tasks:
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+
+    async def _poll_forever(self, lead: bool) -> None:
+        backoff = Backoff(base=0.5, cap=20.0)
+        me = asyncio.current_task()
+        while not self.stopping:
+            grant = await self.admission.reserve(MAX_RECEIVE_BATCH)
+            if self.stopping or not grant.places:
+                self.admission.received(grant, 0)
+                return
+            sent = clock.now()
+            self.polls.sent(me, sent)
+            try:
+                resp = await self.client.receive_message(
+                    QueueUrl=self.url,
+                    MaxNumberOfMessages=grant.places,
+                    WaitTimeSeconds=self.wait_time,
+                    VisibilityTimeout=self.visibility,
+                    MessageSystemAttributeNames=["All"],
+                    MessageAttributeNames=["All"],
+                )
+            except asyncio.CancelledError:
+                self.admission.received(grant, 0)
+                raise
+            except Exception as exc:
+                self.admission.received(grant, 0)
+                delay = backoff.next_delay()
+                self.report.receive_failed(exc, delay)
+                await asyncio.sleep(delay)
+                continue
+            finally:
+                self.polls.answered(me)
+            backoff.reset()
+            self.report.receive_ok()
+            messages: list[dict[str, Any]] = [dict(m) for m in resp.get("Messages", [])]
+            tickets = self.admission.received(grant, len(messages))
+            if len(messages) == grant.places and self.on_full is not None:
+                self.on_full(clock.now() - sent)  # a full answer did not wait in a long poll
+            if messages:
+                # SQS starts a message's visibility clock when it hands the message out: during
+                # a long poll, that is just before the response, not when the request was sent.
+                # Allow a second for the response in transit, never later than the send.
+                self.on_messages(messages, tickets, max(sent, clock.now() - RESPONSE_ALLOWANCE))
+                self._has_work.set()
+            elif self.stopping:
+                return  # answered after the stop: nothing more to wait for (WORKER_DRAIN_POLLS)
+            elif not lead:
+                self._has_work.clear()
+                await self._has_work.wait()
+            elif self.wait_time == 0:
+                await asyncio.sleep(EMPTY_SHORT_POLL_PAUSE)  # a short poll answers at once: do not spin

@@ -1,0 +1,63 @@
+"""Calling a handler (calls.py): an async handler's task runs its first step when it is
+called where the interpreter can start a task eagerly (3.12+), on the loop's next turn
+before; either way its work is counted until it has ended, and `on_ended` runs once."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from typing import Any
+
+from sqs_worker_engine.calls import HandlerCalls
+from sqs_worker_engine.events import Events
+from sqs_worker_engine.health import Health
+from sqs_worker_engine.reporting import QueueReport
+from sqs_worker_engine.router import HandlerSpec
+
+EAGER = sys.version_info >= (3, 12)
+
+
+def _calls(handler: Any) -> HandlerCalls:
+    report = QueueReport("calls", "w-1", Events(), Health(60, None), concurrency=2)
+    return HandlerCalls(HandlerSpec("calls", handler, None, "async"), 2, report, None, lambda _id: True)
+
+
+def test_a_handler_that_never_waits_is_done_when_called_where_tasks_start_eagerly() -> None:
+    steps: list[str] = []
+
+    async def handler(job: Any) -> str:
+        steps.append(job)
+        return "ok"
+
+    async def main() -> None:
+        ended: list[str] = []
+        calls = _calls(handler)
+        work, done = calls.start("job-1", lambda: ended.append("ended"))  # type: ignore[arg-type]
+        # Eagerly: ran to its end already, slot and count given back before the caller looks.
+        assert (work.done(), steps, ended, calls.running) == (
+            (True, ["job-1"], ["ended"], 0) if EAGER else (False, [], [], 1)
+        )
+        assert await work == "ok"
+        await asyncio.sleep(0)
+        assert (done.done(), ended, calls.running) == (True, ["ended"], 0)
+
+    asyncio.run(main())
+
+
+def test_a_handler_that_waits_runs_up_to_its_wait_and_ends_once() -> None:
+    steps: list[str] = []
+
+    async def handler(job: Any) -> None:
+        steps.append("before")
+        await asyncio.sleep(0.01)
+        steps.append("after")
+
+    async def main() -> None:
+        ended: list[str] = []
+        calls = _calls(handler)
+        work, done = calls.start("job-1", lambda: ended.append("ended"))  # type: ignore[arg-type]
+        assert (steps, calls.running) == ((["before"] if EAGER else []), 1)
+        await done
+        assert (steps, ended, calls.running, work.done()) == (["before", "after"], ["ended"], 0, True)
+
+    asyncio.run(main())
