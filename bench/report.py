@@ -95,6 +95,18 @@ def cpu_vs_raw(row: dict[str, Any], results: dict[str, Any]) -> float | None:
 
 # -- targets ---------------------------------------------------------------------------
 
+# A row ran on a saturated machine when every process together (LocalStack, the proxy, the
+# harness, the contender) kept this share of its cores busy: the machine set the pace, and
+# the efficiency target does not count it (the report lists those rows).
+SATURATED = 0.85
+EFFICIENCY_UP_TO = 100  # the efficiency target's rows: every I/O-like one up to this concurrency
+CPU_VS_RAW_TARGET = 1.2
+
+
+def saturated(row: dict[str, Any], results: dict[str, Any]) -> bool:
+    busy = row.get("machine_busy_cores")
+    return busy is not None and busy >= SATURATED * results["machine"]["cores"]
+
 
 def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     """The generated worker's targets (issue-level promises), met, not met, or not
@@ -107,14 +119,33 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     runs = ok_runs(results)
     gen = [r for r in runs if r["contender"] == "generated"]
     gen_io = [r for r in gen if r["handler"] in IO_HANDLERS]
-    name = "efficiency >= 0.9 in every I/O-like case, at both latencies"
-    if gen_io:
-        worst = min(gen_io, key=lambda r: r["efficiency"])
-        below = [f"{where(r)}: {r['efficiency']:.2f}" for r in gen_io if r["efficiency"] < 0.9]
+    name = (
+        f"efficiency >= 0.9 in every I/O-like row up to concurrency {EFFICIENCY_UP_TO}, at both latencies, "
+        f"where the machine is not saturated ({SATURATED:.0%} of its cores busy or more)"
+    )
+    counted = [r for r in gen_io if r["concurrency"] <= EFFICIENCY_UP_TO and not saturated(r, results)]
+    busy = [where(r) for r in gen_io if r["concurrency"] <= EFFICIENCY_UP_TO and saturated(r, results)]
+    if counted:
+        worst = min(counted, key=lambda r: r["efficiency"])
+        below = [f"{where(r)}: {r['efficiency']:.2f}" for r in counted if r["efficiency"] < 0.9]
         figure = f"lowest {worst['efficiency']:.2f} ({where(worst)})"
-        add(name, not below, figure + (f"; below: {', '.join(below)}" if below else ""))
+        figure += f"; below: {', '.join(below)}" if below else ""
+        figure += f"; machine saturated, not counted: {', '.join(busy)}" if busy else ""
+        add(name, not below, figure)
     else:
-        add(name, None, "no I/O-like run")
+        add(name, None, "no I/O-like run" if not gen_io else f"every row saturated: {', '.join(busy)}")
+
+    name = f"no-op CPU per message <= {CPU_VS_RAW_TARGET}x the raw loop's at concurrency 8 and 50, at both latencies"
+    cheap = [
+        (r, ratio)
+        for r in gen
+        if r["handler"] == "noop" and r["concurrency"] in (8, 50) and (ratio := cpu_vs_raw(r, results)) is not None
+    ]
+    if cheap:
+        each = ", ".join(f"{where(r)}: {ratio:.2f}x" for r, ratio in cheap)
+        add(name, all(ratio <= CPU_VS_RAW_TARGET for _, ratio in cheap), each)
+    else:
+        add(name, None, "not run")
 
     name = "ahead of the best other contender in every row, at both latencies"
     behind, ratios = [], []

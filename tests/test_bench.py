@@ -74,7 +74,7 @@ def test_bench_smoke_reports_every_contender_and_figure(tmp_path: Path, localsta
         assert "error" not in cells and "–" not in cells, row
 
     # Each target is reported with its verdict.
-    assert len(data["targets"]) == 9
+    assert len(data["targets"]) == 10
     for target in data["targets"]:
         assert target["name"] in markdown
 
@@ -131,6 +131,8 @@ def test_adaptive_bench_meets_its_targets_in_virtual_time(tmp_path: Path) -> Non
     assert data["adaptive_share_of_best"] >= 0.75, data
     assert data["adaptive_over_fixed_ceiling"] >= 3, data
     assert all(data["targets"].values()), data["targets"]
+
+
 def test_cpu_per_message_is_reported_over_the_raw_loops_of_the_same_run() -> None:
     """Each row's CPU per message is divided by the cheapest raw-loop run of its own run
     (report.cpu_vs_raw): the ratio, not either figure, is what survives a busy machine. A

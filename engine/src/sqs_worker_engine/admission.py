@@ -323,8 +323,7 @@ class Admission:
         if not turn.done():
 
             def lease_lost(_: object) -> None:
-                if not turn.done():
-                    turn.set_result(False)
+                self._leave_line(ticket)  # out of line now: a slot freed before its task runs is not its
 
             lost.add_done_callback(lease_lost)
             try:
@@ -353,6 +352,8 @@ class Admission:
         """Start whoever in the line may start now, in receive order; a message whose tenant
         runs its cap is passed over, anything else that blocks one blocks the rest."""
         for ticket in list(self._line):
+            if ticket._turn is None or ticket._turn.done():
+                continue  # its task was cancelled while it waited: it leaves the line when that task runs
             block = self._blocked(ticket, now)
             if block == "tenant":
                 continue

@@ -192,3 +192,41 @@ def test_places_freed_at_once_reach_every_waiting_poller_in_turn() -> None:
         assert len(first) == 10
 
     asyncio.run(play())
+
+
+@pytest.mark.parametrize("leaves", ["lease_lost", "cancelled"])
+def test_a_message_that_left_the_line_is_never_started_by_a_slot_freed_before_its_task_runs(leaves: str) -> None:
+    """Its turn is settled (its lease went, or its task was cancelled) and its task has not
+    run yet when another job's slot comes free: the slot goes to the next message, and the
+    one that left neither starts nor breaks the freeing job's step."""
+
+    async def play() -> None:
+        admission = Admission(1, 10)
+        admission.prefetch = 10
+        never: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        first, second, third = admission.received(await admission.reserve(3), 3)
+        assert await admission.start(first, never)
+        lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        waiting = asyncio.ensure_future(admission.start(second, lost))
+        behind = asyncio.ensure_future(admission.start(third, never))
+        await asyncio.sleep(0)
+        assert [t.seq for t in admission.tickets()] == [second.seq, third.seq]
+        if leaves == "lease_lost":
+            lost.set_result(None)
+        else:
+            waiting.cancel()
+        await asyncio.sleep(0)  # the lease's callback has run; the waiting task has not
+        admission.work_ended(first)
+        admission.decide(first)
+        admission.close(first)
+        assert admission.running == 1 and third.running and not second.running
+        if leaves == "lease_lost":
+            assert await waiting is False
+        else:
+            with pytest.raises(asyncio.CancelledError):
+                await waiting
+        admission.close(second)
+        assert await behind is True
+        assert admission.running == 1 and list(admission.tickets()) == []
+
+    asyncio.run(play())
