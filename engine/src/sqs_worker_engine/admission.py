@@ -323,11 +323,16 @@ class Admission:
         if not turn.done():
 
             def lease_lost(_: object) -> None:
-                self._leave_line(ticket)  # out of line now: a slot freed before its task runs is not its
+                if ticket._turn is turn:  # out of line now: a slot freed before its task runs is not its
+                    self._leave_line(ticket)
 
             lost.add_done_callback(lease_lost)
             try:
                 await turn
+            except asyncio.CancelledError:
+                if turn.done() and not turn.cancelled() and turn.result():
+                    self.work_ended(ticket)  # handed a slot it will never use: close() gives it back
+                raise
             finally:
                 lost.remove_done_callback(lease_lost)  # the lease's future is shared: leave it clean
         if turn.result():

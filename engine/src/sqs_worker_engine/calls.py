@@ -81,7 +81,7 @@ class HandlerCalls:
             call_ended.add_done_callback(finished)
             return result, ended
         if self.spec.mode == "async":
-            task = asyncio.Task(self.spec.fn(job), loop=loop, **EAGER)
+            task = self._call_async(job)
             if task.done():
                 finished()
             else:
@@ -95,6 +95,21 @@ class HandlerCalls:
             cf = self.process_pool.submit(call_sync, self.spec.fn, job)
         cf.add_done_callback(lambda _f: loop.call_soon_threadsafe(finished))
         return asyncio.wrap_future(cf, loop=loop), ended
+
+    def _call_async(self, job: Job[Any]) -> asyncio.Future[Any]:
+        """The async handler's call as a task (eager where it can be); a handler that fails
+        when called (a wrong signature) is a failed call like any other, not a crashed life."""
+        loop = asyncio.get_running_loop()
+        try:
+            called = self.spec.fn(job)
+        except Exception as exc:
+            failed: asyncio.Future[Any] = loop.create_future()
+            failed.set_exception(exc)
+            return failed
+        if asyncio.iscoroutine(called):
+            return asyncio.Task(called, loop=loop, **EAGER)
+        awaited: asyncio.Future[Any] = asyncio.ensure_future(called)  # an awaitable, from a decorator
+        return awaited
 
     async def call(
         self,

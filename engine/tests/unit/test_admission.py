@@ -230,3 +230,28 @@ def test_a_message_that_left_the_line_is_never_started_by_a_slot_freed_before_it
         assert admission.running == 1 and list(admission.tickets()) == []
 
     asyncio.run(play())
+
+
+def test_a_life_cancelled_after_its_turn_came_gives_its_slot_back() -> None:
+    """Handed a slot, its task cancelled before it ran (the loop torn down): closing its
+    ticket gives everything back."""
+
+    async def play() -> None:
+        admission = Admission(1, 10)
+        admission.prefetch = 10
+        never: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        first, second = admission.received(await admission.reserve(2), 2)
+        assert await admission.start(first, never)
+        waiting = asyncio.ensure_future(admission.start(second, never))
+        await asyncio.sleep(0)
+        admission.work_ended(first)
+        admission.decide(first)
+        admission.close(first)
+        assert second.running  # handed the slot; its task has not run yet
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        admission.close(second)  # the life's finally (pool._forget)
+        assert (admission.running, admission.held, admission.in_use) == (0, 0, 0)
+
+    asyncio.run(play())

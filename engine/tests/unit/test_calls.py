@@ -5,8 +5,11 @@ before; either way its work is counted until it has ended, and `on_ended` runs o
 from __future__ import annotations
 
 import asyncio
+import functools
 import sys
 from typing import Any
+
+import pytest
 
 from sqs_worker_engine.calls import HandlerCalls
 from sqs_worker_engine.events import Events
@@ -59,5 +62,40 @@ def test_a_handler_that_waits_runs_up_to_its_wait_and_ends_once() -> None:
         assert (steps, calls.running) == ((["before"] if EAGER else []), 1)
         await done
         assert (steps, ended, calls.running, work.done()) == (["before", "after"], ["ended"], 0, True)
+
+    asyncio.run(main())
+
+
+async def _work(job: Any) -> str:
+    await asyncio.sleep(0)
+    return "ok"
+
+
+@functools.wraps(_work)
+def _scheduled(job: Any) -> asyncio.Future[str]:  # a decorator that schedules the coroutine itself
+    return asyncio.ensure_future(_work(job))
+
+
+async def _no_job() -> None:  # a wrong signature: fails when called, before any await
+    return None
+
+
+@pytest.mark.parametrize(
+    ("handler", "result"), [(_scheduled, "ok"), (_no_job, TypeError)], ids=["returns-a-future", "wrong-signature"]
+)
+def test_an_async_handler_that_is_no_plain_coroutine_ends_as_a_call_and_gives_its_slot_back(
+    handler: Any, result: Any
+) -> None:
+    async def main() -> None:
+        ended: list[str] = []
+        calls = _calls(handler)
+        work, done = calls.start("job-1", lambda: ended.append("ended"))  # type: ignore[arg-type]
+        if result is TypeError:
+            with pytest.raises(TypeError):
+                await work
+        else:
+            assert await work == result
+        await done
+        assert (ended, calls.running) == (["ended"], 0)
 
     asyncio.run(main())
