@@ -151,7 +151,7 @@ def test_sqs_outage_then_injected_faults_lose_nothing(
     bursts; every fault is transient, so botocore's retries and the worker's must absorb
     them: nothing lost, nothing completed twice."""
     n = size(Size(150, 8, 1, 120), Size(4000, 180, 3, 900))
-    bursts_per_phase = 30 if FULL else 4
+    bursts_per_phase = 30 if FULL else 5  # at least one of each kind (below)
     outage_seconds = 12.0 if FULL else 4.0
     rng = random.Random(seed)
     # A longer lease here: faults slow heartbeats and deletes down, and a delete still failing
@@ -216,11 +216,15 @@ def test_sqs_outage_then_injected_faults_lose_nothing(
             lambda: proxy.fail_entries("ChangeMessageVisibilityBatch", every=2, times=2),
             lambda: proxy.fail("ChangeMessageVisibilityBatch", 400, "ThrottlingException", times=3),
         ]
-        # The bursts fall at random moments over what is left of the sending time.
+        # The bursts fall at random moments over what is left of the sending time; each kind
+        # comes once, in a random order, before any repeats. Left to chance alone, a short
+        # run whose random faults missed one kind would fail its check of the kinds below.
         left = n.send_seconds * (1 - len(sender.sent) / n.messages)
-        for _ in range(bursts_per_phase):
+        order = rng.sample(bursts, len(bursts))
+        order += [rng.choice(bursts) for _ in range(bursts_per_phase - len(order))]
+        for burst in order:
             time.sleep(rng.uniform(0.2, max(0.4, 2 * left / bursts_per_phase)))
-            rng.choice(bursts)()
+            burst()
         sender.join()
         assert sender.error is None, sender.error
         settle(sqs, queue.url, chaos_db, sender.sent, n.settle_seconds)
