@@ -9,6 +9,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from sqs_worker_engine.prefetch import default_prefetch
+
 CONTENDERS = ("generated", "generated-p0", "handloop", "threadpool", "celery")
 OTHERS = ("handloop", "threadpool", "celery")  # the alternatives (generated-p0 is the worker itself)
 IO_HANDLERS = ("io10ms", "io100ms", "io1s")
@@ -492,6 +494,8 @@ def why_missed(results: dict[str, Any]) -> str:
         busy = r.get("machine_busy_cores")
         seconds = IO_SECONDS.get(r["handler"])
         beyond = 1000 * (r["concurrency"] / r["throughput"] - seconds) if seconds else None
+        ms = r.get("request_ms", {})
+        trip = (ms.get("ReceiveMessage", 0.0) + ms.get("DeleteMessageBatch", 0.0)) / 1000 + (seconds or 0.0)
         rows.append(
             [
                 HANDLER_TEXT.get(r["handler"], r["handler"]),
@@ -504,6 +508,9 @@ def why_missed(results: dict[str, Any]) -> str:
                 num(r["cpu_cores"], 2),
                 num(beyond, 1),
                 num(r.get("request_ms", {}).get("ReceiveMessage"), 1),
+                f"{num(r['ideal'] * trip, 0)} / {r['concurrency'] + default_prefetch(r['concurrency'])}"
+                if r.get("ideal")
+                else "–",
             ]
         )
     text = (
@@ -514,7 +521,13 @@ def why_missed(results: dict[str, Any]) -> str:
         "worker. *Worker CPU* is the worker's own process: its jobs share one event loop, so near 1 core "
         "a job that ends waits for the loop before the next one starts. *Beyond the handler* is what "
         "that costs each job: concurrency / throughput, less the handler's own time. *ReceiveMessage* "
-        "is its mean round trip through the proxy, the added latency included.\n\n"
+        "is its mean round trip through the proxy, the added latency included. *Held at the ideal rate / "
+        "bound*: by Little's law, the messages a worker must hold to run at the ideal rate (a place is "
+        "taken when its receive is sent and given back when its delete is answered: ideal rate x "
+        "(ReceiveMessage + handler + DeleteMessageBatch round trips)), against what the worker may hold "
+        "with its default prefetch cap (concurrency + `WORKER_PREFETCH`, settling included: the "
+        "SIGKILL bound); where the first is larger, the bound set the pace, and a larger "
+        "`WORKER_PREFETCH` raises it.\n\n"
     )
     return (
         text
@@ -530,6 +543,7 @@ def why_missed(results: dict[str, Any]) -> str:
                 "worker CPU (cores)",
                 "per job beyond the handler (ms)",
                 "ReceiveMessage (ms)",
+                "held at the ideal rate / bound",
             ],
             rows,
         )
