@@ -257,8 +257,11 @@ def test_sqs_outage_then_injected_faults_lose_nothing(
     assert result.lost == [], f"lost {len(result.lost)}: {result.lost[:20]}"
     assert result.defects == [], result.defects[:20]
     # A job that completed while SQS was unreachable could not be deleted, and runs again
-    # once its lease lapses: at-least-once. Only those, and at most one repeat each.
-    assert set(result.duplicated) <= {"outage"}, dict(result.duplicated)
+    # once its lease lapses: at-least-once. So does one whose delete kept failing until its
+    # lease lapsed, which the worker logs: on a loaded machine the injected faults and the
+    # retries' backoff can outlast the 6 s lease (seen once with a CPU-bound process beside
+    # the suite). Only those, each explained, and at most one repeat each.
+    assert set(result.duplicated) <= {"outage", "delete_failed"}, dict(result.duplicated)
     assert result.duplicated["outage"] <= sum(len(o.held) for o in outages)
     # Backing off: a poller retrying in a loop would fail hundreds of times a second; with
     # its backoff (0.5 s, doubling) an outage of these lengths costs each poller a handful
