@@ -235,10 +235,6 @@ class QueuePool:
             if run.job is not None:
                 run.job._request_stop()
 
-    async def wait_polls(self, cap: float) -> None:
-        """WORKER_DRAIN_POLLS: let the last polls answer instead of cancelling them."""
-        await self.receiver.wait(cap)
-
     async def drain(self, deadline: float) -> int:
         """Wait for running jobs until `deadline` (loop time); then cut off whatever still
         runs: it is cancelled and released. Returns how many were cut off."""
@@ -255,10 +251,6 @@ class QueuePool:
         while pending := [task for task in self._tasks if not task.done()]:
             await asyncio.wait(pending)
         return len(cut)
-
-    async def cancel_polls(self) -> None:
-        """Cancel whatever poll is still waiting (an idle queue): the drain is over."""
-        await self.receiver.cancel()
 
     async def close(self) -> None:
         await self.settler.close()

@@ -54,7 +54,6 @@ class Receiver:
         self.visibility = visibility
         self.on_messages = on_messages
         self.on_full = on_full
-        self.stopping = False
         self.tasks: list[asyncio.Task[None]] = []
         self._has_work = asyncio.Event()  # the queue had messages at the latest receive
         self._has_work.set()
@@ -64,9 +63,12 @@ class Receiver:
             asyncio.create_task(self._poll_forever(lead=i == 0), name=f"poller-{name}-{i}") for i in range(pollers)
         ]
 
+    @property
+    def stopping(self) -> bool:
+        return self.admission.stopping  # one fact: admission stops receiving and starting at once
+
     def stop(self) -> None:
-        """No new receive from now on; the idle pollers wake to see that they are done."""
-        self.stopping = True
+        """Admission has stopped: the idle pollers wake to see that they are done."""
         self._has_work.set()
 
     async def wait(self, cap: float) -> None:

@@ -418,8 +418,8 @@ class Worker:
         cut = await asyncio.gather(*(pool.drain(deadline) for pool in self.pools))
         self.released_at_shutdown = sum(cut)
         if self.settings.drain_polls:
-            await asyncio.gather(*(pool.wait_polls(release_cap) for pool in self.pools))
-        await asyncio.gather(*(pool.cancel_polls() for pool in self.pools))
+            await asyncio.gather(*(pool.receiver.wait(release_cap) for pool in self.pools))
+        await asyncio.gather(*(pool.receiver.cancel() for pool in self.pools))
         await asyncio.gather(*(pool.close() for pool in self.pools))
         for task in self._tasks:
             task.cancel()
