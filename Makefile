@@ -14,8 +14,10 @@ $(UV):
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check uv
 
+# Bytecode compiled once at install: the suite starts hundreds of Python processes on these
+# environments, and with PYTHONDONTWRITEBYTECODE set each would compile every module it imports.
 install: $(UV)
-	$(UV) sync --quiet --all-groups --python $(VENV)/bin/python
+	$(UV) sync --quiet --all-groups --compile-bytecode --python $(VENV)/bin/python
 
 # promtool (Debian's prometheus package) checks the generated alert rules; where it cannot
 # be installed the suite falls back to a structure check and says so.
@@ -30,7 +32,7 @@ tools:
 # checkov and zizmor, locked by hash, in an environment of their own (scanners/requirements.in).
 $(SCANNERS)/bin/checkov: scanners/requirements.txt | $(UV)
 	$(UV) venv --quiet --allow-existing --python $(VENV)/bin/python $(SCANNERS)
-	$(UV) pip install --quiet --python $(SCANNERS)/bin/python --require-hashes -r scanners/requirements.txt
+	$(UV) pip install --quiet --compile-bytecode --python $(SCANNERS)/bin/python --require-hashes -r scanners/requirements.txt
 	touch $@
 
 scanners: $(SCANNERS)/bin/checkov

@@ -1009,6 +1009,7 @@ def bake(into: Path) -> Path:
             *(["--locked"] if (project / "uv.lock").exists() else []),
             "--reinstall-package",
             "sqs-worker-engine",
+            "--compile-bytecode",  # as the service's image does: no contender compiles at start
         ],
         cwd=project,
         env=env,
@@ -1024,7 +1025,16 @@ def bake(into: Path) -> Path:
 
     pins = [f"celery[sqs]=={version('celery')}", f"kombu=={version('kombu')}"]
     result = subprocess.run(
-        [uv, "pip", "install", "--quiet", "--python", str(project / ".venv" / "bin" / "python"), *pins],
+        [
+            uv,
+            "pip",
+            "install",
+            "--quiet",
+            "--compile-bytecode",
+            "--python",
+            str(project / ".venv" / "bin" / "python"),
+            *pins,
+        ],
         env=env,
         capture_output=True,
         text=True,

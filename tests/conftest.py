@@ -32,6 +32,10 @@ def tool_env(**extra: str) -> dict[str, str]:
     env = dict(os.environ)
     env["PATH"] = f"{ROOT / '.venv' / 'bin'}{os.pathsep}{env.get('PATH', '')}"
     env.pop("VIRTUAL_ENV", None)
+    # A baked project's tools start several Python processes on one fresh environment: each
+    # module is compiled by the first and read back by the rest (compiling all of it at
+    # install costs more than it saves; the image does that, for the processes it will run).
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     env.setdefault("UV_CACHE_DIR", str(ROOT / ".venv" / "uv-cache"))
     env.setdefault("AWS_ACCESS_KEY_ID", "test")
     env.setdefault("AWS_SECRET_ACCESS_KEY", "test")

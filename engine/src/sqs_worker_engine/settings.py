@@ -25,7 +25,7 @@ from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator
-from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 
 from .budget import PRIORITIES, Priority
 from .lease import heartbeat_problem
@@ -96,6 +96,20 @@ class Settings(BaseSettings):
     """Process-wide settings. Field aliases are the environment variable names."""
 
     model_config = SettingsConfigDict(frozen=True, extra="ignore", populate_by_name=True)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # load_settings hands over every value, from the environment it was given (os.environ
+        # or a mapping): a second reading of os.environ here would leak the process's own
+        # variables into a mapping's settings, and costs more than the validation itself.
+        return (init_settings,)
 
     queues: Annotated[list[str], NoDecode] = Field(default=[], validate_default=True, validation_alias="WORKER_QUEUES")
     concurrency: int = Field(default=8, ge=1, le=1000, validation_alias="WORKER_CONCURRENCY")

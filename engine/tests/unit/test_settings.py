@@ -41,6 +41,21 @@ def test_the_service_defaults_apply_and_the_environment_wins() -> None:
     assert overridden.settings.service_name == "x"
 
 
+def test_an_environment_passed_in_is_all_that_is_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    """load_settings(environ) reads that mapping and the service's defaults, nothing else: a
+    variable of the process's own environment does not leak into it (the model runs many
+    workers in one process, each with its own environment)."""
+    monkeypatch.setenv("WORKER_WAIT_TIME_SECONDS", "3")
+    monkeypatch.setenv("WORKER_MAX_JOBS", "2")
+    monkeypatch.setenv("OTEL_SERVICE_NAME", "from-the-process")
+    config = load_settings({}, SERVICE)
+    assert config.settings.wait_time_seconds == 20
+    assert config.settings.max_jobs is None
+    assert config.settings.service_name == "orders-worker"
+    from_process = load_settings(None, SERVICE).settings
+    assert (from_process.wait_time_seconds, from_process.max_jobs) == (3, 2), "without one, os.environ is read"
+
+
 def test_the_environments_region_beats_the_services_default_region() -> None:
     service = ServiceDefaults(environ={"WORKER_QUEUES": "q", "AWS_REGION": "eu-west-1"})
     assert load_settings({}, service).settings.aws_region == "eu-west-1"
