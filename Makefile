@@ -3,8 +3,9 @@
 PYTHON ?= python3
 VENV := .venv
 UV := $(VENV)/bin/uv
-# Test processes: generated projects are baked and tested in parallel.
-JOBS ?= 3
+# Test processes: generated projects are baked and tested in parallel. More than the 2 cores
+# CI has: much of the suite waits on SQS, on a visibility timeout or on a subprocess.
+JOBS ?= 4
 
 SCANNERS := .venv-scanners
 

@@ -4,6 +4,7 @@ itself when SQS_EMULATOR=moto."""
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -22,6 +23,11 @@ def test_demo_scaffolds_processes_and_drains(tmp_path: Path, localstack_endpoint
     for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
         env.pop(name, None)
     env["AWS_CONFIG_FILE"] = env["AWS_SHARED_CREDENTIALS_FILE"] = str(tmp_path / "no-aws-config")
+    # Both demos may run at once, and each would serve /metrics on the default port: one
+    # would refuse to start. The demo scrapes the port the worker's settings name.
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        env["WORKER_METRICS_PORT"] = str(probe.getsockname()[1])
     demo = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "demo.py"), "--output", str(tmp_path / "demo"), "--messages", "8"],
         cwd=ROOT,
@@ -40,6 +46,7 @@ def test_demo_scaffolds_processes_and_drains(tmp_path: Path, localstack_endpoint
     assert 'jobs_processed_total{outcome="success",queue="orders-worker-jobs"} 8.0' in output, (
         "the /metrics scrape is shown"
     )
+    assert f"curl http://127.0.0.1:{env['WORKER_METRICS_PORT']}/metrics" in output
     assert "demo OK" in output
     if emulator == "moto":
         assert "moto's server (host) at" in output and "stopping what this demo started: moto's server" in output
