@@ -507,7 +507,7 @@ def why_missed(results: dict[str, Any]) -> str:
                 f"{num(busy, 2)} of {cores}" if busy is not None else "–",
                 num(r["cpu_cores"], 2),
                 num(beyond, 1),
-                num(r.get("request_ms", {}).get("ReceiveMessage"), 1),
+                num(ms.get("ReceiveMessage"), 1),
                 f"{num(r['ideal'] * trip, 0)} / {r['concurrency'] + default_prefetch(r['concurrency'])}"
                 if r.get("ideal")
                 else "–",

@@ -4,13 +4,13 @@ itself when SQS_EMULATOR=moto."""
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from conftest import ROOT, tool_env
+from sqs_worker_engine import emulators
 
 
 @pytest.mark.parametrize("emulator", ["localstack", "moto"])
@@ -25,9 +25,7 @@ def test_demo_scaffolds_processes_and_drains(tmp_path: Path, localstack_endpoint
     env["AWS_CONFIG_FILE"] = env["AWS_SHARED_CREDENTIALS_FILE"] = str(tmp_path / "no-aws-config")
     # Both demos may run at once, and each would serve /metrics on the default port: one
     # would refuse to start. The demo scrapes the port the worker's settings name.
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        env["WORKER_METRICS_PORT"] = str(probe.getsockname()[1])
+    env["WORKER_METRICS_PORT"] = str(emulators.free_port())
     demo = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "demo.py"), "--output", str(tmp_path / "demo"), "--messages", "8"],
         cwd=ROOT,

@@ -7,7 +7,6 @@ import asyncio
 import contextlib
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -147,12 +146,6 @@ def env_for(endpoint: str, queues: str, health_file: str, **overrides: Any) -> d
     }
     env.update({k: str(v) for k, v in overrides.items()})
     return env
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 async def http_get(port: int, path: str) -> tuple[int, str]:

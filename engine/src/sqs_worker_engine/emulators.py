@@ -234,7 +234,7 @@ def start_moto(timeout: float = 60, port: int = 0) -> Emulator:
     log_path = os.path.join(workdir, "moto.log")
     env = {k: v for k, v in os.environ.items() if k not in ("AWS_ENDPOINT_URL", "PYTHONPATH")}
     for _ in range(3):  # a free port can be taken between the look and the bind: try another
-        chosen_port = _free_port(port)
+        chosen_port = free_port(port)
         with open(log_path, "ab") as log:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(chosen_port)],
@@ -269,7 +269,7 @@ def start_private(services: str = SOURCES, persist: bool = False, timeout: float
     free one. Tests that stop or kill theirs keep the random port: two test runs side by side
     would otherwise both try 4566, and the second would talk to (and kill) the first's."""
     workdir = tempfile.mkdtemp(prefix="localstack-")
-    port = _free_port(port)
+    port = free_port(port)
     try:
         return _start_host(port, workdir, services, persist=persist, timeout=timeout)
     except BaseException:
@@ -317,7 +317,7 @@ def _start_host(port: int, workdir: str, services: str, persist: bool, timeout: 
 
 
 def _start_docker(services: str, timeout: float) -> Emulator:
-    port = _free_port(4566)
+    port = free_port(4566)
     out = subprocess.run(
         ["docker", "run", "-d", "--rm", "-p", f"127.0.0.1:{port}:4566", "-e", f"SERVICES={services}", IMAGE],
         capture_output=True,
@@ -423,7 +423,9 @@ def _wait_identified(endpoint: str, service: str, timeout: float) -> str | None:
         time.sleep(0.5)
 
 
-def _free_port(preferred: int) -> int:
+def free_port(preferred: int = 0) -> int:
+    """`preferred` if it is free on 127.0.0.1, else one the system picks (which may be taken
+    again before its user binds it: callers that can, retry)."""
     for port in (preferred, 0):
         with socket.socket() as s:
             try:

@@ -32,7 +32,6 @@ import os
 import re
 import shlex
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -47,6 +46,7 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import BaseModel
 
+from .emulators import free_port
 from .envelopes import ControlMessage, read_payload
 from .errors import PayloadError
 from .limits import dlq_name
@@ -198,7 +198,7 @@ class _Check:
         self.router: Router = load_router(self.config.settings.handlers)
         self.region = self.config.settings.aws_region
         self.endpoint = endpoint
-        self.port = _free_port()
+        self.port = free_port()
         self.queues = [self._plan(q.name) for q in self.config.queues]
         self.report = Report()
         self.worker: subprocess.Popen[bytes] | None = None
@@ -443,9 +443,3 @@ def _wait(process: subprocess.Popen[bytes], timeout: float) -> int | None:
         return process.wait(timeout)
     except subprocess.TimeoutExpired:
         return None
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])

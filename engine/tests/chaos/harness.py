@@ -28,8 +28,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sqs_worker_engine.emulators import free_port
+
 from ..faultproxy import FaultProxy
-from ..support import Sqs, env_for, free_port, worker_process
+from ..support import Sqs, env_for, worker_process
 
 HANDLERS = "tests.chaos.handlers:router"
 # Short long polls and leases: an abandoned poll (a killed worker's, or one cancelled at an

@@ -14,7 +14,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..support import Sqs, env_for, free_port, worker_process
+from sqs_worker_engine.emulators import free_port
+
+from ..support import Sqs, env_for, worker_process
 from . import report
 from .harness import HANDLERS, probe, until
 

@@ -14,8 +14,9 @@ from collections import Counter
 from typing import Any
 
 from sqs_worker_engine import Job, Router
+from sqs_worker_engine.emulators import free_port
 
-from ..support import Sqs, env_for, free_port, http_get, metric, running_worker, wait_for
+from ..support import Sqs, env_for, http_get, metric, running_worker, wait_for
 
 CAPACITY = 6
 BASE = 0.05

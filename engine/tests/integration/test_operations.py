@@ -21,6 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from sqs_worker_engine import Job, NonRetryableError, Router, localstack, redrive
 from sqs_worker_engine import ecs as ecs_module
+from sqs_worker_engine.emulators import free_port
 from sqs_worker_engine.metrics import set_db_pool_in_use
 
 from ..support import (
@@ -30,7 +31,6 @@ from ..support import (
     REGION,
     Sqs,
     env_for,
-    free_port,
     http_get,
     log_lines,
     running_worker,

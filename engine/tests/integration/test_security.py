@@ -19,11 +19,12 @@ from pathlib import Path
 
 import pytest
 
+from sqs_worker_engine.emulators import free_port
 from sqs_worker_engine.health import Health
 from sqs_worker_engine.server import make_app, start_server
 from sqs_worker_engine.settings import load_settings
 
-from ..support import PACKAGE, PROJECT_ROOT, REGION, Sqs, env_for, free_port, worker_process
+from ..support import PACKAGE, PROJECT_ROOT, REGION, Sqs, env_for, worker_process
 
 SECRET = "s3cr3t-Marker-7f1d"  # every secret below contains it; it must never be printed
 

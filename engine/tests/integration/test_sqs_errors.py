@@ -11,9 +11,10 @@ from typing import Any
 import pytest
 
 from sqs_worker_engine import Job, Router
+from sqs_worker_engine.emulators import free_port
 
 from ..faultproxy import FaultProxy
-from ..support import Sqs, env_for, free_port, http_get, metric, running_worker, until_status, wait_for
+from ..support import Sqs, env_for, http_get, metric, running_worker, until_status, wait_for
 
 
 @pytest.fixture

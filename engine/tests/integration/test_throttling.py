@@ -11,9 +11,10 @@ from collections import Counter
 from typing import Any
 
 from sqs_worker_engine import DownstreamUnavailable, Job, Router, clock
+from sqs_worker_engine.emulators import free_port
 from sqs_worker_engine.producer import Message, Producer, open_producer
 
-from ..support import REGION, Sqs, env_for, free_port, http_get, metric, running_worker, wait_for
+from ..support import REGION, Sqs, env_for, http_get, metric, running_worker, wait_for
 
 RATE = 150.0
 MESSAGES = 2000

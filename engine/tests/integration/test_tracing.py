@@ -26,11 +26,12 @@ from opentelemetry.trace import SpanKind
 from opentelemetry.util._once import Once
 
 from sqs_worker_engine import Job, NonRetryableError, Router
+from sqs_worker_engine.emulators import free_port
 from sqs_worker_engine.logs import get_logger
 from sqs_worker_engine.producer import Producer, open_producer
 from sqs_worker_engine.tracing import producer_context, xray_header
 
-from ..support import PACKAGE, PROJECT_ROOT, REGION, Sqs, env_for, free_port, metric, running_worker, wait_for
+from ..support import PACKAGE, PROJECT_ROOT, REGION, Sqs, env_for, metric, running_worker, wait_for
 
 
 def _reset_provider() -> None:
