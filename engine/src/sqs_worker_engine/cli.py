@@ -363,7 +363,11 @@ def cmd_redrive(config: WorkerConfig, args: argparse.Namespace) -> int:
                 else:
                     final = await redrive.wait_move(client, dlq_arn, redrive.print_progress)
                     return 0 if final.status == "COMPLETED" else 1
-            journal = redrive.Journal(redrive.journal_path(dlq_name))
+            # Before the first send: a journal that cannot be written would lose the run's
+            # place after the copies went (and a rerun would send them again).
+            path, private = redrive.journal_place(dlq_name)
+            journal = redrive.Journal.ready(path, private)
+            print(f"journal: {path} (set {redrive.JOURNAL_DIR_VARIABLE} to keep it elsewhere)")
             if journal.sent:
                 print(f"resuming: {len(journal.sent)} message(s) were copied by an interrupted run")
             refusals: list[str] = []
@@ -394,7 +398,11 @@ def cmd_redrive(config: WorkerConfig, args: argparse.Namespace) -> int:
                 print(f"left in {dlq_name}: {reason}")
             return 1 if refusals else 0
 
-    return asyncio.run(go())
+    try:
+        return asyncio.run(go())
+    except redrive.JournalError as exc:
+        print(f"{config.service.command} redrive: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
 
 
 def cmd_dlq(config: WorkerConfig, args: argparse.Namespace) -> int:

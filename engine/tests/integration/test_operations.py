@@ -390,6 +390,118 @@ def test_copy_redrive_leaves_an_unsendable_message_in_the_dlq_and_ends(sqs: Sqs,
     assert sum(sqs.counts(queue.dlq_url or "")) == 1, "the unsendable message stays in the DLQ"
 
 
+def read_only_directory(tmp_path: Path) -> tuple[list[str], Path] | None:
+    """A directory no write reaches, root's included, and the command prefix that makes it
+    so: for another user, mode 0555; for root (which writes through any mode), a read-only
+    tmpfs mounted over it in a mount namespace of the command's own (as a container's
+    read-only root filesystem refuses writes: EROFS). None where neither can be had."""
+    directory = tmp_path / "read-only"
+    directory.mkdir()
+    if os.geteuid() != 0:
+        directory.chmod(0o555)
+        return [], directory
+    probe = subprocess.run(
+        ["unshare", "-m", "sh", "-c", f"mount -t tmpfs -o ro tmpfs {directory} && ! touch {directory}/x"],
+        capture_output=True,
+        check=False,
+    )
+    if probe.returncode != 0:
+        return None
+    # `cd` again after the mount: a working directory entered before it is the one beneath.
+    mount = f'mount -t tmpfs -o ro tmpfs {directory} && cd "$(pwd -P)" && exec "$@"'
+    return ["unshare", "-m", "sh", "-c", mount, "sh"], directory
+
+
+def redrive_from(cwd: Path, env: dict[str, str], prefix: list[str] | None = None) -> subprocess.CompletedProcess[str]:
+    """`redrive --copy` as an operator runs it in `cwd` (the image's working directory)."""
+    keep = {k: v for k, v in os.environ.items() if k not in ("REDRIVE_JOURNAL_DIR", "XDG_STATE_HOME", "TMPDIR")}
+    return subprocess.run(
+        [*(prefix or []), sys.executable, "-m", PACKAGE, "redrive", "--copy"],
+        env={**keep, "AWS_REGION": REGION, "PYTHONPATH": str(PROJECT_ROOT), **env},
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize("where", ["read-only", "under a file"])
+def test_copy_redrive_that_cannot_write_its_journal_sends_nothing_and_names_the_path(
+    sqs: Sqs, localstack_endpoint: str, tmp_path: Path, where: str
+) -> None:
+    """It used to send the copies, then fail on its journal with a traceback: the originals
+    stayed in the DLQ, and a rerun sent them again."""
+    prefix: list[str] = []
+    if where == "read-only":
+        made = read_only_directory(tmp_path)
+        if made is None:
+            pytest.skip("no read-only directory to be had here (root without a mount namespace)")
+        prefix, directory = made
+    else:
+        (tmp_path / "a-file").write_text("")
+        directory = tmp_path / "a-file" / "journals"  # no one, root included, makes this
+    queue = sqs.create(max_receive=2)
+    fill_dlq(sqs, queue, 5)
+    env = {"AWS_ENDPOINT_URL": localstack_endpoint, "WORKER_QUEUES": queue.name, "REDRIVE_JOURNAL_DIR": str(directory)}
+    result = redrive_from(PROJECT_ROOT, env, prefix)
+    output = result.stdout + result.stderr
+    assert result.returncode == 2, output
+    assert "Traceback" not in output, output
+    assert str(directory) in result.stderr and "REDRIVE_JOURNAL_DIR" in result.stderr, output
+    assert sqs.counts(queue.url) == (0, 0), "nothing sent"
+    assert sum(sqs.counts(queue.dlq_url or "")) == 5, "everything still in the DLQ"
+
+
+def test_copy_redrive_whose_journal_fails_after_a_send_deletes_what_it_sent_and_stops(sqs: Sqs, tmp_path: Path) -> None:
+    """The disk fills (or goes read-only) between the check and a write: what SQS took is
+    still deleted from the DLQ before the run stops, so a rerun sends none of it again."""
+    queue = sqs.create(max_receive=2)
+    fill_dlq(sqs, queue, 15)
+    (tmp_path / "a-file").write_text("")
+
+    async def go() -> None:
+        from aiobotocore.session import get_session
+
+        journal = redrive.Journal.ready(tmp_path / "journal")
+        journal.path = tmp_path / "a-file" / "journal"  # every write from now on fails
+        async with get_session().create_client("sqs", region_name=REGION, endpoint_url=sqs.endpoint) as client:
+            await redrive.copy_back(client, queue.dlq_url or "", queue.url, False, journal)
+
+    with pytest.raises(redrive.JournalError, match="a-file/journal"):
+        asyncio.run(go())
+    sent = sqs.counts(queue.url)[0]
+    assert sent > 0 and sent + sqs.counts(queue.dlq_url or "")[0] == 15, "what was sent left the DLQ"
+    assert copy_back(sqs, queue, tmp_path / "journal") == 15 - sent
+    numbers = sorted(json.loads(m["Body"])["n"] for m in sqs.receive_all(queue.url))
+    assert numbers == list(range(15)), "each message once"
+
+
+def test_copy_redrive_from_a_read_only_working_directory_journals_in_the_temp_dir(
+    sqs: Sqs, localstack_endpoint: str, tmp_path: Path
+) -> None:
+    """The image's read-only root as the working directory, nothing set: the journal goes to
+    $TMPDIR (a tmpfs or emptyDir in the deploy files), in a directory of this user's own."""
+    made = read_only_directory(tmp_path)
+    if made is None:
+        pytest.skip("no read-only directory to be had here (root without a mount namespace)")
+    prefix, read_only = made
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    queue = sqs.create(max_receive=2)
+    fill_dlq(sqs, queue, 12)
+    env = {"AWS_ENDPOINT_URL": localstack_endpoint, "WORKER_QUEUES": queue.name, "TMPDIR": str(temp)}
+    result = redrive_from(read_only, env, prefix)
+    assert result.returncode == 0, result.stdout + result.stderr
+    journals = temp / f"sqs-worker-engine-{os.geteuid()}"
+    assert str(journals) in result.stdout, "it says where its journal is"
+    assert "COMPLETED: moved 12" in result.stdout, result.stdout
+    numbers = sorted(json.loads(m["Body"])["n"] for m in sqs.receive_all(queue.url))
+    assert numbers == list(range(12))
+    assert journals.is_dir() and not list(journals.iterdir()), "the journal goes once every copy is settled"
+    assert journals.stat().st_mode & 0o077 == 0, "private: what it holds decides what is deleted"
+
+
 def test_purge_asks_on_a_terminal_and_refuses_without_one(sqs: Sqs, localstack_endpoint: str) -> None:
     queue = sqs.create(max_receive=2)
     sqs.client.send_message(QueueUrl=queue.dlq_url, MessageBody="x")

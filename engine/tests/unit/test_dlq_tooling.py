@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -222,3 +223,53 @@ def test_operator_help_says_what_each_option_does_and_its_default(capsys: pytest
             build_parser("svc").parse_args([*command, "--help"])
         text = " ".join(capsys.readouterr().out.split())
         assert all(e in text for e in expected), (command, text)
+
+
+def test_the_journal_lives_where_it_is_told_else_in_state_else_in_a_private_temp_directory(tmp_path: Path) -> None:
+    """Never the working directory: under the image's read-only root it cannot be written."""
+    from sqs_worker_engine.redrive import journal_place
+
+    name = ".redrive-orders-dlq.journal"
+    assert journal_place("orders-dlq", {"REDRIVE_JOURNAL_DIR": "/data", "XDG_STATE_HOME": "/s"}) == (
+        Path("/data") / name,
+        False,
+    )
+    assert journal_place("orders-dlq", {"XDG_STATE_HOME": "/s", "TMPDIR": "/t"}) == (
+        Path("/s/sqs-worker-engine") / name,
+        False,
+    )
+    uid = os.geteuid()
+    assert journal_place("orders-dlq", {"TMPDIR": "/t"}) == (Path(f"/t/sqs-worker-engine-{uid}") / name, True)
+    assert journal_place("orders-dlq", {}) == (Path(f"/tmp/sqs-worker-engine-{uid}") / name, True)
+
+
+def test_a_journal_in_a_temp_directory_others_can_write_is_refused_before_anything_is_sent(tmp_path: Path) -> None:
+    """What the journal holds decides what is deleted from the DLQ: in a shared temp dir,
+    its directory must be this user's alone (not another's, not a link to elsewhere)."""
+    from sqs_worker_engine.redrive import JournalError
+
+    mine = tmp_path / "mine" / "sqs-worker-engine-1"
+    journal = Journal.ready(mine / "j", private=True)
+    assert journal.sent == set() and mine.stat().st_mode & 0o777 == 0o700 and not (mine / "j").exists()
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir(mode=0o700)
+    link = tmp_path / "link"
+    link.symlink_to(elsewhere)
+    for directory in (shared, link):
+        with pytest.raises(JournalError, match="this user's alone"):
+            Journal.ready(directory / "j", private=True)
+    Journal.ready(shared / "j")  # a directory the operator named is theirs to choose
+
+
+def test_an_unreadable_journal_is_a_journal_error_not_a_traceback(tmp_path: Path) -> None:
+    from sqs_worker_engine.redrive import JournalError
+
+    (tmp_path / "j").write_bytes(b"\xff\xfe not text")
+    with pytest.raises(JournalError, match="REDRIVE_JOURNAL_DIR"):
+        Journal.ready(tmp_path / "j")
+    resumed = tmp_path / "k"
+    resumed.write_text("m-1\nm-2\n")
+    assert Journal.ready(resumed).sent == {"m-1", "m-2"} and resumed.exists(), "an interrupted run's, kept"
