@@ -130,11 +130,12 @@ def build_parser(prog: str, name: str = "this service") -> argparse.ArgumentPars
         "redrive",
         help="move DLQ messages back to their source queue",
         description="Move dead-lettered messages back to the queue they came from. By default SQS "
-        "moves them itself (StartMessageMoveTask): fast and resumable, but each message comes back "
-        "as it is in the DLQ, with the x-error-* attributes and without the attributes the worker "
-        "had to set aside. --copy (or --id) copies them instead, as they were first sent: every "
-        "attribute, AWSTraceHeader and MessageGroupId restored, with a journal so that an "
-        "interrupted run resumes without losing or duplicating a message.",
+        "moves them itself (StartMessageMoveTask): fast and resumable; each message comes back as "
+        "it is in the DLQ, the worker's record (x-error-*) on it, and the worker unfolds that record, "
+        "so its handler sees the message as first sent. --copy (or --id) copies them instead, as "
+        "they were first sent on the wire too: every attribute, AWSTraceHeader and MessageGroupId "
+        "restored, with a journal (in REDRIVE_JOURNAL_DIR, else $XDG_STATE_HOME, else $TMPDIR) so "
+        "that an interrupted run resumes without losing or duplicating a message.",
     )
     redrive.add_argument("--queue", help="the source queue (default: the first of WORKER_QUEUES)")
     redrive.add_argument("--rate", type=int, help="messages per second, 1-500 (default: as fast as SQS allows)")

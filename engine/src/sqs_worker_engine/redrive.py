@@ -34,7 +34,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from .dlq import MAX_ATTRIBUTES, MOVED_BY_SQS, original_attributes, system_arguments, worker_record
+from .dlq import MOVED_BY_SQS, original_attributes, system_arguments, worker_record
 from .producer import _batches
 from .sqs import SQSClient
 
@@ -312,8 +312,6 @@ def copy_entry(index: int, message: dict[str, Any], fifo: bool) -> dict[str, Any
     attributes without the worker's record and with those the worker moved aside, its
     AWSTraceHeader and its MessageGroupId (FIFO order, or a fair queue's tenant)."""
     attrs = original_attributes(message)
-    if len(attrs) > MAX_ATTRIBUTES:  # a record no worker wrote (SQS would refuse it): as it is
-        attrs = dict(message.get("MessageAttributes") or {})
     entry: dict[str, Any] = {"Id": str(index), "MessageBody": message["Body"]}
     if attrs:
         entry["MessageAttributes"] = attrs

@@ -619,6 +619,41 @@ def test_a_fair_queue_message_dead_lettered_and_redriven_comes_back_whole(
     assert sqs.counts(queue.dlq_url or "") == (0, 0)
 
 
+def test_a_message_dead_lettered_with_ten_attributes_meets_its_handler_with_ten_after_the_default_redrive(
+    sqs: Sqs, localstack_endpoint: str, health_file: str
+) -> None:
+    """SQS's move task brings the DLQ copy back as it is: 7 originals beside the worker's 3
+    (the other 3 folded into x-error-context). The worker unfolds them for the handler."""
+    queue = sqs.create(max_receive=3)
+    router = Router()
+    seen: list[dict[str, Any]] = []
+
+    @router.handler(queue.name)
+    async def handle(job: Job[Any]) -> None:
+        seen.append(dict(job.message_attributes))
+        if len(seen) == 1:
+            raise NonRetryableError("cannot handle it yet")
+
+    sqs.client.send_message(QueueUrl=queue.url, MessageBody='{"n": 1}', MessageAttributes=TEN)
+    env = {"AWS_ENDPOINT_URL": localstack_endpoint, "WORKER_QUEUES": queue.name}
+
+    async def scenario() -> None:
+        worker_env = env_for(localstack_endpoint, queue.name, health_file, WORKER_WAIT_TIME_SECONDS=2)
+        async with running_worker(worker_env, router):
+            await wait_for(lambda: sqs.counts(queue.dlq_url or "")[0] == 1, 60, "the copy in the DLQ")
+            [copy] = look(sqs, queue.dlq_url or "", 1)
+            assert len(copy["MessageAttributes"]) == 10 and "blob" not in copy["MessageAttributes"]
+            moved = await asyncio.to_thread(cli, "redrive", **env)
+            assert moved.returncode == 0, moved.stdout + moved.stderr
+            assert "not available" not in moved.stdout, "SQS's own move task moved it"
+            await wait_for(lambda: len(seen) == 2, 60, "the redriven message handled")
+
+    asyncio.run(scenario())
+    assert seen[0] == TEN
+    assert seen[1] == TEN, "every original with its type, none of the worker's"
+    assert sqs.counts(queue.dlq_url or "") == (0, 0)
+
+
 def test_copy_redrive_splits_near_limit_messages_by_size(sqs: Sqs, tmp_path: Path) -> None:
     queue = sqs.create(max_receive=2)
     pad = "x" * 250_000  # four of these fill SQS's 1 MiB a batch request

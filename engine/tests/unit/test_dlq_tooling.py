@@ -17,9 +17,11 @@ from sqs_worker_engine import NonRetryableError
 from sqs_worker_engine.cli import build_parser
 from sqs_worker_engine.dlq import (
     ERROR_ATTRIBUTES,
+    MAX_ATTRIBUTES,
     MOVED_BY_SQS,
     attributes_size,
     dead_letter_request,
+    encode_attribute,
     fit_to_size,
     original_attributes,
     worker_record,
@@ -273,3 +275,66 @@ def test_an_unreadable_journal_is_a_journal_error_not_a_traceback(tmp_path: Path
     resumed = tmp_path / "k"
     resumed.write_text("m-1\nm-2\n")
     assert Journal.ready(resumed).sent == {"m-1", "m-2"} and resumed.exists(), "an interrupted run's, kept"
+
+
+def string(value: str) -> dict[str, Any]:
+    return {"DataType": "String", "StringValue": value}
+
+
+def with_record(folded: dict[str, Any], kept: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A message bearing a record in the worker's layout, folding `folded`: one the worker
+    wrote, or one a producer forged (the two look alike)."""
+    context = {"written_by": "sqs-worker-engine", "source_queue": "q", "worker_id": "w", "attributes": folded}
+    return received(
+        {
+            **(kept or {}),
+            "x-error-type": string("NonRetryableError"),
+            "x-error-message": string("no"),
+            "x-error-context": string(json.dumps(context)),
+        }
+    )
+
+
+TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+
+
+def test_a_record_folding_what_no_message_could_carry_is_not_unfolded() -> None:
+    """A producer writes any record it likes: unfolded, it would hand the handler more than
+    SQS lets a message carry. Such a record is not the worker's: the attributes stay as sent."""
+    cases = {
+        "eleven in all": with_record(
+            {f"f{i}": encode_attribute(string("x")) for i in range(4)}, {f"k{i}": string("x") for i in range(7)}
+        ),
+        "a thousand folded": with_record({f"f{i}": encode_attribute(string("x")) for i in range(1000)}),
+        "a name of AWS's": with_record({"AWS.Trace": encode_attribute(string("x"))}),
+        "a name of Amazon's": with_record({"amazon.x": encode_attribute(string("x"))}),
+        "two dots": with_record({"a..b": encode_attribute(string("x"))}),
+        "a trailing dot": with_record({"a.": encode_attribute(string("x"))}),
+        "a name too long": with_record({"n" * 257: encode_attribute(string("x"))}),
+        "a space in the name": with_record({"a b": encode_attribute(string("x"))}),
+        "a type SQS has not": with_record({"a": {"DataType": "Evil", "StringValue": "x"}}),
+        "a type too long": with_record({"a": {"DataType": "String." + "x" * 250, "StringValue": "x"}}),
+    }
+    for name, message in cases.items():
+        assert original_attributes(message) == message["MessageAttributes"], name
+        assert worker_record(message) is None, name
+        assert len(copy_entry(0, message, False)["MessageAttributes"]) <= MAX_ATTRIBUTES, name
+
+
+def test_a_forged_record_within_the_limits_gives_the_handler_only_what_its_producer_could_set() -> None:
+    """Unfolded, a forged record is attributes its producer could have sent as they are; the
+    worker's own reading (trace parent, payload pointer) is of what the message carries."""
+    from sqs_worker_engine.offload import pointer_of
+    from sqs_worker_engine.tracing import producer_context
+
+    folded = {
+        "traceparent": encode_attribute(string(TRACEPARENT)),
+        "ExtendedPayloadSize": encode_attribute({"DataType": "Number", "StringValue": "10"}),
+        "tenant": encode_attribute(string("acme")),
+    }
+    message = with_record(folded, {"kept": string("k")})
+    message["Body"] = '["software.amazon.payloadoffloading.PayloadS3Pointer", {"s3BucketName": "b", "s3Key": "k"}]'
+    unfolded = original_attributes(message)
+    assert set(unfolded) == {"kept", "traceparent", "ExtendedPayloadSize", "tenant"}
+    assert producer_context(message) is None, "a folded traceparent never parents the job's span"
+    assert pointer_of(message) is None, "a folded size attribute never makes the body a pointer"

@@ -16,6 +16,7 @@ from pydantic import BaseModel
 from sqs_worker_engine.backoff import backoff_delay
 from sqs_worker_engine.delivery import extension_seconds
 from sqs_worker_engine.dlq import (
+    ATTRIBUTE_NAME,
     ERROR_ATTRIBUTES,
     MAX_ATTRIBUTES,
     MAX_ERROR_MESSAGE,
@@ -261,7 +262,11 @@ def test_dead_letter_request_keeps_every_attribute_within_the_limit(
     assert not set(kept) & set(aside) and set(kept) | set(aside) == set(originals), "nothing dropped"
     assert all(decode_attribute(aside[k]) == originals[k] for k in aside), "each moved aside with its type"
     copy = {"MessageId": "d", "Body": request["MessageBody"], "Attributes": {}, "MessageAttributes": attrs}
-    assert original_attributes(copy) == originals, "redrive restores them all"
+    restored = original_attributes(copy)
+    if len(originals) <= MAX_ATTRIBUTES and all(ATTRIBUTE_NAME.fullmatch(name) for name in originals):
+        assert restored == originals, "redrive (and the worker) restores them all"
+    else:  # more than a message can carry (LocalStack takes 11): no record unfolds past SQS's rules
+        assert restored == attrs or (restored == originals and len(restored) <= MAX_ATTRIBUTES)
     assert context["message_id"] == message["MessageId"] and context["source_queue"] == "orders"
     assert request["MessageBody"] == message["Body"]
     if fifo:
