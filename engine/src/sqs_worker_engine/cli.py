@@ -26,7 +26,6 @@ import os
 import sys
 import threading
 import time
-import uuid
 from collections.abc import Coroutine, Sequence
 from typing import Any
 
@@ -281,7 +280,6 @@ def cmd_send(config: WorkerConfig, args: argparse.Namespace) -> int:
                 Message(
                     args.body if given else {"task_id": f"demo-{i}", "work_ms": args.work_ms},
                     group_id=args.group,
-                    dedup_id=uuid.uuid4().hex if fifo else None,
                     delay=args.delay,
                     attributes=attributes,
                 )

@@ -335,9 +335,7 @@ class _Check:
         ):
             for i, body in enumerate(bodies):
                 await (offloading if offload_first and i == 0 else producer).send(
-                    body,
-                    group_id=f"e2e-{i}" if queue.fifo else None,
-                    dedup_id=uuid.uuid4().hex if queue.fifo else None,
+                    body, group_id=f"e2e-{i}" if queue.fifo else None
                 )
 
     async def _settled(self, client: SQSClient, queue: QueueRun) -> bool:

@@ -87,7 +87,7 @@ def test_bootstrap_makes_the_bucket_and_send_offloads_a_large_body_to_it(
     body.write_text(json.dumps({"task_id": "huge", "pad": "p" * 1_100_000}))
     refused = cli("send", "--count", "1", "--body-file", str(body), **env)
     assert refused.returncode == 2
-    assert "over SQS's limit" in refused.stderr and "WORKER_LARGE_PAYLOAD_BUCKET" in refused.stderr
+    assert "over the queue's limit of 1048576 bytes" in refused.stderr and "WORKER_LARGE_PAYLOAD_BUCKET" in refused.stderr
     bad = cli("send", "--attribute", "no-equals-sign", **env)
     assert bad.returncode == 2 and "NAME=VALUE" in bad.stderr and "Traceback" not in bad.stderr
     assert sqs.counts(queue.url) == (0, 1)  # nothing more was sent
