@@ -248,7 +248,6 @@ def lingering_threads(grace: float = 1.0) -> list[threading.Thread]:
 
 
 def cmd_send(config: WorkerConfig, args: argparse.Namespace) -> int:
-    from . import tracing
     from .producer import Message, Producer, open_producer
 
     queue = args.queue or config.queues[0].name
@@ -264,8 +263,8 @@ def cmd_send(config: WorkerConfig, args: argparse.Namespace) -> int:
         with open(args.body_file, encoding="utf-8") as f:
             args.body = f.read()
     attributes = dict(_attribute(text) for text in args.attribute)
-
-    provider = tracing.configure(s.service_name)
+    # No tracing here: only `run` exports. A command on a laptop has no collector beside it,
+    # and its exporter would retry for seconds, saying so, before the command could exit.
 
     async def send() -> int:
         producer: Producer[Any]
@@ -296,9 +295,6 @@ def cmd_send(config: WorkerConfig, args: argparse.Namespace) -> int:
     except (ValueError, TypeError) as exc:  # refused before sending: say what is wrong
         print(f"{config.service.command} send: {exc}", file=sys.stderr)
         return EXIT_CONFIG
-    finally:
-        if provider is not None:
-            provider.shutdown()
 
 
 def _attribute(text: str) -> tuple[str, str]:

@@ -87,7 +87,9 @@ def test_bootstrap_makes_the_bucket_and_send_offloads_a_large_body_to_it(
     body.write_text(json.dumps({"task_id": "huge", "pad": "p" * 1_100_000}))
     refused = cli("send", "--count", "1", "--body-file", str(body), **env)
     assert refused.returncode == 2
-    assert "over the queue's limit of 1048576 bytes" in refused.stderr and "WORKER_LARGE_PAYLOAD_BUCKET" in refused.stderr
+    assert (
+        "over the queue's limit of 1048576 bytes" in refused.stderr and "WORKER_LARGE_PAYLOAD_BUCKET" in refused.stderr
+    )
     bad = cli("send", "--attribute", "no-equals-sign", **env)
     assert bad.returncode == 2 and "NAME=VALUE" in bad.stderr and "Traceback" not in bad.stderr
     assert sqs.counts(queue.url) == (0, 1)  # nothing more was sent
@@ -167,3 +169,45 @@ def test_help_is_written_for_operators_and_shows_the_defaults() -> None:
     assert "(default: 1 with --body or --body-file, else 10)" in flat, flat
     assert "(default: 200)" in flat and "(default: 0)" in flat, flat
     assert "required on a FIFO queue" in flat, flat
+
+
+def test_only_run_exports_traces_every_other_command_is_quiet(sqs: Sqs, localstack_endpoint: str) -> None:
+    """With the OpenTelemetry SDK installed (a `tracing=yes` service) and no collector beside a
+    laptop's commands, `send` used to export its span: four OTLP connection errors on stderr
+    and seconds of retries. Only `run` exports: no other command opens a connection to the
+    collector's endpoint (a listener here that counts them)."""
+    import socket
+    import threading
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    connections: list[object] = []
+
+    def count() -> None:
+        while True:
+            try:
+                connection, _ = listener.accept()
+            except OSError:
+                return
+            connections.append(connection)
+            connection.close()  # a collector that answers nothing: the exporter would retry
+
+    threading.Thread(target=count, daemon=True).start()
+    queue = sqs.create()
+    env = {
+        "AWS_ENDPOINT_URL": localstack_endpoint,
+        "WORKER_QUEUES": queue.name,
+        "TEST_QUEUE": queue.name,  # the test app's handler serves it
+        "OTEL_TRACES_EXPORTER": "otlp",
+        "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{listener.getsockname()[1]}",
+    }
+    try:
+        for command in (["send", "--body", '{"id": "traced?"}'], ["config"], ["bootstrap"], ["dlq", "peek"]):
+            done = cli(*command, **env)
+            assert done.returncode == 0, f"{command}: {done.stderr}"
+            assert "export" not in done.stderr.lower() and "4318" not in done.stderr, f"{command}: {done.stderr}"
+        assert connections == [], f"{len(connections)} connection(s) to the collector from commands other than run"
+    finally:
+        listener.close()
+    assert [m["Body"] for m in sqs.receive_all(queue.url)] == ['{"id": "traced?"}']
