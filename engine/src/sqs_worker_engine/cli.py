@@ -187,7 +187,7 @@ def cmd_run(config: WorkerConfig, args: argparse.Namespace) -> int:
     from .worker import StartupError, Worker, load_router
 
     handlers = _handlers(config)
-    logs.configure(config.settings.service_name, config.settings.log_level)
+    logs.configure(config.settings.service_name, config.settings.log_level, config.settings.log_format)
     provider = tracing.configure(config.settings.service_name)
     router = load_router(handlers)
     worker = Worker(config, router)

@@ -231,6 +231,9 @@ class Settings(BaseSettings):
     service_name: str = Field(default="sqs-worker", min_length=1, validation_alias="OTEL_SERVICE_NAME")
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(default="INFO", validation_alias="LOG_LEVEL")
     log_payloads: bool = Field(default=False, validation_alias="LOG_PAYLOADS")
+    # JSON lines for log pipelines (the default, as deployed); text lines for a person at a
+    # terminal (`make dev`). logs.py.
+    log_format: Literal["json", "text"] = Field(default="json", validation_alias="LOG_FORMAT")
 
     aws_region: str = Field(
         default="us-east-1",
@@ -422,6 +425,34 @@ class WorkerConfig:
         data["priority"] = self.priority
         data["stalled_after_seconds"] = self.stalled_after
         data["health_file"] = self.health_file
+        return data
+
+    def summary(self) -> dict[str, Any]:
+        """What the start and stop log lines carry: the settings that differ from the
+        engine's defaults (redacted as in `describe`), and each queue's name with what it
+        sets apart from the process-wide settings. `config` prints all of it."""
+        described = self.describe()
+        own = self.settings.model_dump(mode="json", by_alias=False)
+        # Each line says its worker id and service already; the queues come next, per queue.
+        said = ("queues", "worker_id", "service_name")
+        defaults = _DEFAULTS.model_dump(mode="json", by_alias=False)
+        data = {key: described[key] for key, value in defaults.items() if key not in said and own[key] != value}
+        process_wide = {
+            "concurrency": self.settings.concurrency,
+            "job_timeout_ms": self.settings.job_timeout_ms,
+            "visibility_timeout_seconds": self.settings.visibility_timeout_seconds,
+            "group_concurrency": self.settings.group_concurrency,
+            "adaptive_concurrency": self.settings.adaptive_concurrency,
+            "concurrency_floor": self.settings.concurrency_floor,
+            "weight": 1,
+            "url": None,
+            "rate_limit_per_second": None,
+        }
+        data["queues"] = [
+            {"name": queue["name"]}
+            | {key: queue[key] for key, usual in process_wide.items() if queue[key] != usual and queue[key] is not None}
+            for queue in described["queues"]
+        ]
         return data
 
 
@@ -730,6 +761,8 @@ def _bool(own: Mapping[str, str], setting: str, prefix: str, default: bool, prob
     return word in TRUE_WORDS
 
 
+# The engine's own defaults, for what a configuration sets apart from them (`summary`).
+_DEFAULTS = Settings.model_construct()
 _ALIASES: dict[str, str] = {}
 for _name, _field in Settings.model_fields.items():
     _alias = _field.validation_alias

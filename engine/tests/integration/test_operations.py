@@ -268,6 +268,40 @@ def test_logs_are_structured_and_carry_the_job(sqs: Sqs, localstack_endpoint: st
         assert line["config"]["queues"][0]["name"] == names[False]
 
 
+def test_log_format_text_gives_a_person_lines_to_read(sqs: Sqs, localstack_endpoint: str, tmp_path: Path) -> None:
+    """LOG_FORMAT=text (what `make dev` sets): one text line per record, the job on the
+    lines from inside it, and start and stop lines whose configuration is what this worker
+    sets apart from the engine's defaults (the JSON start line used to be about 2 KB)."""
+    queue = sqs.create()
+    sqs.send(queue, [{"id": "plain", "seconds": 0}])
+    log = tmp_path / "worker.log"
+    env = env_for(
+        localstack_endpoint,
+        queue.name,
+        str(tmp_path / "progress"),
+        TEST_QUEUE=queue.name,
+        TEST_RECORD_FILE=str(tmp_path / "records.jsonl"),
+        LOG_FORMAT="text",
+    )
+    proc = worker_process(env, log)
+    deadline = time.monotonic() + 60
+    while "a library logs too" not in log.read_text():
+        assert time.monotonic() < deadline, log.read_text()[-3000:]
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(60) == 0
+    text = log.read_text().splitlines()
+    assert not list(log_lines(log)), "no JSON line"
+    started = next(line for line in text if " worker started " in line)
+    stopped = next(line for line in text if " worker stopped " in line)
+    working = next(line for line in text if " working " in line)
+    assert f"queue={queue.name} receive_count=1" in working and "job_id=" in working, working
+    for line in (started, stopped):
+        assert " INFO " in line and " config={" in line and f'"queues":[{{"name":"{queue.name}"}}]}}' in line, line
+        assert '"retry_base_seconds":0.5' in line and '"concurrency"' not in line, "what is set, not the defaults"
+        assert len(line) < 600, f"{len(line)} characters: {line}"
+
+
 def test_poison_messages_redrive_back_none_lost_none_duplicated(
     sqs: Sqs, localstack_endpoint: str, health_file: str
 ) -> None:

@@ -14,7 +14,7 @@ import boto3
 import pytest
 from pydantic import BaseModel
 
-from sqs_worker_engine.producer import Message, SyncProducer, open_producer
+from sqs_worker_engine.producer import Message, Producer, SyncProducer, open_producer
 
 from ..support import REGION, Sqs
 
@@ -90,6 +90,7 @@ def test_the_queues_own_maximum_message_size_bounds_what_is_sent_whole(sqs: Sqs,
     big = {"task_id": "big", "pad": "p" * 2000}
 
     async def send() -> None:
+        producer: Producer[Any]
         async with open_producer(name, region=REGION, endpoint_url=localstack_endpoint) as producer:
             with pytest.raises(ValueError, match=r"2\d\d\d bytes, over the queue's limit of 1024 bytes"):
                 await producer.send(big)
