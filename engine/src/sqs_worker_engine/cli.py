@@ -32,7 +32,7 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from . import signals
-from .health import check_file
+from .health import check
 from .loops import EventLoop, new_loop
 from .settings import ConfigError, ServiceDefaults, WorkerConfig, load_settings
 
@@ -123,8 +123,15 @@ def build_parser(prog: str, name: str = "this service") -> argparse.ArgumentPars
     boot = sub.add_parser("bootstrap", help="create the queues and their DLQs (idempotent)")
     boot.add_argument("--max-receive-count", type=int, help="default: WORKER_MAX_RECEIVE_COUNT")
     sub.add_parser("config", help="print the effective configuration")
-    health = sub.add_parser("healthcheck", help="exit 0 if the worker makes progress, 1 if stalled")
+    health = sub.add_parser(
+        "healthcheck",
+        help="exit 0 if the worker makes progress, 1 if stalled",
+        description="Liveness as an exit code, from the progress file each worker process writes once a\n"
+        "second (WORKER_HEALTH_FILE, with the process id before its suffix): 0 if every running worker\n"
+        "with a file there (or the one --pid names) made progress within --stalled-after seconds.",
+    )
     health.add_argument("--stalled-after", type=float, help="seconds; default: WORKER_STALLED_AFTER_SECONDS")
+    health.add_argument("--pid", type=int, help="judge this worker process only (default: every running one)")
     redrive = sub.add_parser(
         "redrive",
         help="move DLQ messages back to their source queue",
@@ -323,7 +330,7 @@ def cmd_config(config: WorkerConfig, args: argparse.Namespace) -> int:
 
 
 def cmd_healthcheck(config: WorkerConfig, args: argparse.Namespace) -> int:
-    ok, message = check_file(config.health_file, args.stalled_after or config.stalled_after)
+    ok, message = check(config.health_file, args.stalled_after or config.stalled_after, args.pid)
     print(message, file=sys.stdout if ok else sys.stderr)
     return 0 if ok else 1
 

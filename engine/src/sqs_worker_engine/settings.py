@@ -162,6 +162,8 @@ class Settings(BaseSettings):
     stalled_after_seconds: float | None = Field(
         default=None, gt=0, le=2 * MAX_VISIBILITY_SECONDS, validation_alias="WORKER_STALLED_AFTER_SECONDS"
     )
+    # Each worker process writes its own progress file: this path with its pid before the
+    # suffix (health.progress_file). Empty: $TMPDIR/<service>.progress.
     health_file: str = Field(default="", validation_alias="WORKER_HEALTH_FILE")
     backlog_sample_seconds: float = Field(default=30.0, ge=1, le=3600, validation_alias="WORKER_BACKLOG_SAMPLE_SECONDS")
     scale_in_protection_minutes: int = Field(

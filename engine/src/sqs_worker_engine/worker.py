@@ -432,6 +432,7 @@ class Worker:
         if self._process_pool is not None:
             self._process_pool.shutdown(wait=False, cancel_futures=True)
         self.state = WorkerState.ERROR if failed else WorkerState.STOPPED
+        self.health.remove_file()  # this process's own: a stopped worker leaves none behind
         log.info(
             "worker stopped",
             extra={

@@ -110,13 +110,14 @@ def test_config_errors_exit_2_naming_the_variable() -> None:
 
 
 def test_healthcheck_exit_codes(tmp_path: Path) -> None:
-    progress = tmp_path / "progress"
-    assert cli("healthcheck", WORKER_HEALTH_FILE=str(progress)).returncode == 1
+    base = tmp_path / "progress"
+    progress = tmp_path / f"progress.{os.getpid()}"  # a running worker's (this test's process stands in)
+    assert cli("healthcheck", WORKER_HEALTH_FILE=str(base)).returncode == 1
     progress.write_text("0\n")  # last progress in 1970
-    stale = cli("healthcheck", "--stalled-after=300", WORKER_HEALTH_FILE=str(progress))
+    stale = cli("healthcheck", "--stalled-after=300", WORKER_HEALTH_FILE=str(base))
     assert stale.returncode == 1 and "stalled" in stale.stderr
     progress.write_text(f"{time.time()}\n")
-    assert cli("healthcheck", "--stalled-after=300", WORKER_HEALTH_FILE=str(progress)).returncode == 0
+    assert cli("healthcheck", "--stalled-after=300", WORKER_HEALTH_FILE=str(base)).returncode == 0
 
 
 def test_config_refuses_a_queue_without_a_handler_as_run_does() -> None:
