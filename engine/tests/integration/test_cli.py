@@ -47,14 +47,32 @@ def test_bootstrap_is_idempotent_and_wires_the_dlq(sqs: Sqs, localstack_endpoint
     assert attrs["FifoQueue"] == "true"
 
 
-def test_send_enqueues_demo_messages(sqs: Sqs, localstack_endpoint: str) -> None:
-    queue = sqs.create()
-    result = cli(
-        "send", "--count", "13", "--work-ms", "5", AWS_ENDPOINT_URL=localstack_endpoint, WORKER_QUEUES=queue.name
-    )
-    assert result.returncode == 0, result.stderr
-    bodies = [json.loads(m["Body"]) for m in sqs.receive_all(queue.url)]
-    assert len(bodies) == 13 and all(b["work_ms"] == 5 for b in bodies)
+def test_send_without_a_body_sends_the_payload_models_own_examples(sqs: Sqs, localstack_endpoint: str) -> None:
+    """What an owner's handler processes, not a demo shape it would dead-letter: the examples
+    its payload model declares (those the end-to-end check sends), each once, or `--count`
+    messages taking them in turn; wrapped as the handler's envelope receives them."""
+    orders, shipped, notes = sqs.create(), sqs.create(fifo=True), sqs.create()
+    env = {
+        "AWS_ENDPOINT_URL": localstack_endpoint,
+        "WORKER_HANDLERS": "tests.integration.examples_app:router",
+        "WORKER_QUEUES": f"{orders.name},{shipped.name},{notes.name}",
+        "EXAMPLES_ORDERS": orders.name,
+        "EXAMPLES_SHIPPED": shipped.name,
+        "EXAMPLES_NOTES": notes.name,
+    }
+    once = cli("send", **env)
+    assert once.returncode == 0 and f"sent 2 message(s) to {orders.name}" in once.stdout, once.stderr
+    five = cli("send", "--count", "5", **env)
+    assert five.returncode == 0, five.stderr
+    bodies = sorted(json.loads(m["Body"])["order_id"] for m in sqs.receive_all(orders.url))
+    assert bodies == ["o-1"] * 4 + ["o-2"] * 3, bodies
+    wrapped = cli("send", "--queue", shipped.name, "--group", "g", **env)
+    assert wrapped.returncode == 0, wrapped.stderr
+    (event,) = sqs.receive_all(shipped.url)
+    assert json.loads(event["Body"])["detail"] == {"parcel": "p-9"}, "inside the EventBridge event its handler reads"
+    none = cli("send", "--queue", notes.name, **env)
+    assert none.returncode == 2 and "--body" in none.stderr and "declares no examples" in none.stderr, none.stderr
+    assert "Traceback" not in none.stderr and sqs.counts(notes.url) == (0, 0)
 
 
 def test_bootstrap_makes_the_bucket_and_send_offloads_a_large_body_to_it(
@@ -167,8 +185,8 @@ def test_help_is_written_for_operators_and_shows_the_defaults() -> None:
         assert "sys.exit" not in text and "cli.main" not in text and "ServiceDefaults" not in text, text
     assert "test-service" in main.stdout and "Exit codes" in main.stdout, main.stdout
     flat = " ".join(send.stdout.split())
-    assert "(default: 1 with --body or --body-file, else 10)" in flat, flat
-    assert "(default: 200)" in flat and "(default: 0)" in flat, flat
+    assert "(default: 1 with --body or --body-file, else each example once)" in flat, flat
+    assert "(default: 0)" in flat and "--work-ms" not in flat, flat
     assert "required on a FIFO queue" in flat, flat
 
 
