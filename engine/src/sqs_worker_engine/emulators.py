@@ -747,6 +747,9 @@ def _start_localstack(port: int) -> Emulator:
     """LocalStack on exactly `port`: the one answering there (said so), or one started there."""
     url = local_url(port)
     found = identify(url)
+    taken = found is None and not _port_free(port)
+    if taken:  # an emulator starting there (another project's start) answers within seconds
+        found = _wait_identified(url, "sqs", 10)
     if found == LOCALSTACK:
         missing = _missing(url, SOURCES)
         if missing:
@@ -761,7 +764,7 @@ def _start_localstack(port: int) -> Emulator:
             f"moto's server answers at {url}, not LocalStack: use it with {SWITCH}=moto, "
             f"or choose another port with {PORT_VARIABLE}=<port>"
         )
-    if not _port_free(port):
+    if taken:
         raise EmulatorError(
             f"port {port} on 127.0.0.1 is taken by something that is not an SQS emulator: "
             f"choose a free port with {PORT_VARIABLE}=<port>"

@@ -236,3 +236,22 @@ def test_a_localstack_on_the_default_port_without_a_needed_service_is_passed_ove
         assert [services for services, _port in started] == ["sqs,cloudformation"]
     finally:
         server.shutdown()
+
+
+def test_a_port_held_by_something_else_is_refused_naming_localstack_port(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Not an emulator (no LocalStack health, no moto API), and still not one after a moment
+    in which one that is starting would have answered: no start, no state, the variable named."""
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        monkeypatch.chdir(tmp_path)
+        monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+        monkeypatch.setenv("LOCALSTACK_PORT", str(port))
+        monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+        monkeypatch.delenv("SQS_EMULATOR", raising=False)
+        with pytest.raises(emulators.EmulatorError, match=rf"port {port} on 127.0.0.1 is taken .* LOCALSTACK_PORT="):
+            emulators.start()
+    assert not emulators.state_file(port).exists()
