@@ -440,7 +440,9 @@ def test_compose(projects: dict[str, Path], key: str) -> None:
     assert worker["depends_on"]["bootstrap"]["condition"] == "service_completed_successfully"
     assert worker["init"] is True
     assert seconds(worker["stop_grace_period"]) > answers.shutdown
-    assert f"{answers.port}:{answers.port}" in [str(p) for p in worker["ports"]]
+    # Published for this machine only, never for every interface of the host.
+    assert [str(p) for p in worker["ports"]] == [f"127.0.0.1:{answers.port}:{answers.port}"]
+    assert [str(p) for p in localstack["ports"]] == ["127.0.0.1:${LOCALSTACK_PORT:-4566}:4566"]
     assert worker["read_only"] is True and "/tmp" in worker["tmpfs"]
     for service in (bootstrap, worker):
         assert image_repository(service["image"]) == answers.slug

@@ -86,15 +86,24 @@ class ServiceDefaults:
     `OTEL_SERVICE_NAME`'s default), the command that runs it (for messages), and defaults
     for environment variables (`{"WORKER_QUEUES": "orders", ...}`: the answers it was
     generated with). A default is read exactly like the variable it stands for and
-    validated the same way; the environment always wins."""
+    validated the same way; the environment always wins.
+
+    `settings`: the service's own settings (an API's URL, a token), a pydantic-settings
+    model whose fields name their variables (`validation_alias="PARTNER_API_URL"`; else the
+    env_prefix and the field's name in upper case). They are validated at boot with the
+    engine's, by the same rules: a bad or missing one refuses to start (exit 2) naming the
+    variable (its value hidden when the field is a secret or a URL), `config` prints them
+    (secrets redacted) as `service_settings`, and `WorkerConfig.own` is the validated model."""
 
     name: str = "sqs-worker"
     version: str = "0.0.0"
     command: str = "python -m sqs_worker_engine"
     environ: Mapping[str, str] = field(default_factory=dict)
+    settings: type[BaseSettings] | None = None
 
     def __post_init__(self) -> None:
-        unknown = sorted(set(self.environ) - set(_ALIASES))
+        known = set(_ALIASES) | set(own_variables(self.settings))
+        unknown = sorted(set(self.environ) - known)
         if unknown:
             raise ValueError(f"ServiceDefaults.environ names unknown settings: {', '.join(unknown)}")
 
@@ -178,6 +187,8 @@ class Settings(BaseSettings):
     stalled_after_seconds: float | None = Field(
         default=None, gt=0, le=2 * MAX_VISIBILITY_SECONDS, validation_alias="WORKER_STALLED_AFTER_SECONDS"
     )
+    # Each worker process writes its own progress file: this path with its pid before the
+    # suffix (health.progress_file). Empty: $TMPDIR/<service>.progress.
     health_file: str = Field(default="", validation_alias="WORKER_HEALTH_FILE")
     backlog_sample_seconds: float = Field(default=30.0, ge=1, le=3600, validation_alias="WORKER_BACKLOG_SAMPLE_SECONDS")
     scale_in_protection_minutes: int = Field(
@@ -247,6 +258,9 @@ class Settings(BaseSettings):
     service_name: str = Field(default="sqs-worker", min_length=1, validation_alias="OTEL_SERVICE_NAME")
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(default="INFO", validation_alias="LOG_LEVEL")
     log_payloads: bool = Field(default=False, validation_alias="LOG_PAYLOADS")
+    # JSON lines for log pipelines (the default, as deployed); text lines for a person at a
+    # terminal (`make dev`). logs.py.
+    log_format: Literal["json", "text"] = Field(default="json", validation_alias="LOG_FORMAT")
 
     aws_region: str = Field(
         default="us-east-1",
@@ -411,6 +425,7 @@ class WorkerConfig:
     settings: Settings
     queues: tuple[QueueSettings, ...]
     service: ServiceDefaults = field(default_factory=lambda: ServiceDefaults())
+    own: BaseSettings | None = None  # the service's own settings, validated (ServiceDefaults.settings)
 
     @property
     def stalled_after(self) -> float:
@@ -460,6 +475,36 @@ class WorkerConfig:
         data["priority"] = self.priority
         data["stalled_after_seconds"] = self.stalled_after
         data["health_file"] = self.health_file
+        if self.own is not None:
+            data["service_settings"] = self.own.model_dump(mode="json")  # SecretStr shows as ********
+        return data
+
+    def summary(self) -> dict[str, Any]:
+        """What the start and stop log lines carry: the settings that differ from the
+        engine's defaults (redacted as in `describe`), and each queue's name with what it
+        sets apart from the process-wide settings. `config` prints all of it."""
+        described = self.describe()
+        own = self.settings.model_dump(mode="json", by_alias=False)
+        # Each line says its worker id and service already; the queues come next, per queue.
+        said = ("queues", "worker_id", "service_name")
+        defaults = _DEFAULTS.model_dump(mode="json", by_alias=False)
+        data = {key: described[key] for key, value in defaults.items() if key not in said and own[key] != value}
+        process_wide = {
+            "concurrency": self.settings.concurrency,
+            "job_timeout_ms": self.settings.job_timeout_ms,
+            "visibility_timeout_seconds": self.settings.visibility_timeout_seconds,
+            "group_concurrency": self.settings.group_concurrency,
+            "adaptive_concurrency": self.settings.adaptive_concurrency,
+            "concurrency_floor": self.settings.concurrency_floor,
+            "weight": 1,
+            "url": None,
+            "rate_limit_per_second": None,
+        }
+        data["queues"] = [
+            {"name": queue["name"]}
+            | {key: queue[key] for key, usual in process_wide.items() if queue[key] != usual and queue[key] is not None}
+            for queue in described["queues"]
+        ]
         return data
 
 
@@ -571,6 +616,10 @@ def load_settings(environ: Mapping[str, str] | None = None, service: ServiceDefa
     problems: list[tuple[str, str]] = [(var, unknown_setting(var)) for var in sorted(env) if _is_unknown(var, env[var])]
     values: dict[str, Any] = {k: v for k, v in env.items() if k in _ALIASES}
     values.setdefault("OTEL_SERVICE_NAME", service.name)
+    owners: BaseSettings | None = None
+    if service.settings is not None:  # the service's own, named in the same refusal
+        owners, refused = _own_settings(service.settings, env)
+        problems += refused
     try:
         settings = Settings.model_validate(values)
     except ValidationError as exc:
@@ -746,7 +795,7 @@ def load_settings(environ: Mapping[str, str] | None = None, service: ServiceDefa
                 f"({what}); lower {lower} or raise the pool",
             )
         )
-    config = WorkerConfig(settings, tuple(queues), service)
+    config = WorkerConfig(settings, tuple(queues), service, owners)
     if settings.stalled_after_seconds is not None:
         # Progress is marked when a long poll returns and when a job ends: the threshold
         # must outlast both, or an idle or busy worker would look stalled.
@@ -799,6 +848,8 @@ def _bool(own: Mapping[str, str], setting: str, prefix: str, default: bool, prob
     return word in TRUE_WORDS
 
 
+# The engine's own defaults, for what a configuration sets apart from them (`summary`).
+_DEFAULTS = Settings.model_construct()
 _ALIASES: dict[str, str] = {}
 for _name, _field in Settings.model_fields.items():
     _alias = _field.validation_alias
@@ -875,6 +926,52 @@ def unknown_setting(var: str) -> str:
     if close:
         return f"unknown setting; did you mean {close[0]}?"
     return "unknown setting (the README's Configuration lists them; per queue: WORKER_QUEUE_<KEY>_<SETTING>)"
+
+
+def own_variables(model: type[BaseSettings] | None) -> dict[str, str]:
+    """The variables a service's own settings read, each to the key it is validated under:
+    its validation_alias, else the env_prefix and the field's name in upper case."""
+    if model is None:
+        return {}
+    prefix = str(model.model_config.get("env_prefix") or "")
+    variables: dict[str, str] = {}
+    for name, info in model.model_fields.items():
+        alias = info.validation_alias
+        if isinstance(alias, AliasChoices):
+            variables.update({choice: choice for choice in alias.choices if isinstance(choice, str)})
+        elif isinstance(alias, str):
+            variables[alias] = alias
+        else:
+            variables[(prefix + name).upper()] = name
+    return variables
+
+
+def _reads(info: Any, name: str, key: str) -> bool:
+    """The field `name` is the one validated under `key` (its name, or one of its aliases)."""
+    alias = info.validation_alias
+    return key == name or key in (alias.choices if isinstance(alias, AliasChoices) else [alias])
+
+
+def _own_settings(
+    model: type[BaseSettings], env: Mapping[str, str]
+) -> tuple[BaseSettings | None, list[tuple[str, str]]]:
+    """The service's own settings from `env` (and nothing else: no second reading of the
+    process's environment), or the problems, each named by its variable."""
+    variables = own_variables(model)
+    keys = {key: var for var, key in variables.items()}
+    try:
+        return model.model_validate({key: env[var] for var, key in variables.items() if var in env}), []
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            key = str(err["loc"][0]) if err["loc"] else "?"
+            var = keys.get(key, key)
+            annotation = str(next((f.annotation for n, f in model.model_fields.items() if _reads(f, n, key)), ""))
+            secret = "Secret" in annotation or "Url" in annotation  # never shown, as a URL's password
+            raw = env.get(var)
+            shown = "" if raw is None or secret or "URL" in var else f" (got {raw!r})"
+            problems.append((var, f"{err['msg']}{shown}"))
+        return None, problems
 
 
 def _explain(exc: ValidationError, env: Mapping[str, str]) -> list[tuple[str, str]]:

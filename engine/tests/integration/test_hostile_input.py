@@ -304,6 +304,7 @@ BAD: dict[str, dict[str, str]] = {
     "WORKER_LARGE_PAYLOAD_BUCKET": {"malformed": "My_Bucket", "absurd": "b" * 64, "path": "bucket/prefix"},
     "WORKER_LARGE_PAYLOAD_READ_BUCKETS": {"malformed": "ok-bucket,My_Bucket", "path": "bucket/prefix"},
     "LOG_LEVEL": {"empty": "", "malformed": "LOUD"},
+    "LOG_FORMAT": {"empty": "", "malformed": "yaml", "absurd": "json;text"},
     "WORKER_QUEUES": {"empty": "", "commas": " , ", "malformed": "bad name", "absurd": "q" * 81, "twice": "a,a"},
     "WORKER_HANDLERS": {"empty": "", "malformed": "no-colon", "absurd": "a:b:c"},
     "WORKER_ID": {"empty": "", "absurd": "w" * 129},

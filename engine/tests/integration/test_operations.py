@@ -268,6 +268,84 @@ def test_logs_are_structured_and_carry_the_job(sqs: Sqs, localstack_endpoint: st
         assert line["config"]["queues"][0]["name"] == names[False]
 
 
+def test_each_worker_process_has_its_own_progress_file_and_healthcheck_judges_each(
+    sqs: Sqs, localstack_endpoint: str, tmp_path: Path
+) -> None:
+    """Two workers of one service on one host, with one WORKER_HEALTH_FILE: each writes its
+    own file. With one of them frozen (SIGSTOP), `healthcheck` fails naming it while the
+    other makes progress; a file both wrote said ok. A stopped worker leaves no file."""
+    from sqs_worker_engine.health import progress_files
+
+    queue = sqs.create()
+    base = str(tmp_path / "orders.progress")
+    env = env_for(localstack_endpoint, queue.name, base, TEST_QUEUE=queue.name, WORKER_WAIT_TIME_SECONDS=1)
+    workers = [worker_process(env, tmp_path / f"worker-{i}.log") for i in range(2)]
+    frozen, running = workers
+    stalled_after = 8.0
+
+    def ages() -> dict[int, float]:
+        now = time.time()
+        return {pid: now - float(Path(path).read_text() or 0) for pid, path in progress_files(base).items()}
+
+    try:
+        deadline = time.monotonic() + 90
+        while set(progress_files(base)) != {frozen.pid, running.pid}:
+            assert time.monotonic() < deadline, f"one file per worker: {progress_files(base)}"
+            time.sleep(0.2)
+        frozen.send_signal(signal.SIGSTOP)
+        # Until the frozen one's file is older than the threshold and the other's is not.
+        while not (ages()[frozen.pid] > stalled_after > ages()[running.pid] + 2):
+            assert time.monotonic() < deadline + 60, ages()
+            time.sleep(0.2)
+        verdict = cli("healthcheck", f"--stalled-after={stalled_after:g}", **env)
+        assert verdict.returncode == 1, verdict.stdout + verdict.stderr
+        assert f"worker {frozen.pid}: stalled" in verdict.stderr and f"worker {running.pid}: ok" in verdict.stderr
+        alone = cli("healthcheck", f"--stalled-after={stalled_after:g}", f"--pid={running.pid}", **env)
+        assert alone.returncode == 0, alone.stderr
+    finally:
+        frozen.send_signal(signal.SIGCONT)
+        for worker in workers:
+            worker.send_signal(signal.SIGTERM)
+    assert [worker.wait(60) for worker in workers] == [0, 0]
+    assert progress_files(base) == {}, "a stopped worker leaves its file behind"
+    after = cli("healthcheck", **env)
+    assert after.returncode == 1 and "no progress file of a running worker" in after.stderr, after.stderr
+
+
+def test_log_format_text_gives_a_person_lines_to_read(sqs: Sqs, localstack_endpoint: str, tmp_path: Path) -> None:
+    """LOG_FORMAT=text (what `make dev` sets): one text line per record, the job on the
+    lines from inside it, and start and stop lines whose configuration is what this worker
+    sets apart from the engine's defaults (the JSON start line used to be about 2 KB)."""
+    queue = sqs.create()
+    sqs.send(queue, [{"id": "plain", "seconds": 0}])
+    log = tmp_path / "worker.log"
+    env = env_for(
+        localstack_endpoint,
+        queue.name,
+        str(tmp_path / "progress"),
+        TEST_QUEUE=queue.name,
+        TEST_RECORD_FILE=str(tmp_path / "records.jsonl"),
+        LOG_FORMAT="text",
+    )
+    proc = worker_process(env, log)
+    deadline = time.monotonic() + 60
+    while "a library logs too" not in log.read_text():
+        assert time.monotonic() < deadline, log.read_text()[-3000:]
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(60) == 0
+    text = log.read_text().splitlines()
+    assert not list(log_lines(log)), "no JSON line"
+    started = next(line for line in text if " worker started " in line)
+    stopped = next(line for line in text if " worker stopped " in line)
+    working = next(line for line in text if " working " in line)
+    assert f"queue={queue.name} receive_count=1" in working and "job_id=" in working, working
+    for line in (started, stopped):
+        assert " INFO " in line and " config={" in line and f'"queues":[{{"name":"{queue.name}"}}]}}' in line, line
+        assert '"retry_base_seconds":0.5' in line and '"concurrency"' not in line, "what is set, not the defaults"
+        assert len(line) < 600, f"{len(line)} characters: {line}"
+
+
 def test_poison_messages_redrive_back_none_lost_none_duplicated(
     sqs: Sqs, localstack_endpoint: str, health_file: str
 ) -> None:
