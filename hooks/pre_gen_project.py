@@ -46,7 +46,7 @@ GRACE_MARGIN = LIMITS.GRACE_MARGIN_SECONDS
 # A non-root container cannot bind below 1024; LocalStack owns 4566 in `make dev`/`make up`.
 LOCALSTACK_PORT = 4566
 
-PYTHON_VERSIONS = ("3.11", "3.12", "3.13")
+PYTHON_VERSIONS = ("3.11", "3.12", "3.13", "3.14")
 DEPLOY_TARGETS = ("ecs-and-eks", "ecs", "eks")
 ECS_TARGETS = ("ecs-and-eks", "ecs")
 WORKLOADS = ("deployment", "scaledjob")  # kubernetes_workload

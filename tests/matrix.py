@@ -189,6 +189,11 @@ SUPPORTED: dict[str, Combination] = {
         "artifacts",
         "long jobs as a KEDA ScaledJob: one Job per message that exits after it, with the collector sidecar",
     ),
+    "py314": Combination(
+        {"python_version": "3.14"},
+        "artifacts",
+        "the newest Python: its images, CI and tooling (no 3.14 interpreter here to lock it; the template's CI bakes it)",
+    ),
     "engine-from-index": Combination(
         {"engine_source": "index", "engine_index_url": "https://packages.example.com/simple/"},
         "artifacts",
@@ -348,8 +353,8 @@ _ON_COMMAND_LINE: list[tuple[dict[str, Any], str, str]] = [
 ]
 # Values only a replay file (or another cookiecutter front end) can hand over unrendered.
 _FROM_REPLAY: list[tuple[dict[str, Any], str, str]] = [
-    ({"python_version": "3.10"}, "python_version", "must be one of 3.11, 3.12, 3.13"),
-    ({"python_version": "3.14"}, "python_version", "must be one of 3.11, 3.12, 3.13"),
+    ({"python_version": "3.10"}, "python_version", "must be one of 3.11, 3.12, 3.13, 3.14"),
+    ({"python_version": "3.15"}, "python_version", "must be one of 3.11, 3.12, 3.13, 3.14"),
     ({"deploy_target": "k8s"}, "deploy_target", "must be one of ecs-and-eks, ecs, eks"),
     ({"use_idempotency": "maybe"}, "use_idempotency", "must be one of yes, no"),
     ({"use_idempotency": True}, "use_idempotency", "must be one of yes, no"),

@@ -1268,6 +1268,12 @@ def test_template_workflow() -> None:
     assert "bash .ci/run" in runs
     matrix = workflow["jobs"]["generated"]["strategy"]["matrix"]["deploy_target"]
     assert sorted(matrix) == sorted(COOKIECUTTER["deploy_target"])
+    # Every Python the template offers is installed for the suite's bakes, and the newest is
+    # also baked and tested as a user would.
+    offered = sorted(COOKIECUTTER["python_version"], key=lambda v: tuple(map(int, v.split("."))))
+    assert f"uv python install {' '.join(offered)}" in runs
+    include = workflow["jobs"]["generated"]["strategy"]["matrix"]["include"]
+    assert {"deploy_target": "ecs-and-eks", "python_version": offered[-1]} in include
 
 
 @pytest.mark.parametrize("key", CHECKED)
