@@ -85,6 +85,7 @@ COMMON_FILES = {
     ".github/workflows/template-update.yml",
     ".github/workflows/release.yml",
     ".github/dependabot.yml",
+    "renovate.json",
     "deploy/README.md",
     "deploy/aws/queues.yaml",
     "deploy/aws/release-roles.yaml",
