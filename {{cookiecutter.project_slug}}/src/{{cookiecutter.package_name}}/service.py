@@ -46,6 +46,13 @@ SERVICE = ServiceDefaults(
         "WORKER_MAX_RECEIVE_COUNT": "{{ cookiecutter.max_receive_count | int }}",
         "WORKER_METRICS_PORT": "{{ cookiecutter.metrics_port | int }}",
         "AWS_REGION": "{{ cookiecutter.aws_region }}",
+{%- set concurrency = cookiecutter.worker_concurrency | int %}
+{%- set most_in_hand = 100 * limits.MAX_RECEIVE_BATCH %}
+{%- if concurrency * 2 > most_in_hand %}
+        # The engine's default prefetch (as many as the concurrency) would need more than its
+        # 100 pollers a queue ({{ most_in_hand }} messages in hand) at this concurrency: this keeps within them.
+        "WORKER_PREFETCH": "{{ most_in_hand - concurrency }}",
+{%- endif %}
     },
     settings=Settings,
 )
