@@ -352,7 +352,8 @@ class Worker:
             if s.database_url is not None:
                 checks.append(("database", database_check(s.database_url.get_secret_value())))
             try:
-                runner = await start_server(make_app(self.health, checks), s.metrics_host, s.metrics_port)
+                app = make_app(self.health, checks, serve_metrics=s.metrics_exporter != "otlp")
+                runner = await start_server(app, s.metrics_host, s.metrics_port)
             except OSError as exc:  # the port is taken, or the host is not this machine's
                 raise StartupError(
                     f"cannot serve /metrics on {s.metrics_host}:{s.metrics_port} "
