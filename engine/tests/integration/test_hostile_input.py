@@ -287,6 +287,7 @@ BAD: dict[str, dict[str, str]] = {
     # Empty means no priority (unset); anything but the two words is refused.
     "WORKER_PRIORITY": {"malformed": "urgent", "absurd": "strict;weighted"},
     "WORKER_EVENT_LOOP": {"empty": "", "malformed": "trio"},
+    "WORKER_METRICS_EXPORTER": {"empty": "", "malformed": "statsd", "case": "OTLP"},
     # Empty means no limit.
     "WORKER_RATE_LIMIT": {"malformed": "fast", "no_unit": "50", "zero": "0/s", "negative": "-5/s", "per_day": "9/day"},
     # S3's bucket-name rule; empty means none.
