@@ -24,6 +24,11 @@ CONCURRENCY_LIMIT = Gauge(
     "the adaptive limit between its floor and that concurrency.",
     ["queue"],
 )
+CONCURRENCY_FLOOR = Gauge(
+    "worker_concurrency_floor",
+    "With WORKER_ADAPTIVE_CONCURRENCY, the fewest handler slots the adaptive limit keeps, by queue.",
+    ["queue"],
+)
 OLDEST_MESSAGE = Gauge(
     "queue_oldest_message_seconds",
     "Age of the oldest message received in the last sampling window (0 when the queue is empty). "

@@ -91,6 +91,7 @@ class QueueReport:
         """The adaptive limit moved: the gauge always, a log line when it moved enough."""
         current = limit.current
         self._limit.set(current)
+        metrics.CONCURRENCY_FLOOR.labels(self.queue).set(limit.floor)  # what "stuck at its floor" compares with
         if worth_telling(self._limit_told, current, limit.floor, limit.ceiling):
             log.info(
                 "concurrency limit %d -> %d (latency %s, baseline %s; floor %d, ceiling %d)",

@@ -35,6 +35,8 @@ from .limits import (
     MAX_RECEIVE_BATCH,
     MAX_VISIBILITY_SECONDS,
     MAX_WAIT_SECONDS,
+    RESERVED_PREFIXES,
+    SECRET_NAME_PATTERN,
 )
 from .loops import EventLoop, loop_problem, uvloop_installed
 from .prefetch import default_prefetch
@@ -91,16 +93,13 @@ class ServiceDefaults:
                 raise ValueError(f"ServiceDefaults.secrets: {name!r} {problem}")
 
 
-SECRET_NAME = re.compile(r"^[A-Z][A-Z0-9_]{0,127}$")
-
-
 def secret_name_problem(name: str) -> str | None:
     """Why `name` cannot be an owner secret's variable (None when it can): an environment
     variable name in upper case that no engine setting uses (DATABASE_URL aside: the engine
     reads it for readiness, and it is a secret like the others)."""
-    if not SECRET_NAME.match(name):
+    if not re.match(SECRET_NAME_PATTERN, name):
         return "is not an environment variable name (A-Z, 0-9 and _, starting with a letter)"
-    if name.startswith(("WORKER_", "OTEL_", "AWS_")) or (name in _ALIASES and name != "DATABASE_URL"):
+    if name.startswith(RESERVED_PREFIXES) or (name in _ALIASES and name != "DATABASE_URL"):
         return "is a setting of the engine or the SDKs, not a secret of the service's own"
     return None
 

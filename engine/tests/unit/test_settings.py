@@ -461,3 +461,12 @@ def test_the_metrics_exporter_is_one_of_three() -> None:
     with pytest.raises(ConfigError) as refused:
         load_settings({"WORKER_QUEUES": "orders", "WORKER_METRICS_EXPORTER": "statsd"})
     assert [var for var, _ in refused.value.problems] == ["WORKER_METRICS_EXPORTER"]
+
+
+def test_the_unprefixed_settings_limits_names_are_the_engines() -> None:
+    """limits.py lists them for the template's hooks, which cannot import the settings."""
+    from sqs_worker_engine.limits import RESERVED_PREFIXES, UNPREFIXED_SETTINGS
+    from sqs_worker_engine.settings import _ALIASES
+
+    unprefixed = {name for name in _ALIASES if not name.startswith(RESERVED_PREFIXES)} - {"DATABASE_URL"}
+    assert unprefixed == set(UNPREFIXED_SETTINGS)
