@@ -33,6 +33,7 @@ class Bake:
     """The answers the alerts read."""
 
     slug: str
+    package: str
     queue: str
     dlq: str
     concurrency: int
@@ -46,6 +47,7 @@ class Bake:
         queue = str(cookiecutter["queue_name"])
         return cls(
             slug=str(cookiecutter["project_slug"]),
+            package=str(cookiecutter["package_name"]),
             queue=queue,
             dlq=limits.dlq_name(queue),
             concurrency=int(cookiecutter["worker_concurrency"]),
@@ -141,6 +143,15 @@ def alerts(cookiecutter: dict[str, Any]) -> list[Alert]:
     """Every alert of this bake (the same list on each platform)."""
     b = Bake.of(cookiecutter)
     limits = local_extensions.load_limits()
+    platforms = [name for name, on in (("ECS", b.ecs), ("EKS", b.eks)) if on]
+
+    def each(**by_platform: str) -> str:
+        """Platform-specific advice, for the platforms this bake targets only."""
+        return "; ".join(
+            f"{name}: {by_platform[name.lower()]}" if len(platforms) > 1 else by_platform[name.lower()]
+            for name in platforms
+        )
+
     job = f'job="{b.slug}"'
     ns = b.slug  # the collector's EMF namespace
     sqs = {"QueueName": b.queue}
@@ -207,10 +218,13 @@ def alerts(cookiecutter: dict[str, Any]) -> list[Alert]:
                 15,
             ),
             means="Ten rounds of work wait per worker: autoscaling is capped, lagging or broken.",
-            look="The service's desired and running count against its maximum; the scaling activity "
-            "(ECS: the scalable target's activities; EKS: the ScaledObject's events and KEDA's logs).",
+            look="The service's desired and running count against its maximum; the scaling activity ("
+            + each(ecs="the scalable target's activities", eks="the ScaledObject's events and KEDA's logs")
+            + ").",
             do="If the cap is reached, decide with the downstream's owners whether it may rise; if "
-            "scaling lags, look at KEDA's or Application Auto Scaling's errors (permissions, metrics).",
+            "scaling lags, look at the errors of "
+            + each(ecs="Application Auto Scaling", eks="KEDA")
+            + " (permissions, metrics).",
             why="Autoscaling holds the backlog near one round of work per worker.",
         ),
         Alert(
@@ -237,7 +251,7 @@ def alerts(cookiecutter: dict[str, Any]) -> list[Alert]:
             ),
             means="Jobs failed for good: a NonRetryableError or a body that fails its model (sent by the "
             "worker), or a message received maxReceiveCount times (moved by SQS).",
-            look="`python -m <package> dlq peek`: each message's x-error-type, x-error-message and "
+            look=f"`python -m {b.package} dlq peek`: each message's x-error-type, x-error-message and "
             "x-error-context (its trace), and dead_lettered_by; the worker's logs for those job ids.",
             do="Fix the handler or the producer, then `redrive` the messages back (they keep their "
             "attributes and trace); delete those that must never run (`dlq delete --id`).",
@@ -264,7 +278,9 @@ def alerts(cookiecutter: dict[str, Any]) -> list[Alert]:
             means="The handler loop has neither received nor finished anything for longer than any job "
             "may take: the same verdict as the liveness probe, which should be restarting it.",
             look="The worker's last log lines (a blocking call on the event loop, a deadlock in a "
-            "handler); the probe's events (ECS: the task's health and stopped reason; EKS: the pod's events).",
+            "handler); the probe's verdicts ("
+            + each(ecs="the task's health and its stopped reason", eks="the pod's events and restarts")
+            + ").",
             do="If the platform does not restart it, check the health check or liveness probe; then "
             "find the handler that blocks (a sync call in an async handler belongs in a thread).",
             why="The same threshold as the liveness probes (WORKER_STALLED_AFTER_SECONDS).",

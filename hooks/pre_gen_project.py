@@ -372,6 +372,36 @@ def check_choices(problems: Problems, answers: dict[str, object]) -> None:
             problem(problems, name, value, f"must be one of {', '.join(choices)}")
 
 
+def check_secrets(problems: Problems, answers: dict[str, object]) -> None:
+    """The owner's secrets: environment variable names, each once, none the engine's own
+    (the rule is the engine's, in limits.py; the engine holds ServiceDefaults to it too)."""
+    value = answers.get("secrets", "")
+    if not isinstance(value, str):
+        problem(problems, "secrets", value, "must be text: variable names separated by commas")
+        return
+    names = value.replace(",", " ").split()
+    for name in names:
+        if not re.match(LIMITS.SECRET_NAME_PATTERN, name):
+            problem(
+                problems,
+                "secrets",
+                value,
+                f"{name!r} is not an environment variable name (A-Z, 0-9 and _, starting with a letter, "
+                "at most 128 characters), e.g. API_TOKEN",
+            )
+        elif name.startswith(LIMITS.RESERVED_PREFIXES) or name in LIMITS.UNPREFIXED_SETTINGS:
+            problem(
+                problems,
+                "secrets",
+                value,
+                f"{name!r} is a setting of the engine or an SDK (prefixes {', '.join(LIMITS.RESERVED_PREFIXES)}), "
+                "not a secret of the service's own",
+            )
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        problem(problems, "secrets", value, f"names {', '.join(repeated)} more than once")
+
+
 CHECKS: tuple[Callable[[Problems, dict[str, object]], None], ...] = (
     check_project_name,
     check_project_slug,
@@ -384,6 +414,7 @@ CHECKS: tuple[Callable[[Problems, dict[str, object]], None], ...] = (
     check_numbers,
     check_metrics_port,
     check_choices,
+    check_secrets,
 )
 
 

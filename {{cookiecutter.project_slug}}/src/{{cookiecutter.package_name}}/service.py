@@ -28,6 +28,10 @@ SERVICE = ServiceDefaults(
         "WORKER_METRICS_PORT": "{{ cookiecutter.metrics_port | int }}",
         "AWS_REGION": "{{ cookiecutter.aws_region }}",
     },
+    # The service's secrets, filled by the deploy files from Secrets Manager or SSM: `config`
+    # shows each as set or unset, never its value. Add one here and in deploy/ (README:
+    # "Configuration"), or answer `secrets` again with `make upgrade`.
+    secrets=({% for name in secrets(cookiecutter) %}"{{ name }}"{% if not loop.last %}, {% elif loop.length == 1 %},{% endif %}{% endfor %}),
 )
 
 
