@@ -199,8 +199,15 @@ PLACEHOLDER_ACCOUNT = "123456789012"
 # lower case, unlike the other placeholders: it must stay a valid bucket name, which the
 # worker's settings insist on.
 PAYLOAD_BUCKET_PLACEHOLDER = "change-me-payload-bucket"
-# What the ADOT collector's X-Ray exporter calls (AWS's AWSXrayWriteOnlyAccess policy).
-XRAY_ACTIONS = ["xray:GetSamplingRules", "xray:GetSamplingTargets", "xray:PutTelemetryRecords", "xray:PutTraceSegments"]
+# What the ADOT collector's X-Ray exporter calls (AWS's AWSXrayWriteOnlyAccess policy), and
+# xray:PutSpans: the worker's own spans straight to X-Ray's OTLP endpoint, the other route.
+XRAY_ACTIONS = [
+    "xray:GetSamplingRules",
+    "xray:GetSamplingTargets",
+    "xray:PutSpans",
+    "xray:PutTelemetryRecords",
+    "xray:PutTraceSegments",
+]
 
 
 def worker_policy(cookiecutter: dict[str, Any], cfn: bool = False) -> dict[str, Any]:

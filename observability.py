@@ -496,13 +496,6 @@ PANELS = [
     Panel(
         "SQS API calls by operation and outcome", [("calls", _q("SUM", "sqs_api_calls_total", "operation, outcome"))]
     ),
-    Panel(
-        "SQS request duration by operation",
-        [
-            ("average", _q("AVG", "sqs_request_duration_seconds", "operation, outcome", "operation")),
-            ("maximum", _q("MAX", "sqs_request_duration_seconds", "operation, outcome", "operation")),
-        ],
-    ),
     Panel("Poll errors", [("errors", _q("SUM", "worker_poll_errors_total", "code, queue", "queue, code"))]),
     Panel(
         "Last progress age",
@@ -548,6 +541,13 @@ PANELS = [
             ("in use", _q("SUM", "worker_shared_slots_in_use")),
             ("budget", _q("MAX", "worker_shared_concurrency", "")),
             ("given", _q("SUM", "worker_shared_slots_given_total")),
+        ],
+    ),
+    Panel(
+        "SQS request duration by operation",
+        [
+            ("average", _q("AVG", "sqs_request_duration_seconds", "operation, outcome", "operation")),
+            ("maximum", _q("MAX", "sqs_request_duration_seconds", "operation, outcome", "operation")),
         ],
     ),
 ]
