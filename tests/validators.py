@@ -135,11 +135,16 @@ def seconds(duration: str | int) -> float:
     return hours * 3600 + minutes * 60 + secs
 
 
-def env_list(items: list[dict[str, str]]) -> dict[str, str]:
-    out = {}
+def env_list(items: list[dict[str, Any]]) -> dict[str, str]:
+    """The plain values of a container's environment, by name. An entry read from a Secret
+    (`valueFrom`) is no plain value: left out (the tests of secrets read those)."""
+    out: dict[str, str] = {}
+    seen: set[str] = set()
     for item in items:
-        assert item["name"] not in out, f"{item['name']} set twice"
-        out[item["name"]] = item["value"]
+        assert item["name"] not in seen, f"{item['name']} set twice"
+        seen.add(item["name"])
+        if "valueFrom" not in item:
+            out[item["name"]] = item["value"]
     return out
 
 
