@@ -1,9 +1,9 @@
 """The CloudFormation stacks deployed to LocalStack's CloudFormation, as an operator would:
 deploy/aws/queues.yaml, then the parts of deploy/ecs/service.yaml that LocalStack's free
-edition can create (IAM roles, the log groups, security groups, the CloudWatch alarms and
-dashboard). What it cannot create (the
-ECS service and task definition, Application Auto Scaling) is held to botocore's models of
-those APIs in test_artifacts.py instead.
+edition can create (IAM roles, the log groups, security groups, the CloudWatch alarms). What
+it cannot create (the ECS service and task definition, Application Auto Scaling) is held to
+botocore's models of those APIs in test_artifacts.py instead; the dashboard, which its
+CloudFormation does not create, goes through CloudWatch's own PutDashboard.
 
 Each stack goes to an account of its own (LocalStack takes a 12-digit access key id as the
 account), so the baked queue names cannot meet another test's queues.
@@ -30,7 +30,7 @@ import observability
 # deploy the queues stack without it (cfn-lint checks the table).
 DEPLOYED = ["defaults", "eks-py313-fifo"]  # both targets; a standard and a FIFO queue
 # Left out of the service stack: what LocalStack's free edition does not create.
-NOT_IN_LOCALSTACK = ("AWS::ECS::", "AWS::ApplicationAutoScaling::", "AWS::EKS::")
+NOT_IN_LOCALSTACK = ("AWS::ECS::", "AWS::ApplicationAutoScaling::", "AWS::EKS::", "AWS::CloudWatch::Dashboard")
 
 
 def client(service: str, endpoint: str, region: str, account: str) -> Any:
@@ -109,7 +109,8 @@ def test_stacks_deploy_and_create_what_they_promise(baked: dict[str, Path], key:
     vpc = aws["ec2"].describe_vpcs(Filters=[{"Name": "isDefault", "Values": ["true"]}])["Vpcs"][0]["VpcId"]
     subnet = aws["ec2"].describe_subnets(Filters=[{"Name": "vpc-id", "Values": [vpc]}])["Subnets"][0]["SubnetId"]
     prometheus = aws["ec2"].create_security_group(GroupName="prometheus", Description="scraper", VpcId=vpc)["GroupId"]
-    service = localstack_part(load_cfn(project / "deploy" / "ecs" / "service.yaml"))
+    full = load_cfn(project / "deploy" / "ecs" / "service.yaml")
+    service = localstack_part(full)
     parameters = {
         "VpcId": vpc,
         "SubnetIds": subnet,
@@ -119,7 +120,11 @@ def test_stacks_deploy_and_create_what_they_promise(baked: dict[str, Path], key:
     created = deploy(aws["cloudformation"], f"{answers.slug}-service", service, parameters)
     assert_service_parts(aws, created, project, answers, account, vpc)
     assert_alarms(aws["cloudwatch"], created, service)
-    dashboard = aws["cloudwatch"].get_dashboard(DashboardName=created["Dashboard"])
+    # The dashboard as the stack would create it (its body, the stack's region in it).
+    resource = full["Resources"]["Dashboard"]["Properties"]
+    body = resource["DashboardBody"]["Fn::Sub"].replace("${AWS::Region}", answers.region)
+    aws["cloudwatch"].put_dashboard(DashboardName=resource["DashboardName"], DashboardBody=body)
+    dashboard = aws["cloudwatch"].get_dashboard(DashboardName=resource["DashboardName"])
     widgets = json.loads(dashboard["DashboardBody"])["widgets"]
     assert [w["properties"]["title"] for w in widgets] == [p.title for p in observability.PANELS]
     assert {w["properties"]["region"] for w in widgets} == {answers.region}
