@@ -76,3 +76,32 @@ def test_an_export_is_signed_for_xray_and_verifies() -> None:
     signer = SigV4Auth(KEY.get_frozen_credentials(), "xray", "eu-west-2")
     expected = signer.signature(signer.string_to_sign(request, signer.canonical_request(request)), request)
     assert authorization.endswith(f"Signature={expected}"), (authorization, expected)
+
+
+def test_the_worker_signs_only_for_an_xray_endpoint(monkeypatch: Any) -> None:
+    """tracing.configure asks for a signed session exactly when spans go to X-Ray itself."""
+    from opentelemetry import trace
+    from opentelemetry.util._once import Once
+
+    from sqs_worker_engine import tracing, xray
+
+    asked: list[str] = []
+    monkeypatch.setattr(xray, "signed_session", lambda region: asked.append(region))
+    monkeypatch.delenv("OTEL_SDK_DISABLED", raising=False)
+    monkeypatch.delenv("OTEL_TRACES_EXPORTER", raising=False)
+    for endpoint, expected in (
+        ("http://127.0.0.1:4318/v1/traces", []),
+        ("https://xray.eu-west-2.amazonaws.com/v1/traces", ["eu-west-2"]),
+    ):
+        asked.clear()
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", endpoint)
+        trace._TRACER_PROVIDER_SET_ONCE = Once()
+        trace._TRACER_PROVIDER = None
+        provider = tracing.configure("svc")
+        try:
+            assert provider is not None and asked == expected, endpoint
+        finally:
+            if provider is not None:
+                provider.shutdown()
+            trace._TRACER_PROVIDER_SET_ONCE = Once()
+            trace._TRACER_PROVIDER = None
