@@ -283,7 +283,7 @@ def client_span(operation: str, params: Mapping[str, Any], client_id: str) -> Sp
         "messaging.operation.name": name,
         "messaging.destination.name": queue,
         "aws.sqs.queue.url": url,
-        "rpc.method": operation,
+        f"{VENDOR}.sqs_operation": operation,  # the API call (the registry's rpc.* is for RPC spans)
     }
     if client_id:
         attributes["messaging.client.id"] = client_id

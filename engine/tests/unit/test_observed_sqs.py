@@ -123,6 +123,8 @@ def test_spans_only_for_messaging_operations_and_none_for_lease_extensions(spans
     receive = dict(finished[1].attributes or {})
     assert receive["messaging.operation.type"] == "receive" and receive["messaging.batch.message_count"] == 1
     assert receive["messaging.client.id"] == "worker-1" and receive["aws.sqs.queue.url"] == url
+    assert receive["sqs_worker.sqs_operation"] == "ReceiveMessage"
+    assert not [key for span in finished for key in (span.attributes or {}) if key.startswith("rpc.")]
     settle = dict(finished[2].attributes or {})
     assert (settle["messaging.operation.type"], settle["messaging.operation.name"]) == ("settle", "change_visibility")
     delete = dict(finished[4].attributes or {})
