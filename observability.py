@@ -553,13 +553,15 @@ PANELS = [
 ]
 
 
+def selected(query: str) -> str | None:
+    """The metric a Metrics Insights query reads (`SELECT SUM(name) FROM ...`), else None."""
+    return query.split("(", 2)[1].split(")", 1)[0] if query.startswith("SELECT") else None
+
+
 def panel_metrics(panel: Panel) -> set[str]:
     """The metric names a panel reads."""
     names = {metric for metric, _ in panel.metrics.values()}
-    for _, query in panel.series:
-        if query.startswith("SELECT"):
-            names.add(query.split("(", 2)[1].split(")", 1)[0])
-    return names
+    return names | {name for _, query in panel.series if (name := selected(query))}
 
 
 def dashboard(cookiecutter: dict[str, Any]) -> str:
@@ -627,6 +629,6 @@ def _alarm_metrics(alarm: dict[str, Any], namespace: str) -> set[str]:
     for metric in alarm.get("Metrics", []):
         if "MetricStat" in metric and metric["MetricStat"]["Metric"]["Namespace"] == namespace:
             names.add(metric["MetricStat"]["Metric"]["MetricName"])
-        elif str(metric.get("Expression", "")).startswith("SELECT"):
-            names.add(metric["Expression"].split("(", 2)[1].split(")", 1)[0])
+        elif name := selected(str(metric.get("Expression", ""))):
+            names.add(name)
     return names
