@@ -80,6 +80,14 @@ def test_metrics_reach_an_otlp_receiver_with_the_prometheus_names(
             for p in metric.sum.data_points
         )
 
+    def started() -> bool:
+        """worker_info names the worker once it has started, its HTTP server with it (before,
+        the Info is exported without labels)."""
+        info = pushed().get("worker_info")
+        return info is not None and any(
+            a.key == "worker_id" for point in info.gauge.data_points for a in point.attributes
+        )
+
     def environment(exporter: str, port: int) -> dict[str, str]:
         return {
             **{k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "WORKER_"))},
@@ -106,8 +114,7 @@ def test_metrics_reach_an_otlp_receiver_with_the_prometheus_names(
         try:
             both = await run_worker(environment("both", metrics_port), counted, scraped)
             exports.clear()
-            # worker_info is set once the worker has started, its HTTP server with it.
-            otlp = await run_worker(environment("otlp", free_port()), lambda: "worker_info" in pushed(), only_otlp)
+            otlp = await run_worker(environment("otlp", free_port()), started, only_otlp)
         finally:
             await runner.cleanup()
         return both, otlp
