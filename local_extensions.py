@@ -21,6 +21,10 @@ cookiecutter.json) for every render, `cookiecutter` and `cruft` alike.
   (literal ARNs) and for the ECS stack's task role (ARNs the stack builds itself).
 - `to_yaml(indent)`, `to_json` (filters): a value as block YAML indented to sit under a key,
   or as pretty JSON, keys in the order given.
+- `alerts(cookiecutter)`, `dashboard(cookiecutter)`, `emf_metrics(cookiecutter)`: the bake's
+  alerts and dashboard panels, one table each (observability.py).
+- `secret_parameter` (filter): the ECS stack's parameter for an owner secret's ARN
+  (DATABASE_URL -> DatabaseUrlSecretArn); `secrets(cookiecutter)`: the `secrets` answer as a list.
 """
 
 from __future__ import annotations
@@ -253,8 +257,15 @@ PLACEHOLDER_ACCOUNT = "123456789012"
 # lower case, unlike the other placeholders: it must stay a valid bucket name, which the
 # worker's settings insist on.
 PAYLOAD_BUCKET_PLACEHOLDER = "change-me-payload-bucket"
-# What the ADOT collector's X-Ray exporter calls (AWS's AWSXrayWriteOnlyAccess policy).
-XRAY_ACTIONS = ["xray:GetSamplingRules", "xray:GetSamplingTargets", "xray:PutTelemetryRecords", "xray:PutTraceSegments"]
+# What the ADOT collector's X-Ray exporter calls (AWS's AWSXrayWriteOnlyAccess policy), and
+# xray:PutSpans: the worker's own spans straight to X-Ray's OTLP endpoint, the other route.
+XRAY_ACTIONS = [
+    "xray:GetSamplingRules",
+    "xray:GetSamplingTargets",
+    "xray:PutSpans",
+    "xray:PutTelemetryRecords",
+    "xray:PutTraceSegments",
+]
 
 
 def worker_policy(cookiecutter: dict[str, Any], cfn: bool = False) -> dict[str, Any]:
@@ -348,16 +359,41 @@ def to_json(value: Any) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False)
 
 
+class _Plain(yaml.SafeDumper):
+    """Every value written out where it stands: no anchors and aliases for repeated ones."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
 def to_yaml(value: Any, indent: int = 0) -> str:
     """Block YAML, every line after the first indented by `indent` spaces (the first sits
     where the template puts it)."""
-    text = yaml.safe_dump(value, sort_keys=False, default_flow_style=False, width=1000, allow_unicode=True)
+    text = yaml.dump(value, Dumper=_Plain, sort_keys=False, default_flow_style=False, width=1000, allow_unicode=True)
     return text.rstrip("\n").replace("\n", "\n" + " " * indent)
+
+
+def secrets(cookiecutter: dict[str, Any]) -> list[str]:
+    """The owner's secrets (the `secrets` answer: names separated by commas or spaces)."""
+    return [name for name in str(cookiecutter.get("secrets") or "").replace(",", " ").split() if name]
+
+
+def secret_parameter(name: str) -> str:
+    """The ECS stack's parameter holding a secret's ARN: DATABASE_URL -> DatabaseUrlSecretArn."""
+    return "".join(part.capitalize() for part in name.split("_") if part) + "SecretArn"
+
+
+def secret_path(cookiecutter: dict[str, Any], name: str) -> str:
+    """Where a secret lives in Secrets Manager by the deploy docs' convention:
+    `<slug>/<name in lower case, hyphens>` (DATABASE_URL -> orders-worker/database-url)."""
+    return f"{cookiecutter['project_slug']}/{name.lower().replace('_', '-')}"
 
 
 class EngineExtension(Extension):
     def __init__(self, environment: Any) -> None:
         super().__init__(environment)
+        import observability  # beside this module; it reads limits through load_limits
+
         limits = load_limits()
         environment.globals["limits"] = limits
         environment.globals["limits_file"] = str(LIMITS_FILE)
@@ -376,3 +412,10 @@ class EngineExtension(Extension):
         environment.filters["dns_suffix"] = dns_suffix
         environment.filters["to_yaml"] = to_yaml
         environment.filters["to_json"] = to_json
+        environment.globals["alerts"] = observability.alerts
+        environment.globals["dashboard"] = observability.dashboard
+        environment.globals["emf_metrics"] = observability.emf_metrics
+        environment.globals["emf_dimensions"] = observability.EMF_DIMENSIONS
+        environment.globals["secrets"] = secrets
+        environment.globals["secret_path"] = secret_path
+        environment.filters["secret_parameter"] = secret_parameter

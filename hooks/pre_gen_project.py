@@ -418,6 +418,34 @@ def check_engine_index(problems: Problems, answers: dict[str, object]) -> None:
             "must not hold credentials (they would be written into pyproject.toml and .cruft.json): give uv "
             "UV_INDEX_ENGINE_USERNAME and UV_INDEX_ENGINE_PASSWORD in the environment instead",
         )
+def check_secrets(problems: Problems, answers: dict[str, object]) -> None:
+    """The owner's secrets: environment variable names, each once, none the engine's own
+    (the rule is the engine's, in limits.py; the engine holds ServiceDefaults to it too)."""
+    value = answers.get("secrets", "")
+    if not isinstance(value, str):
+        problem(problems, "secrets", value, "must be text: variable names separated by commas")
+        return
+    names = value.replace(",", " ").split()
+    for name in names:
+        if not re.match(LIMITS.SECRET_NAME_PATTERN, name):
+            problem(
+                problems,
+                "secrets",
+                value,
+                f"{name!r} is not an environment variable name (A-Z, 0-9 and _, starting with a letter, "
+                "at most 128 characters), e.g. API_TOKEN",
+            )
+        elif name.startswith(LIMITS.RESERVED_PREFIXES) or name in LIMITS.UNPREFIXED_SETTINGS:
+            problem(
+                problems,
+                "secrets",
+                value,
+                f"{name!r} is a setting of the engine or an SDK (prefixes {', '.join(LIMITS.RESERVED_PREFIXES)}), "
+                "not a secret of the service's own",
+            )
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        problem(problems, "secrets", value, f"names {', '.join(repeated)} more than once")
 
 
 CHECKS: tuple[Callable[[Problems, dict[str, object]], None], ...] = (
@@ -433,6 +461,7 @@ CHECKS: tuple[Callable[[Problems, dict[str, object]], None], ...] = (
     check_metrics_port,
     check_choices,
     check_engine_index,
+    check_secrets,
 )
 
 

@@ -67,6 +67,7 @@ SUPPORTED: dict[str, Combination] = {
         {
             "deploy_target": "ecs",
             "python_version": "3.11",
+            "secrets": "DATABASE_URL, PARTNER_API_TOKEN",
             "queue_name": "billing_events",
             "worker_concurrency": "3",
             "visibility_timeout_seconds": "7",
@@ -77,7 +78,7 @@ SUPPORTED: dict[str, Combination] = {
             "aws_region": "eu-west-2",
         },
         "checked",
-        "ECS only, the oldest Python, snake_case queue, small non-default numbers",
+        "ECS only, the oldest Python, snake_case queue, small non-default numbers, two owner secrets",
     ),
     "idempotency-long-names": Combination(
         {
@@ -180,6 +181,7 @@ SUPPORTED: dict[str, Combination] = {
         {
             "deploy_target": "eks",
             "kubernetes_workload": "scaledjob",
+            "secrets": "BILLING_DATABASE_URL,PARTNER_API_TOKEN",
             "job_timeout_seconds": "3600",
             "shutdown_timeout_seconds": "3700",
             "visibility_timeout_seconds": "300",
@@ -187,7 +189,7 @@ SUPPORTED: dict[str, Combination] = {
             "tracing": "yes",
         },
         "artifacts",
-        "long jobs as a KEDA ScaledJob: one Job per message that exits after it, with the collector sidecar",
+        "long jobs as a KEDA ScaledJob: one Job per message that exits after it, with the collector sidecar, two owner secrets",
     ),
     "py314": Combination(
         {"python_version": "3.14"},
@@ -350,6 +352,11 @@ _ON_COMMAND_LINE: list[tuple[dict[str, Any], str, str]] = [
         "engine_index_url",
         "must not hold credentials",
     ),
+    ({"secrets": "api_token"}, "secrets", "not an environment variable name"),
+    ({"secrets": "API-TOKEN"}, "secrets", "not an environment variable name"),
+    ({"secrets": "WORKER_TOKEN"}, "secrets", "a setting of the engine or an SDK"),
+    ({"secrets": "LOG_LEVEL"}, "secrets", "a setting of the engine or an SDK"),
+    ({"secrets": "API_TOKEN,API_TOKEN"}, "secrets", "names API_TOKEN more than once"),
 ]
 # Values only a replay file (or another cookiecutter front end) can hand over unrendered.
 _FROM_REPLAY: list[tuple[dict[str, Any], str, str]] = [

@@ -193,12 +193,13 @@ def build_parser(prog: str, name: str = "this service") -> argparse.ArgumentPars
 
 
 def cmd_run(config: WorkerConfig, args: argparse.Namespace) -> int:
-    from . import logs, tracing
+    from . import logs, otlp_metrics, tracing
     from .worker import StartupError, Worker, load_router
 
     handlers = _handlers(config)
     logs.configure(config.settings.service_name, config.settings.log_level, config.settings.log_format)
     provider = tracing.configure(config.settings.service_name)
+    pushed = otlp_metrics.configure(config.settings.metrics_exporter, config.settings.service_name)
     router = load_router(handlers)
     worker = Worker(config, router)
     try:
@@ -209,6 +210,8 @@ def cmd_run(config: WorkerConfig, args: argparse.Namespace) -> int:
     finally:
         if provider is not None:
             provider.shutdown()  # the last spans, exported before the process ends
+        if pushed is not None:
+            pushed.shutdown()  # the drain's counts, exported before the process ends
     lingering = lingering_threads()
     if lingering:
         # A thread cannot be interrupted (a sync handler, or one an async handler started

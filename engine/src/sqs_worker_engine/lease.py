@@ -16,10 +16,10 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from . import clock, metrics
+from . import clock
 from .delivery import Delivery, LeaseBook, extension_seconds, lease_timing
 from .limits import MAX_RECEIVE_BATCH
-from .sqs import SqsApi, entry_gone, error_code
+from .sqs import SqsApi, entry_gone, error_code, lease_client
 
 log = logging.getLogger(__name__)
 CALL_TIMEOUT = 5.0  # seconds an extension call may take at most, however far its deadline
@@ -49,7 +49,7 @@ def heartbeat_problem(visibility: int, fraction: float) -> str | None:
 class LeaseKeeper:
     def __init__(self, book: LeaseBook, client: SqsApi, queue_url: str, on_sqs: Callable[[bool], None]) -> None:
         self.book = book
-        self.client = client
+        self.client = lease_client(client)  # its visibility changes extend, never settle (no span)
         self.queue_url = queue_url
         self.on_sqs = on_sqs
         self._calls: set[asyncio.Task[None]] = set()
@@ -97,11 +97,9 @@ class LeaseKeeper:
             raise
         except Exception as exc:  # a timeout too: the deadlines stay, the next tick tries again
             code = "Timeout" if isinstance(exc, TimeoutError) else error_code(exc)
-            metrics.SQS_CALLS.labels("ChangeMessageVisibilityBatch", code).inc()
             self.on_sqs(False)
             log.warning("lease extension failed: %s", code, extra={"queue": self.book.queue})
             return
-        metrics.SQS_CALLS.labels("ChangeMessageVisibilityBatch", "ok").inc()
         self.on_sqs(True)
         for ok in resp.get("Successful", []):
             delivery, seconds = by_id[ok["Id"]]

@@ -39,6 +39,8 @@ from .limits import (
     MAX_RECEIVE_BATCH,
     MAX_VISIBILITY_SECONDS,
     MAX_WAIT_SECONDS,
+    RESERVED_PREFIXES,
+    SECRET_NAME_PATTERN,
 )
 from .loops import EventLoop, loop_problem, uvloop_installed
 from .prefetch import default_prefetch
@@ -100,12 +102,31 @@ class ServiceDefaults:
     command: str = "python -m sqs_worker_engine"
     environ: Mapping[str, str] = field(default_factory=dict)
     settings: type[BaseSettings] | None = None
+    # The owner's secrets (`secrets` answer at bake time: API_TOKEN, a second database...):
+    # environment variables the deploy files fill from Secrets Manager or SSM. The engine
+    # never reads them; `config` and the start-up line say whether each is set, never its value.
+    secrets: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         known = set(_ALIASES) | set(own_variables(self.settings))
         unknown = sorted(set(self.environ) - known)
         if unknown:
             raise ValueError(f"ServiceDefaults.environ names unknown settings: {', '.join(unknown)}")
+        for name in self.secrets:
+            problem = secret_name_problem(name)
+            if problem:
+                raise ValueError(f"ServiceDefaults.secrets: {name!r} {problem}")
+
+
+def secret_name_problem(name: str) -> str | None:
+    """Why `name` cannot be an owner secret's variable (None when it can): an environment
+    variable name in upper case that no engine setting uses (DATABASE_URL aside: the engine
+    reads it for readiness, and it is a secret like the others)."""
+    if not re.match(SECRET_NAME_PATTERN, name):
+        return "is not an environment variable name (A-Z, 0-9 and _, starting with a letter)"
+    if name.startswith(RESERVED_PREFIXES) or (name in _ALIASES and name != "DATABASE_URL"):
+        return "is a setting of the engine or the SDKs, not a secret of the service's own"
+    return None
 
 
 class ConfigError(Exception):
@@ -183,6 +204,11 @@ class Settings(BaseSettings):
 
     metrics_host: str = Field(default="0.0.0.0", min_length=1, validation_alias="WORKER_METRICS_HOST")  # noqa: S104 - scraped from outside the container
     metrics_port: int = Field(default=9102, ge=0, le=65535, validation_alias="WORKER_METRICS_PORT")
+    # Where metrics go (otlp_metrics.py): scraped at /metrics, pushed over OTLP/HTTP to
+    # OTEL_EXPORTER_OTLP_[METRICS_]ENDPOINT with the same names, or both.
+    metrics_exporter: Literal["prometheus", "otlp", "both"] = Field(
+        default="prometheus", validation_alias="WORKER_METRICS_EXPORTER"
+    )
     # Bounded: an absurd or infinite threshold would switch liveness off without a word.
     stalled_after_seconds: float | None = Field(
         default=None, gt=0, le=2 * MAX_VISIBILITY_SECONDS, validation_alias="WORKER_STALLED_AFTER_SECONDS"
@@ -426,6 +452,7 @@ class WorkerConfig:
     queues: tuple[QueueSettings, ...]
     service: ServiceDefaults = field(default_factory=lambda: ServiceDefaults())
     own: BaseSettings | None = None  # the service's own settings, validated (ServiceDefaults.settings)
+    secrets: Mapping[str, bool] = field(default_factory=dict)  # the owner's secrets: is each set
 
     @property
     def stalled_after(self) -> float:
@@ -473,6 +500,7 @@ class WorkerConfig:
             for q in self.queues
         ]
         data["priority"] = self.priority
+        data["secrets"] = {name: "set" if given else "unset" for name, given in self.secrets.items()}
         data["stalled_after_seconds"] = self.stalled_after
         data["health_file"] = self.health_file
         if self.own is not None:
@@ -795,7 +823,8 @@ def load_settings(environ: Mapping[str, str] | None = None, service: ServiceDefa
                 f"({what}); lower {lower} or raise the pool",
             )
         )
-    config = WorkerConfig(settings, tuple(queues), service, owners)
+    secrets = {name: bool(env.get(name)) for name in service.secrets}
+    config = WorkerConfig(settings, tuple(queues), service, owners, secrets)
     if settings.stalled_after_seconds is not None:
         # Progress is marked when a long poll returns and when a job ends: the threshold
         # must outlast both, or an idle or busy worker would look stalled.

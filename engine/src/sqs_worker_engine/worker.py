@@ -31,7 +31,7 @@ from contextlib import AsyncExitStack
 from enum import StrEnum
 from typing import Any
 
-from . import clock, job, metrics, reporting, signals, tracing
+from . import clock, job, metrics, reporting, signals
 from ._version import ENGINE_VERSION
 from .backoff import Backoff
 from .budget import SharedBudget
@@ -55,6 +55,7 @@ from .sqs import (
     create_client,
     describe_queue,
     error_code,
+    observed,
 )
 
 log = logging.getLogger(__name__)
@@ -262,11 +263,12 @@ class Worker:
                 )
             )
             for aws in (polls, control):
-                if tracing.enabled():
-                    tracing.client_spans(aws)
                 if self._on_client is not None:
                     self._on_client(aws)
             self._client, self._control = polls, control
+        # Every SQS call through one place: counted, timed and, with tracing, a span (sqs.py).
+        self._client = observed(self._client, self.worker_id)
+        self._control = observed(self._control, self.worker_id) if self._control is not None else None
         self._stack.push_async_callback(self.payloads.close)
         if self.signatures is not None:
             self._stack.push_async_callback(self.signatures.close)
@@ -350,7 +352,8 @@ class Worker:
             if s.database_url is not None:
                 checks.append(("database", database_check(s.database_url.get_secret_value())))
             try:
-                runner = await start_server(make_app(self.health, checks), s.metrics_host, s.metrics_port)
+                app = make_app(self.health, checks, serve_metrics=s.metrics_exporter != "otlp")
+                runner = await start_server(app, s.metrics_host, s.metrics_port)
             except OSError as exc:  # the port is taken, or the host is not this machine's
                 raise StartupError(
                     f"cannot serve /metrics on {s.metrics_host}:{s.metrics_port} "
@@ -377,7 +380,6 @@ class Worker:
                 info = await describe_queue(client, name, url)
             except Exception as exc:
                 code = error_code(exc)
-                metrics.SQS_CALLS.labels("GetQueueAttributes", code).inc()
                 if code in NOT_FOUND_CODES:
                     raise StartupError(
                         f"queue {name!r} does not exist (region {self.settings.aws_region}"
@@ -395,7 +397,6 @@ class Worker:
                 if self._stop_requested.is_set():
                     raise StoppedWhileStarting from None
                 continue
-            metrics.SQS_CALLS.labels("GetQueueAttributes", "ok").inc()
             self.health.sqs_result(True)
             if info.max_receive_count is None:
                 log.warning("queue %s has no RedrivePolicy: failing messages will retry until retention ends", name)
@@ -475,11 +476,9 @@ class Worker:
                     resp = await sampler.get_queue_attributes(QueueUrl=pool.info.url, AttributeNames=names)
                 except asyncio.CancelledError:
                     raise
-                except Exception as exc:
-                    metrics.SQS_CALLS.labels("GetQueueAttributes", error_code(exc)).inc()
+                except Exception:
                     self.health.sqs_result(False)
                     continue
-                metrics.SQS_CALLS.labels("GetQueueAttributes", "ok").inc()
                 self.health.sqs_result(True)
                 attrs: dict[str, str] = {str(k): v for k, v in resp.get("Attributes", {}).items()}
                 for name, state in states.items():

@@ -289,6 +289,7 @@ BAD: dict[str, dict[str, str]] = {
     # Empty means no priority (unset); anything but the two words is refused.
     "WORKER_PRIORITY": {"malformed": "urgent", "absurd": "strict;weighted"},
     "WORKER_EVENT_LOOP": {"empty": "", "malformed": "trio"},
+    "WORKER_METRICS_EXPORTER": {"empty": "", "malformed": "statsd", "case": "OTLP"},
     # Empty means no limit; slower than one start a day is a queue that never starts again.
     "WORKER_RATE_LIMIT": {
         "malformed": "fast",

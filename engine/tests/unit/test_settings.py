@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from sqs_worker_engine.settings import ConfigError, ServiceDefaults, load_settings, redact_url
@@ -563,3 +565,49 @@ def test_the_slowest_rate_taken_is_one_start_a_day() -> None:
         {"WORKER_RATE_LIMIT": "0.0417/h", "WORKER_QUEUES": "a,b", "WORKER_QUEUE_B_RATE_LIMIT": "1/h"}
     )
     assert [round(86_400 * (q.rate_limit or 0), 2) for q in config.queues] == [1.0, 24.0]
+# -- the owner's secrets, and where metrics go ------------------------------------------
+
+
+def test_owner_secrets_show_as_set_or_unset_never_their_values() -> None:
+    service = ServiceDefaults(secrets=("API_TOKEN", "BILLING_DATABASE_URL", "DATABASE_URL"))
+    config = load_settings(
+        {"WORKER_QUEUES": "orders", "API_TOKEN": "tok-s3cr3t", "DATABASE_URL": "postgresql://u:pw-s3cr3t@db/x"}, service
+    )
+    described = config.describe()
+    assert described["secrets"] == {"API_TOKEN": "set", "BILLING_DATABASE_URL": "unset", "DATABASE_URL": "set"}
+    assert "s3cr3t" not in json.dumps(described)
+
+
+@pytest.mark.parametrize(
+    ("name", "fragment"),
+    [
+        ("api_token", "not an environment variable name"),
+        ("1TOKEN", "not an environment variable name"),
+        ("API-TOKEN", "not an environment variable name"),
+        ("WORKER_TOKEN", "a setting of the engine"),
+        ("AWS_SECRET_ACCESS_KEY", "a setting of the engine"),
+        ("LOG_LEVEL", "a setting of the engine"),
+    ],
+)
+def test_an_owner_secret_must_be_a_variable_of_the_services_own(name: str, fragment: str) -> None:
+    with pytest.raises(ValueError, match=fragment):
+        ServiceDefaults(secrets=(name,))
+
+
+def test_the_metrics_exporter_is_one_of_three() -> None:
+    assert load_settings({"WORKER_QUEUES": "orders"}).settings.metrics_exporter == "prometheus"
+    for exporter in ("otlp", "both"):
+        config = load_settings({"WORKER_QUEUES": "orders", "WORKER_METRICS_EXPORTER": exporter})
+        assert config.settings.metrics_exporter == exporter
+    with pytest.raises(ConfigError) as refused:
+        load_settings({"WORKER_QUEUES": "orders", "WORKER_METRICS_EXPORTER": "statsd"})
+    assert [var for var, _ in refused.value.problems] == ["WORKER_METRICS_EXPORTER"]
+
+
+def test_the_unprefixed_settings_limits_names_are_the_engines() -> None:
+    """limits.py lists them for the template's hooks, which cannot import the settings."""
+    from sqs_worker_engine.limits import RESERVED_PREFIXES, UNPREFIXED_SETTINGS
+    from sqs_worker_engine.settings import _ALIASES
+
+    unprefixed = {name for name in _ALIASES if not name.startswith(RESERVED_PREFIXES)} - {"DATABASE_URL"}
+    assert unprefixed == set(UNPREFIXED_SETTINGS)

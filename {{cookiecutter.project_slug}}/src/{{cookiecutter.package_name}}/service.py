@@ -55,6 +55,10 @@ SERVICE = ServiceDefaults(
 {%- endif %}
     },
     settings=Settings,
+    # The service's secrets, filled by the deploy files from Secrets Manager or SSM: `config`
+    # shows each as set or unset, never its value. Add one here and in deploy/ (README:
+    # "Configuration"), or answer `secrets` again with `make upgrade`.
+    secrets=({% for name in secrets(cookiecutter) %}"{{ name }}"{% if not loop.last %}, {% elif loop.length == 1 %},{% endif %}{% endfor %}),
 )
 
 
