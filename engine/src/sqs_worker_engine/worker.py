@@ -22,12 +22,11 @@ held any more, and drains the same way, with nothing left to wait for.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import signal
 from collections.abc import Callable
-from contextlib import AsyncExitStack
+from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from enum import StrEnum
 from typing import Any
 
@@ -69,6 +68,10 @@ FINAL_FLUSH_SECONDS = 2.0
 SIGNAL_ECHO_SECONDS = 1.0
 POLL_READ_MARGIN = 10  # seconds past WaitTimeSeconds before the client gives up on a poll
 CONTROL_READ_TIMEOUT = 10.0  # heartbeats, deletes, DLQ sends: also bounded by each lease
+# The lifespan's close has at least this long, even after a drain that used the whole
+# shutdown timeout; then, cancelled, this long to unwind before it is left behind.
+LIFESPAN_CLOSE_SECONDS = 2.0
+LIFESPAN_CANCEL_GRACE = 0.5
 
 
 class WorkerState(StrEnum):
@@ -122,6 +125,7 @@ class Worker:
         self._process_pool: ProcessPool | None = None
         self._on_client = on_client
         self._protection: ScaleInProtection | None = None
+        self._close_by = 0.0  # loop time by which the lifespan's close must be over (shutdown)
         self._client: SqsApi | None = client
         self.payloads = payloads or PayloadStore(
             self.settings.aws_region,
@@ -169,12 +173,42 @@ class Worker:
             if early is not None:
                 self._on_signal(signal.Signals(early))
         try:
-            await self.start()
+            await self._start_unless_stopped()
             await self._stop_requested.wait()
         except StoppedWhileStarting:
             log.info("stopped while starting (%s): nothing was received", self._stop_reason)
         finally:
             await self.shutdown()
+
+    async def _start_unless_stopped(self) -> None:
+        """Start, unless a stop comes first: then the start is cancelled wherever it is
+        (resolving a queue, opening the lifespan: a database slow to answer gets a
+        CancelledError), nothing has been received, and StoppedWhileStarting is raised.
+        A start that will not unwind (a lifespan that swallows the cancellation) is left
+        behind after the shutdown timeout: the platform would kill the process anyway."""
+        assert self._stop_requested is not None
+        starting = asyncio.ensure_future(self.start())
+        stopped = asyncio.ensure_future(self._stop_requested.wait())
+        try:
+            await asyncio.wait({starting, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            starting.cancel()
+            raise
+        finally:
+            stopped.cancel()
+        if not starting.done():
+            starting.cancel()
+            await asyncio.wait({starting}, timeout=self.settings.shutdown_timeout)
+            if not starting.done():
+                log.error(
+                    "the start did not end within %g s of the stop (a lifespan that ignores cancellation?): "
+                    "exiting without it",
+                    self.settings.shutdown_timeout,
+                )
+                raise StoppedWhileStarting
+        if starting.cancelled():
+            raise StoppedWhileStarting
+        starting.result()
 
     def _on_signal(self, sig: signal.Signals) -> None:
         now = clock.now()
@@ -216,6 +250,10 @@ class Worker:
                 raise StoppedWhileStarting
             await self._start()
         except StoppedWhileStarting:
+            raise
+        except asyncio.CancelledError:
+            if self._stop_requested is not None and self._stop_requested.is_set():
+                raise StoppedWhileStarting from None  # the stop came first: nothing was received
             raise
         except BaseException as exc:
             self.state = WorkerState.ERROR
@@ -336,11 +374,13 @@ class Worker:
             self.pools.append(pool)
         # The service's shared resources: opened before the first receive, closed by the
         # stack after the drain (after the pools, before the SQS clients it was opened after).
+        lifespan = self.router.open_resources()
         try:
-            self.resources = await self._stack.enter_async_context(self.router.open_resources())
+            self.resources = await lifespan.__aenter__()
         except Exception as exc:
             log.error("the lifespan failed to open the resources", exc_info=True)
             raise StartupError(f"the lifespan failed: {type(exc).__name__}: {exc}") from exc
+        self._stack.push_async_callback(self._close_lifespan, lifespan)
         job.RESOURCES.set(self.resources)
         self.health.track([pool.name for pool in self.pools])
         self._tasks.append(asyncio.create_task(self.health.write_file_forever(), name="health-file"))
@@ -387,19 +427,30 @@ class Worker:
                 self.health.sqs_result(False)
                 delay = backoff.next_delay()
                 log.warning("cannot reach SQS for %s (%s); retrying in %.1f s", name, code, delay)
-                if self._stop_requested is None:
-                    await asyncio.sleep(delay)
-                    continue
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._stop_requested.wait(), delay)
-                if self._stop_requested.is_set():
-                    raise StoppedWhileStarting from None
+                await asyncio.sleep(delay)  # a stop meanwhile cancels the start (_start_unless_stopped)
                 continue
             metrics.SQS_CALLS.labels("GetQueueAttributes", "ok").inc()
             self.health.sqs_result(True)
             if info.max_receive_count is None:
                 log.warning("queue %s has no RedrivePolicy: failing messages will retry until retention ends", name)
             return info
+
+    async def _close_lifespan(self, lifespan: AbstractAsyncContextManager[Any]) -> None:
+        """Leave the lifespan, within what is left of the shutdown (the drain's deadline and
+        the release margin, at least LIFESPAN_CLOSE_SECONDS): a close that hangs is
+        cancelled, and left behind if it ignores that; one that fails is logged. Either way
+        the worker goes on to exit within the platform's grace period."""
+        closing = asyncio.ensure_future(lifespan.__aexit__(None, None, None))
+        bound = max(LIFESPAN_CLOSE_SECONDS, self._close_by - clock.now())
+        done, _ = await asyncio.wait({closing}, timeout=bound)
+        if not done:
+            closing.cancel()
+            await asyncio.wait({closing}, timeout=LIFESPAN_CANCEL_GRACE)
+            if not closing.done():
+                log.error("the lifespan did not close within %.1f s: exiting without it", bound)
+                return
+        if not closing.cancelled() and (error := closing.exception()) is not None:
+            log.error("the lifespan failed to close the resources", exc_info=error)
 
     async def shutdown(self) -> None:
         if self.state in (WorkerState.STOPPED, WorkerState.IDLE):
@@ -413,6 +464,7 @@ class Worker:
         deadline = clock.now() + self.settings.shutdown_timeout
         # Releases wait for any poll still out, but never past the platform's grace period.
         release_cap = deadline + RELEASE_MARGIN_SECONDS
+        self._close_by = release_cap  # the lifespan's close, too (_close_lifespan)
         for pool in self.pools:
             pool.stop_polling(release_cap)
         cut = await asyncio.gather(*(pool.drain(deadline) for pool in self.pools))
