@@ -161,7 +161,9 @@ class QueuePool:
         self.tenants = None if cap is None else Tenants(cap)
         self.pace = Pace()  # receive round trips and job durations, for the prefetch
         self.book = LeaseBook(info.name, options.visibility, options.heartbeat_fraction)
-        self.keeper = LeaseKeeper(self.book, control or client, info.url, self._sqs_answered)
+        self.keeper = LeaseKeeper(
+            self.book, control or client, info.url, self._sqs_answered, lambda: self.admission.sqs_ok
+        )
         self.polls = Polls(options.wait_time, options.poll_timeout)
         self.retry = RetryPolicy(options.retry_base, options.retry_max)
         self.settler = Settler(
@@ -205,13 +207,15 @@ class QueuePool:
             wait_time=options.wait_time,
             visibility=options.visibility,
             on_messages=self._dispatch,
+            on_answer=lambda: self._sqs_answered(True),
             on_full=self._received_full if options.prefetch else None,
         )
         self._keeper_task: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
 
     def _sqs_answered(self, ok: bool) -> None:
-        """A lease extension or a settling call reached SQS, or could not."""
+        """A receive, a lease extension or a settling call reached SQS, or (not a receive:
+        see receiving.py) could not."""
         self.health.sqs_result(ok)
         self.admission.sqs_answered(ok)
 

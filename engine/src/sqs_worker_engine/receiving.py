@@ -41,10 +41,13 @@ class Receiver:
         wait_time: int,
         visibility: int,
         on_messages: OnMessages,
+        on_answer: Callable[[], None],
         on_full: Callable[[float], None] | None = None,
     ) -> None:
-        """`on_full(seconds)`: a receive came back with all it asked for in `seconds` (it
-        did not wait in a long poll): the prefetch's round trip (prefetch.py)."""
+        """`on_answer()`: a receive was answered (SQS can be reached: held messages may
+        start, see admission.py); `on_full(seconds)`: a receive came back with all it asked
+        for in `seconds` (it did not wait in a long poll): the prefetch's round trip
+        (prefetch.py)."""
         self.client = client
         self.url = url
         self.admission = admission
@@ -53,6 +56,7 @@ class Receiver:
         self.wait_time = wait_time
         self.visibility = visibility
         self.on_messages = on_messages
+        self.on_answer = on_answer
         self.on_full = on_full
         self.tasks: list[asyncio.Task[None]] = []
         self._has_work = asyncio.Event()  # the queue had messages at the latest receive
@@ -116,6 +120,7 @@ class Receiver:
                 self.polls.answered(me)
             backoff.reset()
             self.report.receive_ok()
+            self.on_answer()
             messages: list[dict[str, Any]] = [dict(m) for m in resp.get("Messages", [])]
             tickets = self.admission.received(grant, len(messages))
             if len(messages) == grant.places and self.on_full is not None:

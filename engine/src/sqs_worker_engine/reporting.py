@@ -64,7 +64,6 @@ class QueueReport:
 
     def receive_ok(self) -> None:
         self._receive_ok.inc()
-        self.health.sqs_result(True)
         self.health.progress(self.queue)
 
     def receive_failed(self, exc: Exception, retry_in: float) -> None:
