@@ -262,7 +262,7 @@ class Admission:
     def _blocked(self, ticket: Ticket, now: float, *, budget: bool = True) -> Block | None:
         """Why `ticket` may not start now, or None: the whole decision, from the state.
         `budget=False`: everything but the shared budget (what the budget asks)."""
-        if self.stopping:
+        if self.stopping or (self.budget is not None and self.budget.stopping):
             return "stopping"
         if self.running >= self.limit:
             return "slots"
@@ -497,7 +497,11 @@ class Admission:
             self._kick()
 
     def stop(self) -> None:
-        """No more receives or starts: the waits end (their messages are let go)."""
+        """No more receives or starts: the waits end (their messages are let go). A shared
+        budget stops first, for every queue on it: the pools stop one after another, and a
+        slot this one leaves must not start another queue's job meanwhile."""
+        if self.budget is not None:
+            self.budget.stopping = True
         self.stopping = True
         for ticket in list(self._line):
             self._leave_line(ticket)

@@ -84,3 +84,57 @@ def test_once_sqs_answers_again_a_held_message_starts_without_waiting_for_its_le
         await worker.stop()
 
     vtime.run(scenario())
+
+
+def test_after_sigterm_no_queue_on_a_strict_budget_starts_a_job() -> None:
+    """Two queues on a strict budget of 2: the higher queue's receives take 2 s, and
+    between them the budget keeps its slots free for the messages on their way. SIGTERM
+    then: the pools were stopped one after the other, and stopping the higher queue woke
+    the lower queue's line, which took the two free slots after the signal."""
+    starts: list[tuple[str, float]] = []
+    stopped: list[float] = []
+
+    async def scenario() -> None:
+        sqs = MemorySQS()
+        for queue in ("high", "low"):
+            sqs.create_queue(queue)
+            for i in range(20):
+                sqs.put(queue, f"{queue}-{i}")
+        receive = sqs.receive_message
+
+        async def slow_for_high(**kwargs: Any) -> dict[str, Any]:
+            if kwargs["QueueUrl"].endswith("/high"):
+                await asyncio.sleep(2)
+            return await receive(**kwargs)
+
+        sqs.receive_message = slow_for_high  # type: ignore[method-assign]
+        router = Router()
+        for queue in ("high", "low"):
+
+            @router.handler(queue, payload=str)
+            async def handle(job: Job[str], queue: str = queue) -> None:
+                starts.append((queue, clock.now()))
+                await asyncio.sleep(0.5)
+
+        worker = await start(
+            sqs,
+            router,
+            "high,low",
+            WORKER_CONCURRENCY="2",
+            WORKER_QUEUE_HIGH_PREFETCH="0",
+            WORKER_QUEUE_LOW_PREFETCH="10",
+            WORKER_SHARED_CONCURRENCY="2",
+            WORKER_PRIORITY="strict",
+        )
+        high, low = (pool.admission for pool in worker.worker.pools)
+
+        def kept_for_high() -> bool:  # every slot free, the lower queue's messages waiting
+            return high.running == low.running == 0 and low.waiting > 0 and high.reserved > 0
+
+        assert await until(kept_for_high, 60, step=0.01), "the budget never kept its slots for the higher queue"
+        stopped.append(clock.now())
+        await worker.stop()
+
+    vtime.run(scenario())
+    late = [(q, round(t, 2)) for q, t in starts if t >= stopped[0]]
+    assert late == [], f"jobs started after SIGTERM: {late}"
