@@ -453,7 +453,10 @@ class Admission:
                 self.report.paused(self.breaker.until - now, error)
             ending = dataclasses.replace(ending, requested_delay=self.breaker.until - now + error.seconds)
         elif (
-            self.answered(ticket, handled=ending.outcome not in ("released", "lease_lost")) and self.report is not None
+            # Only a handler that ran to an end answers for the downstream: not a message
+            # that never reached it (a body that does not parse), released or lost.
+            self.answered(ticket, handled=ending.called and ending.outcome not in ("released", "lease_lost"))
+            and self.report is not None
         ):
             self.report.resumed()
         self.decide(ticket, ending.duration, ending.outcome)

@@ -9,6 +9,8 @@ import asyncio
 import json
 from typing import Any
 
+from pydantic import BaseModel
+
 from sqs_worker_engine import DownstreamUnavailable, clock
 from sqs_worker_engine.job import Job
 from sqs_worker_engine.memory import MemorySQS
@@ -138,3 +140,49 @@ def test_after_sigterm_no_queue_on_a_strict_budget_starts_a_job() -> None:
     vtime.run(scenario())
     late = [(q, round(t, 2)) for q, t in starts if t >= stopped[0]]
     assert late == [], f"jobs started after SIGTERM: {late}"
+
+
+def test_a_message_that_never_reaches_its_handler_is_no_answer_to_a_pause() -> None:
+    """A partner down for a minute; messages that cannot even be parsed arrive meanwhile.
+    One of them was let through as the pause's probe, its dead-lettering counted as the
+    partner answering: the pause ended, the paused message met the outage again, and so on
+    each round, until SQS dead-lettered a good message for an outage. A message whose
+    handler is never called says nothing about the partner: the next message probes."""
+    down_until = 60.0
+    resumed: list[float] = []
+    handled: list[str] = []
+
+    async def scenario() -> None:
+        sqs = MemorySQS()
+        sqs.create_queue_with_dlq(QUEUE, 5)
+        router = Router()
+
+        @router.handler(QUEUE, payload=Order)
+        async def handle(job: Job[Order]) -> None:
+            if clock.now() < down_until:
+                raise DownstreamUnavailable(5, "partner down")
+            handled.append(job.payload.order_id)
+
+        sqs.put(QUEUE, json.dumps({"order_id": "o-1"}))
+        worker = await start(sqs, router, WORKER_CONCURRENCY="1", WORKER_RETRY_MAX_SECONDS="20")
+        admission = worker.worker.pools[0].admission
+        assert await until(lambda: admission.breaker.paused, 30)
+        for i in range(12):  # a malformed message every 4 s through the outage
+            sqs.put(QUEUE, f"not json {i}")
+            paused_until = clock.now() + 4
+            while clock.now() < paused_until:
+                if not admission.breaker.paused and clock.now() < down_until:
+                    resumed.append(clock.now())
+                await asyncio.sleep(0.05)
+        good = json.dumps({"order_id": "o-1"})
+        assert await until(lambda: handled == ["o-1"] or good in sqs.bodies(f"{QUEUE}-dlq"), 300)
+        await worker.stop()
+        assert good not in sqs.bodies(f"{QUEUE}-dlq"), "the good message was dead-lettered for an outage"
+        assert handled == ["o-1"]
+
+    vtime.run(scenario())
+    assert resumed == [], f"the pause ended during the outage at {sorted(set(round(t) for t in resumed))}"
+
+
+class Order(BaseModel):
+    order_id: str
