@@ -259,12 +259,22 @@ class Admission:
     def at_cap(self, ticket: Ticket) -> bool:
         return self._tenant_full(ticket.group)
 
+    def _slots_full(self) -> bool:
+        return self.running >= self.limit
+
+    def resting(self) -> bool:
+        """Waiting by design, not stuck (health.py): stopping, or a slot is free and a
+        poller waits for admission's word (a pause, the rate limit, the shared budget, SQS
+        unreachable, nothing to receive). Every slot held is the case liveness is for:
+        then only a job's end is progress."""
+        return self.stopping or (not self._slots_full() and bool(self._pollers))
+
     def _blocked(self, ticket: Ticket, now: float, *, budget: bool = True) -> Block | None:
         """Why `ticket` may not start now, or None: the whole decision, from the state.
         `budget=False`: everything but the shared budget (what the budget asks)."""
         if self.stopping or (self.budget is not None and self.budget.stopping):
             return "stopping"
-        if self.running >= self.limit:
+        if self._slots_full():
             return "slots"
         if not self.sqs_ok:
             return "sqs"

@@ -112,7 +112,7 @@ class Worker:
         self.events = Events()
         self.state = WorkerState.IDLE
         self.worker_id = self.settings.worker_id
-        self.health = Health(config.stalled_after, config.health_file)
+        self.health = Health(config.stalled_after, config.health_file, clock.now)
         self.pools: list[QueuePool] = []
         self.released_at_shutdown = 0
         self._stop_requested: asyncio.Event | None = None
@@ -382,7 +382,7 @@ class Worker:
             raise StartupError(f"the lifespan failed: {type(exc).__name__}: {exc}") from exc
         self._stack.push_async_callback(self._close_lifespan, lifespan)
         job.RESOURCES.set(self.resources)
-        self.health.track([pool.name for pool in self.pools])
+        self.health.track({pool.name: pool.admission.resting for pool in self.pools})
         self._tasks.append(asyncio.create_task(self.health.write_file_forever(), name="health-file"))
         self._tasks.append(asyncio.create_task(self._sample_backlog(), name="backlog-sampler"))
         if s.metrics_port:

@@ -186,3 +186,58 @@ def test_a_message_that_never_reaches_its_handler_is_no_answer_to_a_pause() -> N
 
 class Order(BaseModel):
     order_id: str
+
+
+def test_liveness_holds_through_a_pause_and_fails_on_a_handler_that_will_not_end() -> None:
+    """WORKER_STALLED_AFTER_SECONDS=8: a 20 s pause keeps the worker live; a handler that
+    ignores its timeout and holds the only slot stalls it, 8 s after it last progressed."""
+    live_during_pause: list[bool] = []
+    stuck_at: list[float] = []
+    released: list[bool] = []
+
+    async def scenario() -> None:
+        sqs = MemorySQS()
+        sqs.create_queue(QUEUE)
+        router = Router()
+
+        @router.handler(QUEUE, payload=str)
+        async def handle(job: Job[str]) -> None:
+            if job.payload == "paused":
+                if job.receive_count == 1:
+                    raise DownstreamUnavailable(20, "partner down")
+                return
+            stuck_at.append(clock.now())
+            while not released:
+                try:
+                    await asyncio.sleep(1)
+                except asyncio.CancelledError:
+                    continue  # a handler that will not end (until the test lets it)
+
+        settings = {
+            "WORKER_CONCURRENCY": "1",
+            "WORKER_JOB_TIMEOUT_MS": "2000",
+            "WORKER_WAIT_TIME_SECONDS": "1",
+            "WORKER_STALLED_AFTER_SECONDS": "8",
+            "WORKER_RETRY_MAX_SECONDS": "60",
+            "WORKER_SHUTDOWN_TIMEOUT_MS": "5000",
+        }
+        worker = await start(sqs, router, **settings)
+        health = worker.worker.health
+        sqs.put(QUEUE, "paused")
+        admission = worker.worker.pools[0].admission
+        assert await until(lambda: admission.breaker.paused, 30)
+        while admission.breaker.paused and admission.breaker.until > clock.now():
+            live_during_pause.append(health.live())
+            await asyncio.sleep(0.5)
+        assert await until(lambda: sqs.bodies(QUEUE) == [], 120)
+        sqs.put(QUEUE, "stuck")
+        assert await until(lambda: bool(stuck_at), 30)
+        assert await until(lambda: not health.live(), 60), "a handler that will not end never stalled the worker"
+        stalled_at = clock.now()
+        assert 8 <= stalled_at - stuck_at[0] <= 10, stalled_at - stuck_at[0]
+        released.append(True)
+        assert await until(health.live, 30), "the worker is live again once the handler ended"
+        await worker.stop()
+
+    vtime.run(scenario())
+    assert len(live_during_pause) >= 30 and all(live_during_pause), live_during_pause
