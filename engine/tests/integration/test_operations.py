@@ -178,19 +178,15 @@ def test_liveness_reports_hung_handlers_and_recovers(sqs: Sqs, localstack_endpoi
     assert seen == [("idle", 200, 0), ("hung", 503, 1), ("recovered", 200, 0)]
 
 
-def _liveness_while(port: int, env: dict[str, str], seconds: float) -> Any:
+async def _liveness_while(port: int, env: dict[str, str], seconds: float) -> list[tuple[int, int]]:
     """/livez and the `healthcheck` command, every second for `seconds`."""
-
-    async def watch() -> list[tuple[int, int]]:
-        seen = []
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
-            check = await asyncio.to_thread(lambda: cli("healthcheck", **env).returncode)
-            seen.append(((await http_get(port, "/livez"))[0], check))
-            await asyncio.sleep(1)
-        return seen
-
-    return watch()
+    seen = []
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        check = await asyncio.to_thread(lambda: cli("healthcheck", **env).returncode)
+        seen.append(((await http_get(port, "/livez"))[0], check))
+        await asyncio.sleep(1)
+    return seen
 
 
 def test_a_worker_paused_on_a_partner_outage_stays_live(sqs: Sqs, localstack_endpoint: str, tmp_path: Path) -> None:
