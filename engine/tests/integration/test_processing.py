@@ -295,6 +295,7 @@ def test_a_dead_handler_process_charges_only_the_job_that_killed_it(
     done = dict(line.split(":") for line in out.read_text().split())
     assert sorted(done, key=int) == [str(n) for n in range(8)], "every ordinary message ran to success"
     assert set(done.values()) == {"1"}, f"receives spent by ordinary messages: {done}"
+    assert queue.dlq_url is not None
     dead = [json.loads(m["Body"]) for m in sqs.receive_all(queue.dlq_url)]
     assert [m.get("crash") for m in dead] == [True], f"in the DLQ: {dead}"
 
