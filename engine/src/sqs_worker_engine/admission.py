@@ -8,7 +8,8 @@ Every protection that limits what is received or started answers here, from one 
   places, and while fewer than the measured prefetch target wait ahead of the slots;
 - handler slots: at most the limit in use run (the concurrency, or below it what the
   adaptive limit allows: adaptive.py), started in the order they were received;
-- the rate limit (throttle.StartWindow): starts, counted in every window of its length;
+- the rate limit (throttle.StartWindow): starts spaced on its grid, never more than its
+  count in a window; receiving keeps at most a window's worth of starts waiting;
 - the pause (throttle.Breaker) and its probe: while paused nothing starts and nothing is
   received; once the pause has run its time exactly one message starts as the probe, a
   held one first, received for the purpose only when none is held;
@@ -180,7 +181,7 @@ class Admission:
                 return 0  # a held message will be the probe: no receive for it
             n = min(n, 1)
         if self.window is not None:
-            n = min(n, self.window.room(now) - len(self._line))
+            n = min(n, self.window.count - len(self._line))  # at most a window's worth of starts waits
         return max(0, n)
 
     async def reserve(self, most: int) -> Grant:
@@ -199,7 +200,8 @@ class Admission:
                 if self.stopping:
                     return Grant(0)
                 began = loop.time()
-                rate_bound = self.window is not None and self.window.room(clock.now()) <= len(self._line)
+                # The rate limit, not the slots, holds the line (it keeps it full).
+                rate_bound = bool(self._line) and self._blocked(self._line[0], clock.now(), budget=False) == "rate"
                 await self._change(loop, self._wake_at())
                 if rate_bound and self.report is not None:
                     self.report.throttled(loop.time() - began)
@@ -282,7 +284,7 @@ class Admission:
             return "tenant"
         if self.breaker.paused and (now < self.breaker.until or self._probe is not None):
             return "paused"
-        if self.window is not None and self.window.room(now) <= 0:
+        if self.window is not None and not self.window.may_start(now):
             return "rate"
         if budget and self.budget is not None and not self.budget.may_start(self, now):
             return "budget"
@@ -580,7 +582,7 @@ class Admission:
         times = []
         if self.breaker.paused and now < self.breaker.until:
             times.append(self.breaker.until - now)
-        if self.window is not None and self.window.room(now) <= 0:
+        if self.window is not None and not self.window.may_start(now):
             times.append(self.window.wait(now))
         return max(0.001, min(times)) if times else None
 

@@ -91,6 +91,7 @@ class PoolOptions:
     delete_large_payloads: bool = False  # WORKER_LARGE_PAYLOAD_DELETE (see offload.py)
     trace_parent: bool = True  # WORKER_TRACE_PARENT: the producer's span parents the job's (see tracing.py)
     rate_limit: float | None = None  # jobs started per second (see throttle.py)
+    rate_burst: int = 1  # starts the rate limit lets go together (WORKER_RATE_BURST)
     group_concurrency: int | None = None  # standard queues: jobs of one group at once (see tenants.py)
     prefetch: int = 0  # WORKER_PREFETCH: most messages held beyond the concurrency (see prefetch.py)
     adaptive: bool = False  # WORKER_ADAPTIVE_CONCURRENCY: the concurrency is a ceiling (see adaptive.py)
@@ -148,7 +149,7 @@ class QueuePool:
         self.admission = Admission(
             options.concurrency,
             options.prefetch,
-            window=None if options.rate_limit is None else StartWindow(options.rate_limit),
+            window=None if options.rate_limit is None else StartWindow(options.rate_limit, options.rate_burst),
             breaker=Breaker(cap=options.retry_max),
             tenant_cap=cap,
             report=self.report,

@@ -8,7 +8,7 @@ non-zero exit without a traceback.
 Per-queue overrides use `WORKER_QUEUE_<KEY>_<SETTING>`, where KEY is the queue name in
 upper case with every character other than A-Z and 0-9 replaced by `_`
 (`orders.fifo` -> `ORDERS_FIFO`). Settings: URL, CONCURRENCY, JOB_TIMEOUT_MS,
-VISIBILITY_TIMEOUT_SECONDS, POLLERS, RATE_LIMIT, GROUP_CONCURRENCY, PREFETCH,
+VISIBILITY_TIMEOUT_SECONDS, POLLERS, RATE_LIMIT, RATE_BURST, GROUP_CONCURRENCY, PREFETCH,
 ADAPTIVE_CONCURRENCY, CONCURRENCY_FLOOR, WEIGHT.
 """
 
@@ -38,7 +38,7 @@ from .limits import (
 )
 from .loops import EventLoop, loop_problem, uvloop_installed
 from .prefetch import default_prefetch
-from .throttle import parse_rate
+from .throttle import parse_rate, window_of
 
 # S3's rule for bucket names (the common subset: lower case, digits, dots, hyphens).
 BUCKET_NAME = r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$"
@@ -53,6 +53,7 @@ QUEUE_OVERRIDES = (
     "VISIBILITY_TIMEOUT_SECONDS",
     "POLLERS",
     "RATE_LIMIT",
+    "RATE_BURST",
     "GROUP_CONCURRENCY",
     "PREFETCH",
     "ADAPTIVE_CONCURRENCY",
@@ -195,6 +196,9 @@ class Settings(BaseSettings):
     # Jobs started per second and process, per queue ("50/s", "3000/min"; see throttle.py);
     # empty: no limit but the concurrency.
     rate_limit: str | None = Field(default=None, validation_alias="WORKER_RATE_LIMIT")
+    # Starts the rate limit lets go together (unset: 1, evenly spaced); at most the rate's
+    # count in a window (throttle.py).
+    rate_burst: int | None = Field(default=None, ge=1, le=1_000_000, validation_alias="WORKER_RATE_BURST")
     # Fair tenants on standard queues (tenants.py): jobs of one MessageGroupId running at once
     # per queue and process; unset: no cap but the concurrency. FIFO runs one per group anyway.
     group_concurrency: int | None = Field(default=None, ge=1, le=1000, validation_alias="WORKER_GROUP_CONCURRENCY")
@@ -351,6 +355,7 @@ class QueueSettings:
     visibility_timeout_seconds: int
     pollers: int
     rate_limit: float | None = None  # jobs started per second (WORKER_[QUEUE_<KEY>_]RATE_LIMIT)
+    rate_burst: int = 1  # starts the rate limit lets go together (WORKER_[QUEUE_<KEY>_]RATE_BURST)
     group_concurrency: int | None = None  # jobs of one group at once (WORKER_[QUEUE_<KEY>_]GROUP_CONCURRENCY)
     prefetch: int = 0  # most messages held beyond the concurrency (WORKER_[QUEUE_<KEY>_]PREFETCH)
     adaptive: bool = False  # the concurrency is a ceiling (WORKER_[QUEUE_<KEY>_]ADAPTIVE_CONCURRENCY)
@@ -410,6 +415,7 @@ class WorkerConfig:
                 "visibility_timeout_seconds": q.visibility_timeout_seconds,
                 "pollers": q.pollers,
                 "rate_limit_per_second": q.rate_limit,
+                "rate_burst": q.rate_burst,
                 "group_concurrency": q.group_concurrency,
                 "prefetch": q.prefetch,
                 "adaptive_concurrency": q.adaptive,
@@ -608,6 +614,17 @@ def load_settings(environ: Mapping[str, str] | None = None, service: ServiceDefa
                 rate = parse_rate(rate_text)
             except ValueError as exc:
                 problems.append((prefix + "RATE_LIMIT", str(exc)))
+        burst = _int(own, "RATE_BURST", prefix, settings.rate_burst or 1, 1, 1_000_000, problems)
+        burst_var = prefix + "RATE_BURST" if "RATE_BURST" in own else "WORKER_RATE_BURST"
+        if burst > 1 and not rate_text:
+            problems.append((burst_var, "a burst is of a rate limit: set WORKER_RATE_LIMIT too"))
+        elif rate is not None and burst > window_of(rate)[0]:
+            problems.append(
+                (
+                    burst_var,
+                    f"{burst} is more starts at once than {rate_text} allows in a window ({window_of(rate)[0]})",
+                )
+            )
         # FIFO runs one job per group anyway; at or above the concurrency the cap never bites.
         group_cap = _int(own, "GROUP_CONCURRENCY", prefix, settings.group_concurrency or 0, 1, 1000, problems) or None
         if name.endswith(".fifo") or (group_cap is not None and group_cap >= concurrency):
@@ -632,6 +649,7 @@ def load_settings(environ: Mapping[str, str] | None = None, service: ServiceDefa
                 visibility,
                 pollers,
                 rate,
+                burst,
                 group_cap,
                 prefetch,
                 adaptive,

@@ -350,6 +350,7 @@ class Worker:
                 delete_large_payloads=s.large_payload_delete,
                 trace_parent=s.trace_parent,
                 rate_limit=q.rate_limit,
+                rate_burst=q.rate_burst,
                 group_concurrency=q.group_concurrency,
                 prefetch=q.prefetch,
                 adaptive=q.adaptive,
