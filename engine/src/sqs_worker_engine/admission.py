@@ -68,6 +68,7 @@ class Ticket:
     decided: bool = True  # its latest ending was read: the slot may go
     probe: bool = False  # its latest start is the pause's probe
     counted: bool = True  # counts in `in_use` (received, waiting or running; not parked or settling)
+    late: bool = False  # cancelled past its timeout, its work still going (`overdue`)
     closed: bool = False
     promised: bool = False  # holds a place of the jobs left (completion.py) until its handler is called
     arrived: bool = True  # False from its receive until it first asks to start (or closes)
@@ -122,6 +123,7 @@ class Admission:
         self.in_use = 0  # places reserved, waiting or running: what the prefetch target bounds
         self.held = 0  # places held in all, settling included: what the hard bound bounds
         self.running = 0  # handler slots taken
+        self.overdue_running = 0  # of them, held by work cancelled that goes on all the same
         self.tenants: dict[str, int] = {}  # group -> jobs of it holding a slot
         self.stopping = False
         self.sqs_ok = True  # the latest delete or lease extension reached SQS
@@ -170,7 +172,9 @@ class Admission:
             return 0
         # Places for the limit in use, not the ceiling: a shrunken limit holds no more waiting;
         # and with a shared budget, for the slots it may give this queue.
-        slots = self.limit if self.budget is None else min(self.limit, self.budget.entitled(self, now))
+        # (A job whose work goes on past its cancellation holds a place beyond the limit.)
+        limit = min(self.capacity, self.limit + self.overdue_running)
+        slots = limit if self.budget is None else min(limit, self.budget.entitled(self, now))
         n = min(most, slots + self.prefetch - self.in_use, self.held_limit - self.held)
         if not self.sqs_ok and self.held:
             return 0  # what is held could not be settled: receive more once SQS answers
@@ -262,7 +266,11 @@ class Admission:
         return self._tenant_full(ticket.group)
 
     def _slots_full(self) -> bool:
-        return self.running >= self.limit
+        """Every slot taken: of the limit in use, by jobs still within their time; of the
+        concurrency, by any (work that ignores its cancellation holds its slot until it
+        returns, but a hung job must not halt an adaptive limit that only grows from jobs
+        that end)."""
+        return self.running - self.overdue_running >= self.limit or self.running >= self.capacity
 
     def resting(self) -> bool:
         """Waiting by design, not stuck (health.py): stopping, or a slot is free and a
@@ -396,6 +404,14 @@ class Admission:
         ticket.returned = True
         self._free_slot(ticket)
 
+    def overdue(self, ticket: Ticket) -> None:
+        """Its job was cancelled (timeout, lease lost) and its work goes on all the same: it
+        keeps its slot of the concurrency, and gives back its place in the limit in use."""
+        if ticket.running and not ticket.late:
+            ticket.late = True
+            self.overdue_running += 1
+            self._kick()
+
     def decide(self, ticket: Ticket, duration: float = 0.0, outcome: Outcome | None = None) -> None:
         """Its ending was read (the pause's decisions made): the slot may go once its work
         ended. A handler that ran (`duration`) tells the adaptive limit first, so that a
@@ -414,6 +430,9 @@ class Admission:
             return
         ticket.running = False
         self.running -= 1
+        if ticket.late:
+            ticket.late = False
+            self.overdue_running -= 1
         if ticket.counted:  # settling from now on: the next job's place
             ticket.counted = False
             self.in_use -= 1

@@ -121,11 +121,14 @@ class HandlerCalls:
         lease_gone: Callable[[], bool],
         span: JobSpan | None,
         on_ended: Callable[[], None],
+        on_overdue: Callable[[], None] = lambda: None,
     ) -> Ending:
         """Run the handler until it ends, its `job_timeout`, its lease is `lost` or the shutdown
         `cut`; `lease_gone()`: is the lease lost now. A job that cannot be interrupted keeps
         its lease and slot until its work returns: released earlier, it could run twice at
-        once. Only the shutdown cut stops that wait (its message is released at exit)."""
+        once. Only the shutdown cut stops that wait (its message is released at exit).
+        `on_overdue()`: it was cancelled (its timeout, its lease lost) and its work goes on
+        all the same: it holds a slot of the concurrency, not one of the adaptive limit."""
         started = clock.now()
         with span or contextlib.nullcontext():  # the span is current in the handler's task or thread
             work, ended = self.start(job, on_ended)
@@ -145,10 +148,13 @@ class HandlerCalls:
         if reason == "shutdown":
             await asyncio.wait({ended}, timeout=CUT_GRACE)
         elif not ended.done():
-            either: set[asyncio.Future[Any]] = {ended, cut}
-            await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait({ended}, timeout=CUT_GRACE)  # a handler that heeds its cancellation ends here
             if not ended.done():
-                await asyncio.wait({ended}, timeout=CUT_GRACE)
+                on_overdue()
+                either: set[asyncio.Future[Any]] = {ended, cut}
+                await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+                if not ended.done():
+                    await asyncio.wait({ended}, timeout=CUT_GRACE)
         duration = clock.now() - started
         if reason == "timeout" and not lease_gone():
             if not ended.done():  # cut off at shutdown while its work still runs

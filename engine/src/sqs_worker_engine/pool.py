@@ -437,6 +437,7 @@ class QueuePool:
             lease_gone=lambda: run.delivery.state is State.LOST,
             span=run.span,
             on_ended=lambda: self.admission.work_ended(run.ticket),
+            on_overdue=lambda: self.admission.overdue(run.ticket),
         )
 
     def _start_span(self, run: Run) -> None:

@@ -272,3 +272,48 @@ def test_a_rate_limit_paces_starts_evenly_and_keeps_close_to_the_limit() -> None
     print(f"20/s on the model: at most {most} in a closed second, {achieved:.3f} of the limit")
     assert most <= 20, f"{most} starts in a closed second"
     assert 0.95 <= achieved <= 1.0, f"{achieved:.3f} of the limit"
+
+
+def test_one_job_that_ignores_its_timeout_does_not_halt_an_adaptive_queue() -> None:
+    """Adaptive concurrency starts at its floor (1) and grows only from successes: the first
+    job hung past its timeout, ignoring the cancellation, held that one slot, and no job
+    ever succeeded to grow the limit. A job past its timeout whose work will not end holds
+    its slot of the concurrency (the ceiling), not of the adaptive limit."""
+    done: list[str] = []
+    release: list[bool] = []
+
+    async def scenario() -> None:
+        sqs = MemorySQS()
+        sqs.create_queue(QUEUE, VisibilityTimeout="60")
+        router = Router()
+
+        @router.handler(QUEUE, payload=str)
+        async def handle(job: Job[str]) -> None:
+            if job.payload == "hangs":
+                while not release:
+                    try:
+                        await asyncio.sleep(1)
+                    except asyncio.CancelledError:
+                        continue  # ignores its timeout
+                return
+            done.append(job.payload)
+
+        sqs.put(QUEUE, "hangs")
+        worker = await start(
+            sqs,
+            router,
+            WORKER_CONCURRENCY="4",
+            WORKER_ADAPTIVE_CONCURRENCY="true",
+            WORKER_JOB_TIMEOUT_MS="2000",
+            WORKER_VISIBILITY_TIMEOUT_SECONDS="60",
+        )
+        await asyncio.sleep(1)
+        for i in range(5):
+            sqs.put(QUEUE, f"m-{i}")
+        try:
+            assert await until(lambda: len(done) == 5, 120), f"{len(done)} of 5 done beside the hung job"
+        finally:
+            release.append(True)
+        await worker.stop()
+
+    vtime.run(scenario())
