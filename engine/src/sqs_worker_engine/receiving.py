@@ -10,6 +10,7 @@ idle queue costs one long poll at a time, not one per poller.
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -59,6 +60,8 @@ class Receiver:
         self.on_answer = on_answer
         self.on_full = on_full
         self.tasks: list[asyncio.Task[None]] = []
+        self.fifo = url.endswith(".fifo")
+        self._retry_attempt: str | None = None  # FIFO: a failed receive's attempt id (`_attempt`)
         self._has_work = asyncio.Event()  # the queue had messages at the latest receive
         self._has_work.set()
 
@@ -88,6 +91,16 @@ class Receiver:
             task.cancel()
         await asyncio.gather(*self.tasks, return_exceptions=True)
 
+    def _attempt(self) -> dict[str, str]:
+        """FIFO: the next receive, whichever poller sends it, retries the latest one that
+        failed with its ReceiveRequestAttemptId, so that messages SQS handed out in an
+        answer never read come back at once, not after their visibility timeout with their
+        whole group held behind them; otherwise a new id."""
+        if not self.fifo:
+            return {}
+        attempt, self._retry_attempt = self._retry_attempt or uuid.uuid4().hex, None
+        return {"ReceiveRequestAttemptId": attempt}
+
     async def _poll_forever(self, lead: bool) -> None:
         backoff = Backoff(base=0.5, cap=20.0)
         me = asyncio.current_task()
@@ -98,6 +111,7 @@ class Receiver:
                 return
             sent = clock.now()
             self.polls.sent(me, sent)
+            attempt = self._attempt()
             try:
                 resp = await self.client.receive_message(
                     QueueUrl=self.url,
@@ -106,11 +120,13 @@ class Receiver:
                     VisibilityTimeout=self.visibility,
                     MessageSystemAttributeNames=["All"],
                     MessageAttributeNames=["All"],
+                    **attempt,
                 )
             except asyncio.CancelledError:
                 self.admission.received(grant, 0)
                 raise
             except Exception as exc:
+                self._retry_attempt = attempt.get("ReceiveRequestAttemptId")
                 self.admission.received(grant, 0)
                 delay = backoff.next_delay()
                 self.report.receive_failed(exc, delay)

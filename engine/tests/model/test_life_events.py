@@ -13,7 +13,7 @@ from pydantic import BaseModel
 
 from sqs_worker_engine import DownstreamUnavailable, clock
 from sqs_worker_engine.job import Job
-from sqs_worker_engine.memory import MemorySQS
+from sqs_worker_engine.memory import Fault, MemorySQS
 from sqs_worker_engine.router import Router
 
 from . import vtime
@@ -317,3 +317,30 @@ def test_one_job_that_ignores_its_timeout_does_not_halt_an_adaptive_queue() -> N
         await worker.stop()
 
     vtime.run(scenario())
+
+
+def test_a_fifo_receive_whose_answer_was_lost_is_retried_with_its_attempt_id() -> None:
+    """A FIFO receive whose answer never arrives (SQS took the message, the connection
+    dropped): the retry sent a new receive, and the message, hidden for its visibility
+    timeout, held its whole group back for 30 s. Retried with the same
+    ReceiveRequestAttemptId, SQS gives the same message back at once."""
+    started: list[float] = []
+
+    async def scenario() -> None:
+        sqs = MemorySQS()
+        sqs.create_queue("jobs.fifo", VisibilityTimeout="30", FifoQueue="true", ContentBasedDeduplication="true")
+        router = Router()
+
+        @router.handler("jobs.fifo", payload=str)
+        async def handle(job: Job[str]) -> None:
+            started.append(clock.now())
+
+        sqs.faults["ReceiveMessage"] = Fault(lost=True, times=1)
+        sqs.put("jobs.fifo", "a", group="g")
+        worker = await start(sqs, router, "jobs.fifo")
+        assert await until(lambda: bool(started), 60)
+        await worker.stop()
+        assert sqs.receipts["a"] == 1, f"received {sqs.receipts['a']} times: one receive, answered twice"
+
+    vtime.run(scenario())
+    assert started[0] < 5, f"the message started {started[0]:.1f} s in"
