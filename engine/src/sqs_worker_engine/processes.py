@@ -20,15 +20,18 @@ the lone ones).
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import logging
 import multiprocessing
 import threading
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 log = logging.getLogger(__name__)
 NewExecutor = Callable[[int], concurrent.futures.Executor]
+_Work = tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]  # a call: fn, args, kwargs
 
 
 class HandlerProcessDied(Exception):  # noqa: N818 - what happened, as the DLQ's x-error-type shows it
@@ -47,11 +50,11 @@ class _Call(concurrent.futures.Future[Any]):
 
     def __init__(self) -> None:
         super().__init__()
-        self.inner: concurrent.futures.Future[Any] | None = None
+        self.inner: concurrent.futures.Future[Any] | None = None  # None: waiting for a lone process
 
     def cancel(self) -> bool:
         inner = self.inner
-        if inner is None or not inner.cancel():
+        if inner is not None and not inner.cancel():
             return False
         return super().cancel()
 
@@ -60,16 +63,17 @@ class ProcessPool(concurrent.futures.Executor):
     def __init__(self, size: int, new_executor: NewExecutor = spawn_executor) -> None:
         self.size = size
         self._new_executor = new_executor
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # callbacks run on the executors' threads, and re-enter
         self._executor = new_executor(size)
-        self._alone = threading.BoundedSemaphore(size)  # lone processes running at once
+        self._waiting: deque[tuple[_Call, _Work]] = deque()  # caught in a break, for a lone process
+        self._alone = 0  # lone processes running
         self.replacements = 0
         self.reruns = 0  # jobs run again alone after a break
 
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> concurrent.futures.Future[Any]:
         call = _Call()
         call.inner = self._shared(fn, *args, **kwargs)
-        call.inner.add_done_callback(lambda inner: self._shared_done(call, inner, fn, args, kwargs))
+        call.inner.add_done_callback(functools.partial(self._shared_done, call, (fn, args, kwargs)))
         return call
 
     def _shared(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> concurrent.futures.Future[Any]:
@@ -83,37 +87,43 @@ class ProcessPool(concurrent.futures.Executor):
                 self.replacements += 1
                 return self._executor.submit(fn, *args, **kwargs)
 
-    def _shared_done(
-        self,
-        call: _Call,
-        inner: concurrent.futures.Future[Any],
-        fn: Callable[..., Any],
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-    ) -> None:
+    def _shared_done(self, call: _Call, work: _Work, inner: concurrent.futures.Future[Any]) -> None:
         if inner.cancelled():
             return  # `call.cancel()` cancelled it, and `call` with it
-        error = inner.exception()
-        if isinstance(error, BrokenProcessPool):
-            # Its pool broke under it: it may be the job that broke it, or a neighbour.
-            self.reruns += 1
-            threading.Thread(target=self._alone_run, args=(call, fn, args, kwargs), daemon=True).start()
-        else:
+        if not isinstance(inner.exception(), BrokenProcessPool):
             _pass_on(call, inner)
+            return
+        # Its pool broke under it: it may be the job that broke it, or a neighbour.
+        with self._lock:
+            self.reruns += 1
+            call.inner = None
+            self._waiting.append((call, work))
+            self._start_alone()
 
-    def _alone_run(self, call: _Call, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        """Run the call once more in a process of its own; its result, or if that process
-        dies too, HandlerProcessDied: this job is the one that kills its process."""
-        with self._alone:
-            executor = self._new_executor(1)
-            try:
-                inner = executor.submit(fn, *args, **kwargs)
-                call.inner = inner
-                concurrent.futures.wait([inner])
-            finally:
-                executor.shutdown(wait=False, cancel_futures=True)
+    def _start_alone(self) -> None:
+        """Start the jobs waiting to run alone, `size` lone processes at a time."""
+        with self._lock:
+            while self._alone < self.size and self._waiting:
+                call, work = self._waiting.popleft()
+                if call.cancelled():
+                    continue
+                executor = self._new_executor(1)
+                self._alone += 1
+                fn, args, kwargs = work
+                call.inner = inner = executor.submit(fn, *args, **kwargs)
+                inner.add_done_callback(functools.partial(self._alone_done, call, executor))
+
+    def _alone_done(
+        self, call: _Call, executor: concurrent.futures.Executor, inner: concurrent.futures.Future[Any]
+    ) -> None:
+        """Its lone run ended: its result, or if its process died too, HandlerProcessDied:
+        this job is the one that kills its process."""
+        executor.shutdown(wait=False)
+        with self._lock:
+            self._alone -= 1
+            self._start_alone()
         if inner.cancelled() or call.done():
-            return  # cancelled while it waited for a lone process
+            return
         if isinstance(inner.exception(), BrokenProcessPool):
             call.set_exception(HandlerProcessDied("the handler's process exited abruptly while running this job alone"))
         else:
