@@ -189,10 +189,15 @@ SUPPORTED: dict[str, Combination] = {
         "artifacts",
         "long jobs as a KEDA ScaledJob: one Job per message that exits after it, with the collector sidecar",
     ),
-    "engine-from-index": Combination(
-        {"engine_source": "index"},
+    "py314": Combination(
+        {"python_version": "3.14"},
         "artifacts",
-        "the engine from a package index: the version pin alone, moved by Dependabot (git, the default, is every other row)",
+        "the newest Python: its images, CI and tooling (no 3.14 interpreter here to lock it; the template's CI bakes it)",
+    ),
+    "engine-from-index": Combination(
+        {"engine_source": "index", "engine_index_url": "https://packages.example.com/simple/"},
+        "artifacts",
+        "the engine from the package index it names, and from no other: the version pin, moved by Dependabot (git, the default, is every other row)",
     ),
     "china-idempotency": Combination(
         {"aws_region": "cn-northwest-1", "use_idempotency": "yes"},
@@ -328,11 +333,28 @@ _ON_COMMAND_LINE: list[tuple[dict[str, Any], str, str]] = [
     ({"metrics_port": "1023"}, "metrics_port", "from 1024 to 65535"),
     ({"metrics_port": "65536"}, "metrics_port", "from 1024 to 65535"),
     ({"metrics_port": "4566"}, "metrics_port", "LocalStack's port"),
+    # The engine from an index: which one is asked, never assumed (dependency confusion).
+    (
+        {"engine_index_url": "", "engine_source": "index"},
+        "engine_index_url",
+        "engine_source=index needs the simple API",
+    ),
+    ({"engine_index_url": "", "engine_source": "index"}, "engine_index_url", "published on the public index by anyone"),
+    (
+        {"engine_index_url": "http://packages.example.com/simple/", "engine_source": "index"},
+        "engine_index_url",
+        "must be an https:// URL",
+    ),
+    (
+        {"engine_index_url": "https://me:secret@packages.example.com/simple/", "engine_source": "index"},
+        "engine_index_url",
+        "must not hold credentials",
+    ),
 ]
 # Values only a replay file (or another cookiecutter front end) can hand over unrendered.
 _FROM_REPLAY: list[tuple[dict[str, Any], str, str]] = [
-    ({"python_version": "3.10"}, "python_version", "must be one of 3.11, 3.12, 3.13"),
-    ({"python_version": "3.14"}, "python_version", "must be one of 3.11, 3.12, 3.13"),
+    ({"python_version": "3.10"}, "python_version", "must be one of 3.11, 3.12, 3.13, 3.14"),
+    ({"python_version": "3.15"}, "python_version", "must be one of 3.11, 3.12, 3.13, 3.14"),
     ({"deploy_target": "k8s"}, "deploy_target", "must be one of ecs-and-eks, ecs, eks"),
     ({"use_idempotency": "maybe"}, "use_idempotency", "must be one of yes, no"),
     ({"use_idempotency": True}, "use_idempotency", "must be one of yes, no"),

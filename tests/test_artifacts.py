@@ -2,7 +2,7 @@
 and all of them checked against the answers and against each other.
 
 Every answer set tests/matrix.py checks at depth "full" or "checked" is baked once per
-module and every validator runs on every deploy target it applies to; every supported set
+test process (conftest's `projects`, shared with test_readmes) and every validator runs on every deploy target it applies to; every supported set
 is baked to show that the files of a target that was not chosen do not exist. The
 validators (tests/validators.py) are shown to reject a broken artifact
 (`test_validators_reject_defects`), so a green run means the checks looked, not that they
@@ -28,7 +28,7 @@ from typing import Any
 import jinja2
 import pytest
 import yaml
-from conftest import ROOT, bake, run
+from conftest import ROOT, run
 from matrix import COOKIECUTTER, LIMITS, SUPPORTED, names
 from sqs_worker_engine import emulators as engine_emulators
 from sqs_worker_engine.settings import _ALIASES, ServiceDefaults, load_settings
@@ -85,6 +85,7 @@ COMMON_FILES = {
     ".github/workflows/template-update.yml",
     ".github/workflows/release.yml",
     ".github/dependabot.yml",
+    "renovate.json",
     "deploy/README.md",
     "deploy/aws/queues.yaml",
     "deploy/aws/release-roles.yaml",
@@ -292,25 +293,6 @@ assert {ANSWERS[key].workload for key in EKS_SETS} == set(COOKIECUTTER["kubernet
 )
 
 
-class Baked(dict[str, Path]):
-    """Projects by answer set, each baked on first use and then shared by the module's tests."""
-
-    def __init__(self, out: Path) -> None:
-        super().__init__()
-        self.out = out
-
-    def __missing__(self, key: str) -> Path:
-        path = bake(self.out / key, **SUPPORTED[key].answers)
-        assert path.name == ANSWERS[key].slug
-        self[key] = path
-        return path
-
-
-@pytest.fixture(scope="module")
-def projects(tmp_path_factory: pytest.TempPathFactory) -> Baked:
-    return Baked(tmp_path_factory.mktemp("artifacts"))
-
-
 _SERVICE_SCRIPT = """
 import json
 from {package}.handlers import router
@@ -338,6 +320,7 @@ def baked_service(project: Path, answers: Answers) -> tuple[ServiceDefaults, lis
 @pytest.mark.parametrize("key", list(SUPPORTED))
 def test_files_follow_deploy_target(projects: dict[str, Path], key: str) -> None:
     project, answers = projects[key], ANSWERS[key]
+    assert project.name == answers.slug
     expected = set(COMMON_FILES)
     if answers.ecs:
         expected |= ECS_FILES
@@ -440,7 +423,9 @@ def test_compose(projects: dict[str, Path], key: str) -> None:
     assert worker["depends_on"]["bootstrap"]["condition"] == "service_completed_successfully"
     assert worker["init"] is True
     assert seconds(worker["stop_grace_period"]) > answers.shutdown
-    assert f"{answers.port}:{answers.port}" in [str(p) for p in worker["ports"]]
+    # Published for this machine only, never for every interface of the host.
+    assert [str(p) for p in worker["ports"]] == [f"127.0.0.1:{answers.port}:{answers.port}"]
+    assert [str(p) for p in localstack["ports"]] == ["127.0.0.1:${LOCALSTACK_PORT:-4566}:4566"]
     assert worker["read_only"] is True and "/tmp" in worker["tmpfs"]
     for service in (bootstrap, worker):
         assert image_repository(service["image"]) == answers.slug
@@ -1286,6 +1271,12 @@ def test_template_workflow() -> None:
     assert "bash .ci/run" in runs
     matrix = workflow["jobs"]["generated"]["strategy"]["matrix"]["deploy_target"]
     assert sorted(matrix) == sorted(COOKIECUTTER["deploy_target"])
+    # Every Python the template offers is installed for the suite's bakes, and the newest is
+    # also baked and tested as a user would.
+    offered = sorted(COOKIECUTTER["python_version"], key=lambda v: tuple(map(int, v.split("."))))
+    assert f"uv python install {' '.join(offered)}" in runs
+    include = workflow["jobs"]["generated"]["strategy"]["matrix"]["include"]
+    assert {"deploy_target": "ecs-and-eks", "python_version": offered[-1]} in include
 
 
 @pytest.mark.parametrize("key", CHECKED)

@@ -14,9 +14,13 @@ then nothing here runs at all, the progress file goes stale and /livez does not 
 The verdict follows the pool longest without progress. It never checks a dependency: a
 database blip must not restart the whole pool mid-job.
 
-The time of the last progress is also written to a small file once a second, so
-`healthcheck` can give the same verdict as an exit code (an ECS health check or a
-Kubernetes exec probe).
+The timestamp is also written to a small file once a second, so `healthcheck` can give the
+same verdict as an exit code (an ECS health check or a Kubernetes exec probe). The file is
+the worker process's own: WORKER_HEALTH_FILE with the process id before its suffix
+(`/tmp/orders.progress` -> `/tmp/orders.1234.progress`), so workers of one service on one
+host (or sharing a /tmp) never write over each other's, and a stopped one cannot look alive
+through another's writes. `healthcheck` judges every running worker that has a file there
+(or the one `--pid` names) and leaves out those of processes that are gone.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import tempfile
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
@@ -32,13 +37,43 @@ from urllib.parse import urlsplit
 from . import metrics
 
 
+def progress_file(base: str, pid: int | str) -> str:
+    """The progress file of worker process `pid`: `base` with the pid before its suffix."""
+    stem, suffix = os.path.splitext(base)
+    return f"{stem}.{pid}{suffix}"
+
+
+def progress_files(base: str) -> dict[int, str]:
+    """The progress files next to `base`, by the pid of the worker that wrote each."""
+    directory, name = os.path.split(base)
+    stem, suffix = os.path.splitext(name)
+    mine = re.compile(rf"{re.escape(stem)}\.(\d+){re.escape(suffix)}")
+    try:
+        names = os.listdir(directory or ".")
+    except OSError:
+        return {}
+    found = (mine.fullmatch(n) for n in names)
+    return {int(m.group(1)): os.path.join(directory, m.group(0)) for m in found if m}
+
+
+def running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process: there
+    return True
+
+
 class Health:
     def __init__(
         self, stalled_after: float, health_file: str | None, monotonic: Callable[[], float] = time.monotonic
     ) -> None:
-        """`monotonic`: the clock progress is measured on (the worker's loop clock)."""
+        """`health_file`: WORKER_HEALTH_FILE (this process writes its own, `progress_file`);
+        `monotonic`: the clock progress is measured on (the worker's loop clock)."""
         self.stalled_after = stalled_after
-        self.health_file = health_file
+        self.health_file = progress_file(health_file, os.getpid()) if health_file else None
         self._now = monotonic
         self._started: float | None = None  # progress before any pool is tracked (start-up)
         # Progress per queue pool, on `monotonic`: a pool whose every slot is stuck stalls
@@ -108,6 +143,31 @@ class Health:
         if self.health_file:
             with contextlib.suppress(OSError):
                 os.unlink(self.health_file)
+
+
+def check(base: str, stalled_after: float, pid: int | None = None, now: float | None = None) -> tuple[bool, str]:
+    """The `healthcheck` verdict: for worker `pid`, else for every running worker with a
+    progress file next to `base` (all of them must be making progress)."""
+    files = progress_files(base)
+    if pid is not None:
+        if pid not in files:
+            return False, f"no progress file of worker {pid} at {progress_file(base, pid)}"
+        if not running(pid):
+            return False, f"worker {pid} is not running (its last progress file is {files[pid]})"
+        return check_file(files[pid], stalled_after, now)
+    live = {p: path for p, path in sorted(files.items()) if running(p)}
+    if not live:
+        gone = f" (only stopped workers': {', '.join(map(str, sorted(files)))})" if files else ""
+        return False, (
+            f"no progress file of a running worker at {progress_file(base, '<pid>')}{gone}: "
+            "the worker has not started (or runs elsewhere)"
+        )
+    verdicts = {p: check_file(path, stalled_after, now) for p, path in live.items()}
+    ok = all(good for good, _ in verdicts.values())
+    if len(verdicts) == 1:
+        ((p, (_, message)),) = verdicts.items()
+        return ok, f"{message} (worker {p})"
+    return ok, "; ".join(f"worker {p}: {message}" for p, (_, message) in verdicts.items())
 
 
 def check_file(path: str, stalled_after: float, now: float | None = None) -> tuple[bool, str]:

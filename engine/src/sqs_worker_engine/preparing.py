@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .delivery import Delivery, State
+from .dlq import original_attributes
 from .envelopes import ControlMessage, read_payload
 from .errors import PayloadError
 from .job import Job
@@ -77,7 +78,8 @@ class Preparer:
             envelope=envelope,
             large_payload=payload.pointer,
             attributes=dict(message.get("Attributes", {})),
-            message_attributes=dict(message.get("MessageAttributes") or {}),
+            # As first sent: a record of the worker's, brought back by a move task, unfolded.
+            message_attributes=original_attributes(message),
             receive_count=attempt,
             max_retries=None if self.max_receive is None else self.max_receive - 1,
             worker_id=self.worker_id,

@@ -269,7 +269,7 @@ class Worker:
                 "version": self.config.service.version,
                 "engine_version": ENGINE_VERSION,
                 "worker_id": self.worker_id,
-                "config": self.config.describe(),
+                "config": self.config.summary(),
             },
         )
         self.events.emit("started", worker_id=self.worker_id, queues=[p.name for p in self.pools])
@@ -485,6 +485,7 @@ class Worker:
         if self._process_pool is not None:
             self._process_pool.shutdown(wait=False, cancel_futures=True)
         self.state = WorkerState.ERROR if failed else WorkerState.STOPPED
+        self.health.remove_file()  # this process's own: a stopped worker leaves none behind
         log.info(
             "worker stopped",
             extra={
@@ -493,7 +494,7 @@ class Worker:
                 "reason": self._stop_reason or "shutdown",
                 "drain_seconds": round(clock.now() - started, 3),
                 "jobs_cut_off_and_released": self.released_at_shutdown,
-                "config": self.config.describe(),
+                "config": self.config.summary(),
             },
         )
         self.events.emit("stopped", worker_id=self.worker_id, reason=self._stop_reason or "shutdown")
