@@ -125,7 +125,9 @@ class Worker:
         self._process_pool: ProcessPool | None = None
         self._on_client = on_client
         self._protection: ScaleInProtection | None = None
-        self._close_by = 0.0  # loop time by which the lifespan's close must be over (shutdown)
+        self._deadline: float | None = None  # loop time the drain ends, once stopped (_halt)
+        self._loop: asyncio.AbstractEventLoop | None = None  # the loop `run` runs on
+        self._close_by = 0.0  # loop time by which releases and the lifespan's close must be over
         self._client: SqsApi | None = client
         self.payloads = payloads or PayloadStore(
             self.settings.aws_region,
@@ -152,16 +154,41 @@ class Worker:
         return sum(pool.active for pool in self.pools)
 
     def stop(self, reason: str = "requested") -> None:
-        """Ask the worker to drain and stop (safe to call more than once)."""
+        """Ask the worker to drain and stop (safe to call more than once). From the moment
+        this returns no queue receives or starts anything: the pools stop polling now, not
+        when the run loop wakes to its shutdown (a slot freed meanwhile, or a receive
+        answered, would start one more job after the signal)."""
         self._stop_reason = self._stop_reason or reason
         if self._stop_requested is not None:
             self._stop_requested.set()
+        if self.state is WorkerState.RUNNING and self._loop is not None and not self._loop.is_closed():
+            try:
+                here = asyncio.get_running_loop()
+            except RuntimeError:
+                here = None
+            if here is self._loop:
+                self._halt()
+            else:  # called from outside the worker's loop: it halts as soon as the loop runs
+                self._loop.call_soon_threadsafe(self._halt)
+
+    def _halt(self) -> None:
+        """Stop receiving and starting, once: the drain's deadline counts from here."""
+        if self._deadline is not None:
+            return
+        self._deadline = clock.now() + self.settings.shutdown_timeout
+        # Releases wait for any poll still out, but never past the platform's grace period;
+        # the lifespan's close too (_close_lifespan).
+        self._close_by = self._deadline + RELEASE_MARGIN_SECONDS
+        self.health.stopping = True
+        for pool in self.pools:
+            pool.stop_polling(self._close_by)
 
     # -- lifecycle -------------------------------------------------------------
 
     async def run(self, *, handle_signals: bool = False) -> None:
         """Start, serve until stop() or a signal, then drain. Returns when stopped."""
         self._stop_requested = asyncio.Event()
+        self._loop = asyncio.get_running_loop()
         if self._stop_reason:
             self._stop_requested.set()
         if handle_signals:
@@ -458,16 +485,12 @@ class Worker:
             return
         failed = self.state == WorkerState.ERROR
         self.state = WorkerState.STOPPING
-        self.health.stopping = True
         started = clock.now()
         active = self.active_job_count
         log.info("stopping: %d job(s) running", active, extra={"reason": self._stop_reason or "shutdown"})
-        deadline = clock.now() + self.settings.shutdown_timeout
-        # Releases wait for any poll still out, but never past the platform's grace period.
-        release_cap = deadline + RELEASE_MARGIN_SECONDS
-        self._close_by = release_cap  # the lifespan's close, too (_close_lifespan)
-        for pool in self.pools:
-            pool.stop_polling(release_cap)
+        self._halt()
+        deadline, release_cap = self._deadline, self._close_by
+        assert deadline is not None
         cut = await asyncio.gather(*(pool.drain(deadline) for pool in self.pools))
         self.released_at_shutdown = sum(cut)
         if self.settings.drain_polls:

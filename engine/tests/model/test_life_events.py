@@ -344,3 +344,29 @@ def test_a_fifo_receive_whose_answer_was_lost_is_retried_with_its_attempt_id() -
 
     vtime.run(scenario())
     assert started[0] < 5, f"the message started {started[0]:.1f} s in"
+
+
+def test_no_job_starts_after_the_stop_signal_even_before_the_drain_begins() -> None:
+    """From the moment `stop()` returns (SIGTERM's handler calls it), no queue starts a job
+    or sends a receive. The pools were stopped only once the run loop woke to its shutdown:
+    meanwhile a slot that came free, or a receive answered, could start one more job."""
+
+    async def scenario() -> None:
+        sqs = MemorySQS()
+        sqs.create_queue(QUEUE)
+        sqs.create_queue("other")
+        router = Router()
+        for queue in (QUEUE, "other"):
+
+            @router.handler(queue, payload=str)
+            async def handle(job: Job[str]) -> None:
+                await asyncio.sleep(1)
+
+        running = await start(sqs, router, f"{QUEUE},other")
+        assert await until(lambda: running.worker.state == "running", 30)
+        running.worker.stop("SIGTERM")
+        halted = [pool.admission.stopping for pool in running.worker.pools]
+        await running.task
+        assert halted == [True, True], "the pools still started jobs after stop() returned"
+
+    vtime.run(scenario())
