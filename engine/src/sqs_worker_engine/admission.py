@@ -272,12 +272,13 @@ class Admission:
         that end)."""
         return self.running - self.overdue_running >= self.limit or self.running >= self.capacity
 
-    def resting(self) -> bool:
+    def resting(self, backing_off: bool = False) -> bool:
         """Waiting by design, not stuck (health.py): stopping, or a slot is free and a
         poller waits for admission's word (a pause, the rate limit, the shared budget, SQS
-        unreachable, nothing to receive). Every slot held is the case liveness is for:
-        then only a job's end is progress."""
-        return self.stopping or (not self._slots_full() and bool(self._pollers))
+        unreachable, nothing to receive) or, `backing_off`, to ask SQS again after a
+        failed receive. Every slot held is the case liveness is for: then only a job's end
+        is progress."""
+        return self.stopping or (not self._slots_full() and (bool(self._pollers) or backing_off))
 
     def _blocked(self, ticket: Ticket, now: float, *, budget: bool = True) -> Block | None:
         """Why `ticket` may not start now, or None: the whole decision, from the state.

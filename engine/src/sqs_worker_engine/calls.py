@@ -22,6 +22,7 @@ from .batches import Collector
 from .errors import RetryLater
 from .job import Job
 from .outcomes import Ending, classify
+from .processes import ProcessPool
 from .reporting import QueueReport
 from .router import HandlerSpec, call_sync
 from .tracing import JobSpan
@@ -41,13 +42,14 @@ class HandlerCalls:
         spec: HandlerSpec,
         concurrency: int,
         report: QueueReport,
-        process_pool: concurrent.futures.Executor | None,
+        process_pool: ProcessPool | None,
         lease_held: Callable[[str], bool],
     ) -> None:
         """`lease_held(job_id)`: may a job that waited for company in a batch still run."""
         self.spec = spec
         self.report = report
         self.process_pool = process_pool
+        self.lease_held = lease_held
         self.running = 0  # handler calls whose work has not ended, settled or not
         self.threads = (
             concurrent.futures.ThreadPoolExecutor(concurrency, thread_name_prefix=f"job-{report.queue}")
@@ -92,7 +94,7 @@ class HandlerCalls:
             cf = self.threads.submit(contextvars.copy_context().run, call_sync, self.spec.fn, job)
         else:
             assert self.process_pool is not None
-            cf = self.process_pool.submit(call_sync, self.spec.fn, job)
+            cf = self.process_pool.run(call_sync, self.spec.fn, job, may_run_again=lambda: self.lease_held(job.id))
         cf.add_done_callback(lambda _f: loop.call_soon_threadsafe(finished))
         return asyncio.wrap_future(cf, loop=loop), ended
 

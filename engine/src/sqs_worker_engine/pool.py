@@ -28,7 +28,6 @@ get `job.stopping`; settling.py holds releases back while a poll of ours is stil
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import logging
 import time
 from collections.abc import Coroutine
@@ -63,6 +62,7 @@ from .offload import PayloadStore
 from .outcomes import Ending, describe
 from .prefetch import Pace, prefetch_target
 from .preparing import Payload, Preparer
+from .processes import ProcessPool
 from .receiving import Receiver
 from .reporting import QueueReport
 from .router import HandlerSpec
@@ -124,7 +124,7 @@ class QueuePool:
         worker_id: str,
         events: Events,
         health: Health,
-        process_pool: concurrent.futures.Executor | None,
+        process_pool: ProcessPool | None,
         control: SqsApi | None = None,
         payloads: PayloadStore | None = None,
         signatures: SnsSignatures | None = None,
@@ -263,6 +263,10 @@ class QueuePool:
             self._keeper_task.cancel()
             await asyncio.gather(self._keeper_task, return_exceptions=True)
         self.calls.shutdown()
+
+    def resting(self) -> bool:
+        """Waiting by design, not stuck (health.py, admission.py)."""
+        return self.admission.resting(backing_off=self.receiver.backing_off > 0)
 
     @property
     def active(self) -> int:

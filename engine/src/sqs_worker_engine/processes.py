@@ -10,7 +10,8 @@ BrokenProcessPool, and every later submit raises at once. So:
 - the jobs caught in the break are not charged for it: which of them killed the process
   cannot be told from the break, so each runs again at once, alone, in a fresh process of
   its own (at most `size` such processes at a time), inside the same attempt: no receive
-  is spent on it. A job that kills its process alone is the one that did: only its
+  is spent on it; unless its lease went meanwhile (`may_run_again`), for then another
+  delivery of it may run. A job that kills its process alone is the one that did: only its
   attempt fails (`HandlerProcessDied`), and SQS's maxReceiveCount counts it as usual.
 
 While jobs run again alone, the process count may reach twice `size` (the new pool's and
@@ -48,9 +49,10 @@ class _Call(concurrent.futures.Future[Any]):
     cancels only a call still waiting for a process, as a pool's own future does: a call
     under way keeps running, and its future stays pending until its work has ended."""
 
-    def __init__(self) -> None:
+    def __init__(self, may_run_again: Callable[[], bool]) -> None:
         super().__init__()
         self.inner: concurrent.futures.Future[Any] | None = None  # None: waiting for a lone process
+        self.may_run_again = may_run_again
 
     def cancel(self) -> bool:
         inner = self.inner
@@ -60,18 +62,28 @@ class _Call(concurrent.futures.Future[Any]):
 
 
 class ProcessPool(concurrent.futures.Executor):
-    def __init__(self, size: int, new_executor: NewExecutor = spawn_executor) -> None:
+    def __init__(self, size: int, new_executor: NewExecutor | None = None) -> None:
+        """`new_executor(n)` makes a pool of n processes (default: `spawn_executor`, looked
+        up when the pool is made, so that a test can stand in for processes)."""
         self.size = size
-        self._new_executor = new_executor
+        self._new_executor = new_executor or spawn_executor
         self._lock = threading.RLock()  # callbacks run on the executors' threads, and re-enter
-        self._executor = new_executor(size)
+        self._executor = self._new_executor(size)
         self._waiting: deque[tuple[_Call, _Work]] = deque()  # caught in a break, for a lone process
         self._alone = 0  # lone processes running
         self.replacements = 0
         self.reruns = 0  # jobs run again alone after a break
 
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> concurrent.futures.Future[Any]:
-        call = _Call()
+        return self.run(fn, *args, **kwargs)
+
+    def run(
+        self, fn: Callable[..., Any], /, *args: Any, may_run_again: Callable[[], bool] = lambda: True, **kwargs: Any
+    ) -> concurrent.futures.Future[Any]:
+        """`submit`, and `may_run_again()`: may the job run again alone after a break, now
+        (the worker's answer: its lease is still held; asked just before its lone run, on
+        whatever thread ends the broken pool's futures)."""
+        call = _Call(may_run_again)
         call.inner = self._shared(fn, *args, **kwargs)
         call.inner.add_done_callback(functools.partial(self._shared_done, call, (fn, args, kwargs)))
         return call
@@ -106,6 +118,11 @@ class ProcessPool(concurrent.futures.Executor):
             while self._alone < self.size and self._waiting:
                 call, work = self._waiting.popleft()
                 if call.cancelled():
+                    continue
+                if not call.may_run_again():  # its lease went meanwhile: another delivery may run it
+                    call.set_exception(
+                        BrokenProcessPool("its process pool broke, and its lease went before it could run again")
+                    )
                     continue
                 executor = self._new_executor(1)
                 self._alone += 1

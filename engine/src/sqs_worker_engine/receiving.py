@@ -62,6 +62,7 @@ class Receiver:
         self.tasks: list[asyncio.Task[None]] = []
         self.fifo = url.endswith(".fifo")
         self._retry_attempt: str | None = None  # FIFO: a failed receive's attempt id (`_attempt`)
+        self.backing_off = 0  # pollers waiting to try again after a receive failed
         self._has_work = asyncio.Event()  # the queue had messages at the latest receive
         self._has_work.set()
 
@@ -130,7 +131,11 @@ class Receiver:
                 self.admission.received(grant, 0)
                 delay = backoff.next_delay()
                 self.report.receive_failed(exc, delay)
-                await asyncio.sleep(delay)
+                self.backing_off += 1  # waiting out an outage: the pool rests (health.py)
+                try:
+                    await asyncio.sleep(delay)
+                finally:
+                    self.backing_off -= 1
                 continue
             finally:
                 self.polls.answered(me)

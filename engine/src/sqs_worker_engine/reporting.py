@@ -179,6 +179,7 @@ class QueueReport:
         """`trace`: the job's trace and span ids, an exemplar of its duration (OpenMetrics)."""
         outcome = ending.outcome
         self._processed[outcome].inc()
+        self.health.progress(self.queue)  # a job that ended is progress (health.py)
         if outcome != "released" and ending.duration:
             self._duration.observe(ending.duration, exemplar=trace or None)
         if outcome == "success":

@@ -54,7 +54,9 @@ CATCH_UP = 0.05  # of the window: how late a start may be and the grid still hol
 class StartWindow:
     """Starts spaced `interval` apart on a grid (the rate's window, 1 s or 1/rate, widened
     by SPACING_MARGIN and shared out), unless `burst` > 1 lets that many go together; and
-    never more than `count` in any window of `seconds`, counted as starts are made. The
+    never more than `count` in any window of `span` (the widened window), counted as starts
+    are made: so a start that reaches its handler up to the margin late, where the one
+    `count` before it did not, still keeps every rolling window of `seconds` within the rate. The
     grid is a GCRA (the virtual scheduling of a leaky bucket): each start moves the next
     one's time, `next_at`, an interval on; a start a little late (up to half an interval,
     or CATCH_UP of the window) keeps the grid, so a busy loop does not slow the rate down,
@@ -63,7 +65,8 @@ class StartWindow:
     def __init__(self, per_second: float, burst: int = 1) -> None:
         self.per_second = per_second
         self.count, self.seconds = window_of(per_second)
-        self.interval = self.seconds * (1 + SPACING_MARGIN) / self.count
+        self.span = self.seconds * (1 + SPACING_MARGIN)  # the window counted, margin and all
+        self.interval = self.span / self.count
         self.burst = max(1, min(burst, self.count))
         self._tolerance = (self.burst - 1) * self.interval
         # A start this late still keeps the grid (the next ones catch up, never before their
@@ -73,7 +76,7 @@ class StartWindow:
         self._starts: deque[float] = deque()
 
     def _expire(self, now: float) -> None:
-        while self._starts and self._starts[0] < now - self.seconds:
+        while self._starts and self._starts[0] <= now - self.span:
             self._starts.popleft()
 
     def room(self, now: float) -> int:
@@ -96,8 +99,7 @@ class StartWindow:
         if self.may_start(now):
             return 0.0
         paced = self._next_at - self._tolerance - now
-        # A start exactly a window after the oldest still counts with it: a hair later.
-        windowed = math.nextafter(self._starts[0] + self.seconds, math.inf) - now if self.room(now) <= 0 else 0.0
+        windowed = self._starts[0] + self.span - now if self.room(now) <= 0 else 0.0
         return max(0.0, paced, windowed)
 
 

@@ -410,7 +410,7 @@ class Worker:
             raise StartupError(f"the lifespan failed: {type(exc).__name__}: {exc}") from exc
         self._stack.push_async_callback(self._close_lifespan, lifespan)
         job.RESOURCES.set(self.resources)
-        self.health.track({pool.name: pool.admission.resting for pool in self.pools})
+        self.health.track({pool.name: pool.resting for pool in self.pools})
         self._tasks.append(asyncio.create_task(self.health.write_file_forever(), name="health-file"))
         self._tasks.append(asyncio.create_task(self._sample_backlog(), name="backlog-sampler"))
         if s.metrics_port:

@@ -370,3 +370,37 @@ def test_no_job_starts_after_the_stop_signal_even_before_the_drain_begins() -> N
         assert halted == [True, True], "the pools still started jobs after stop() returned"
 
     vtime.run(scenario())
+
+
+def test_a_job_that_ends_is_progress() -> None:
+    """One slot, a 14 s job, then an empty queue's 20 s long poll: with
+    WORKER_STALLED_AFTER_SECONDS=26 the worker looked stalled 26 s in, for a job's end
+    was not counted as progress (only receives were), and the long poll was still out."""
+    live: list[bool] = []
+
+    async def scenario() -> None:
+        sqs = MemorySQS()
+        sqs.create_queue(QUEUE, VisibilityTimeout="60")
+        router = Router()
+
+        @router.handler(QUEUE, payload=str)
+        async def handle(job: Job[str]) -> None:
+            await asyncio.sleep(14)
+
+        sqs.put(QUEUE, "slow")
+        worker = await start(
+            sqs,
+            router,
+            WORKER_CONCURRENCY="1",
+            WORKER_PREFETCH="0",
+            WORKER_JOB_TIMEOUT_MS="18000",
+            WORKER_VISIBILITY_TIMEOUT_SECONDS="60",
+            WORKER_STALLED_AFTER_SECONDS="26",
+        )
+        for _ in range(400):
+            live.append(worker.worker.health.live())
+            await asyncio.sleep(0.1)
+        await worker.stop()
+
+    vtime.run(scenario())
+    assert all(live), f"stalled {live.index(False) / 10:.1f} s in"

@@ -117,9 +117,9 @@ def test_a_rate_is_a_window_of_starts_never_over(rate: float, count: int, second
         assert window.may_start(100.0)
         window.record(100.0)
     assert window.room(100.0) == 0 and not window.may_start(100.0)
-    assert window.wait(100.0) == pytest.approx(max(seconds, window.interval))
-    assert window.room(100.0 + seconds) == 0, "a start a window after counts with it"
-    assert window.room(100.0 + seconds + 1e-9) == count
+    assert window.wait(100.0) == pytest.approx(window.span)
+    assert window.room(100.0 + seconds) == 0, "a start a window (and less than the margin) after counts with it"
+    assert window.room(100.0 + window.span) == count
 
 
 def test_starts_are_spaced_evenly_unless_a_burst_is_asked_for() -> None:
@@ -192,9 +192,9 @@ def test_a_busy_loop_does_not_slow_the_rate_down(rate: float, lateness: list[flo
         starts.append(now)
         now += window.wait(now) + delays[i % len(delays)]
     achieved = (len(starts) - 1) / (starts[-1] - starts[0])
-    # The window bounds the catching up: `count` starts take at least its length and the
+    # The window bounds the catching up: `count` starts take at least its span and the
     # last one's lateness (at one start a second, none can be caught up).
-    cycle = max(window.count * window.interval, window.seconds + max(delays))
+    cycle = window.span + max(delays)
     assert achieved >= 0.99 * window.count / cycle, f"{achieved:.3f} a second, paced at {1 / window.interval:.3f}"
 
 
