@@ -38,6 +38,7 @@ from .settings import ConfigError, ServiceDefaults, WorkerConfig, load_settings
 
 EXIT_CONFIG = 2
 EXIT_STARTUP = 3
+LEFTOVER_GRACE_SECONDS = 1.0  # at exit, what a stop left running gets this long to end once cancelled
 
 DESCRIPTION = """\
 Run and operate {name}: the worker, messages for its queues, the queues themselves, its
@@ -243,7 +244,16 @@ def run_until_stopped(main: Coroutine[Any, Any, None], event_loop: EventLoop = "
         pending = asyncio.all_tasks(loop)
         for task in pending:
             task.cancel()
-        loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+        if pending:
+            # What the worker left behind (a lifespan's close that swallowed its cancellation)
+            # is waited for briefly, never for ever: the drain is over.
+            loop.run_until_complete(asyncio.wait(pending, timeout=LEFTOVER_GRACE_SECONDS))
+            if stuck := [task for task in pending if not task.done()]:
+                logging.getLogger(__name__).warning(
+                    "exiting with %d task(s) that ignored their cancellation: %s",
+                    len(stuck),
+                    ", ".join(task.get_name() for task in stuck),
+                )
         loop.run_until_complete(loop.shutdown_asyncgens())
     finally:
         asyncio.set_event_loop(None)

@@ -1,10 +1,18 @@
 """Liveness from progress, readiness from dependencies.
 
-Liveness asks one question: is the handler loop making progress? Pollers mark progress
-every time a receive returns (an empty long poll counts: an idle worker is healthy, and
-so is one backing off from an SQS outage), and jobs mark it when they finish. If every
-slot is stuck, nothing polls and nothing finishes, and the timestamp goes stale. It never
-checks a dependency: a database blip must not restart the whole pool mid-job.
+Liveness asks one question: is a handler, or the loop, stuck? Each queue's pool counts as
+making progress when a receive returns (an empty long poll counts, and so does a failed
+one: backing off from an SQS outage is the loop doing its job), when a job finishes, and
+whenever it is *resting*: a slot is free and its pollers wait on admission's word (a
+pause on downstream trouble, the rate limit, a shared budget that gives its slots to a
+higher queue, SQS unreachable, or simply nothing to receive now). A pause or a budget's
+wait is the worker doing what it should, not a stall: a platform restarting it then would
+restart a healthy worker exactly while its downstream is in trouble. What is left is the
+case liveness exists for: every slot held by a job that does not end (a handler that
+ignores its timeout), or a loop that does not turn (a blocking call in an async handler:
+then nothing here runs at all, the progress file goes stale and /livez does not answer).
+The verdict follows the pool longest without progress. It never checks a dependency: a
+database blip must not restart the whole pool mid-job.
 
 The timestamp is also written to a small file once a second, so `healthcheck` can give the
 same verdict as an exit code (an ECS health check or a Kubernetes exec probe). The file is
@@ -23,7 +31,7 @@ import os
 import re
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from urllib.parse import urlsplit
 
 from . import metrics
@@ -59,15 +67,19 @@ def running(pid: int) -> bool:
 
 
 class Health:
-    def __init__(self, stalled_after: float, health_file: str | None) -> None:
-        """`health_file`: WORKER_HEALTH_FILE (this process writes its own, `progress_file`)."""
+    def __init__(
+        self, stalled_after: float, health_file: str | None, monotonic: Callable[[], float] = time.monotonic
+    ) -> None:
+        """`health_file`: WORKER_HEALTH_FILE (this process writes its own, `progress_file`);
+        `monotonic`: the clock progress is measured on (the worker's loop clock)."""
         self.stalled_after = stalled_after
         self.health_file = progress_file(health_file, os.getpid()) if health_file else None
-        self.last_progress = time.monotonic()
-        self.last_progress_wall = time.time()
-        # Progress per queue pool: a pool whose every slot is stuck stalls the worker even
-        # while another pool keeps polling. The verdict follows the pool longest without.
-        self._marks: dict[str, tuple[float, float]] = {}
+        self._now = monotonic
+        self._started: float | None = None  # progress before any pool is tracked (start-up)
+        # Progress per queue pool, on `monotonic`: a pool whose every slot is stuck stalls
+        # the worker even while another pool keeps polling.
+        self._marks: dict[str, float] = {}
+        self._resting: dict[str, Callable[[], bool]] = {}  # pool -> is it resting now
         self.sqs_ok: bool | None = None
         self.stopping = False
         # Queues paused on downstream trouble: reported by /readyz, never failing it (a pod
@@ -75,28 +87,39 @@ class Health:
         self.paused: set[str] = set()
         self._written = 0.0
 
-    def track(self, keys: list[str]) -> None:
-        """Judge liveness by these pools from now on (all counted as progressing now)."""
-        now = (time.monotonic(), time.time())
-        self._marks = dict.fromkeys(keys, now)
-        self.last_progress, self.last_progress_wall = now
+    def track(self, pools: Mapping[str, Callable[[], bool]] | Iterable[str]) -> None:
+        """Judge liveness by these pools from now on (all counted as progressing now); a
+        mapping gives each pool's `resting()`: True while it waits by design (admission.py)."""
+        now = self._now()
+        self._resting = dict(pools) if isinstance(pools, Mapping) else {}
+        self._marks = dict.fromkeys(pools, now)
+        self._started = now
 
     def progress(self, key: str = "") -> None:
-        now = (time.monotonic(), time.time())
-        if key not in self._marks:
-            self.last_progress, self.last_progress_wall = now
-            return
-        self._marks[key] = now
-        self.last_progress, self.last_progress_wall = min(self._marks.values())
+        now = self._now()
+        if key in self._marks:
+            self._marks[key] = now
+        else:
+            self._started = now
 
     def sqs_result(self, ok: bool) -> None:
         self.sqs_ok = ok
 
     def stalled_for(self) -> float:
-        return time.monotonic() - self.last_progress
+        """Seconds since the pool longest without progress made some (0 before start)."""
+        now = self._now()
+        for key, resting in self._resting.items():
+            if resting():
+                self._marks[key] = now
+        last = min(self._marks.values(), default=self._started)
+        return 0.0 if last is None else max(0.0, now - last)
 
     def live(self) -> bool:
         return self.stalled_for() <= self.stalled_after
+
+    def last_progress_wall(self) -> float:
+        """Unix time of the last progress (what the file and the gauge say)."""
+        return time.time() - self.stalled_for()
 
     async def write_file_forever(self, interval: float = 1.0) -> None:
         while True:
@@ -104,16 +127,17 @@ class Health:
             await asyncio.sleep(interval)
 
     def write_file(self) -> None:
-        metrics.LAST_PROGRESS.set(self.last_progress_wall)
-        if not self.health_file or self._written == self.last_progress_wall:
+        wall = self.last_progress_wall()
+        metrics.LAST_PROGRESS.set(wall)
+        if not self.health_file or abs(self._written - wall) < 0.5:
             return
         directory = os.path.dirname(self.health_file) or "."
         with contextlib.suppress(OSError):  # a read-only disk must not take the worker down
             fd, tmp = tempfile.mkstemp(dir=directory, prefix=".health-")
             with os.fdopen(fd, "w") as handle:
-                handle.write(f"{self.last_progress_wall:.3f}\n")
+                handle.write(f"{wall:.3f}\n")
             os.replace(tmp, self.health_file)
-            self._written = self.last_progress_wall
+            self._written = wall
 
     def remove_file(self) -> None:
         if self.health_file:

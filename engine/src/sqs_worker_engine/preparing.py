@@ -60,15 +60,15 @@ class Preparer:
             if self.signatures is not None and envelope is not None and envelope.sns is not None:
                 await self.signatures.check(envelope.sns.signed, envelope.sns.topic_arn)
         except LeaseLostError:
-            return Ending("lease_lost", None, 0.0)
+            return Ending("lease_lost", None, 0.0, called=False)
         except ControlMessage as exc:
-            return Ending("dropped", exc, 0.0)
+            return Ending("dropped", exc, 0.0, called=False)
         except PayloadError as exc:
-            return Ending("dead_letter", exc, 0.0)
+            return Ending("dead_letter", exc, 0.0, called=False)
         except Exception as exc:  # S3 unreachable or slow: worth another attempt
-            return Ending("retry", exc, 0.0)
+            return Ending("retry", exc, 0.0, called=False)
         if delivery.state not in (State.RECEIVED, State.RUNNING):
-            return Ending("lease_lost", None, 0.0)  # another delivery may run it now
+            return Ending("lease_lost", None, 0.0, called=False)  # another delivery may run it now
         message = delivery.message
         return Job(
             id=delivery.message_id,

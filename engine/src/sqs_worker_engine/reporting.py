@@ -62,7 +62,6 @@ class QueueReport:
     # -- the queue ------------------------------------------------------------------
 
     def receive_ok(self) -> None:
-        self.health.sqs_result(True)
         self.health.progress(self.queue)
 
     def receive_failed(self, exc: Exception, retry_in: float) -> None:
@@ -176,6 +175,7 @@ class QueueReport:
         """`trace`: the job's trace and span ids, an exemplar of its duration (OpenMetrics)."""
         outcome = ending.outcome
         self._processed[outcome].inc()
+        self.health.progress(self.queue)  # a job that ended is progress (health.py)
         if outcome != "released" and ending.duration:
             self._duration.observe(ending.duration, exemplar=trace or None)
         if outcome == "success":

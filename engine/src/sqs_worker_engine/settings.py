@@ -9,7 +9,7 @@ Per-queue overrides use `WORKER_QUEUE_<KEY>_<SETTING>`, where KEY is the queue n
 upper case with every character other than A-Z and 0-9 replaced by `_`
 (`orders.fifo` -> `ORDERS_FIFO`; two queues with one KEY are refused). Settings: URL,
 CONCURRENCY, JOB_TIMEOUT_MS, VISIBILITY_TIMEOUT_SECONDS, POLLERS, RATE_LIMIT,
-GROUP_CONCURRENCY, PREFETCH, ADAPTIVE_CONCURRENCY, CONCURRENCY_FLOOR, WEIGHT. A per-queue
+RATE_BURST, GROUP_CONCURRENCY, PREFETCH, ADAPTIVE_CONCURRENCY, CONCURRENCY_FLOOR, WEIGHT. A per-queue
 value is read by the same reader as its global one (`whole_number`, `rate_per_second`).
 Kubernetes' service links (`service_link`) are told apart from settings and ignored.
 """
@@ -44,7 +44,7 @@ from .limits import (
 )
 from .loops import EventLoop, loop_problem, uvloop_installed
 from .prefetch import default_prefetch
-from .throttle import parse_rate
+from .throttle import parse_rate, window_of
 
 # S3's rule for bucket names (the common subset: lower case, digits, dots, hyphens).
 BUCKET_NAME = r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$"
@@ -59,6 +59,7 @@ QUEUE_OVERRIDES = (
     "VISIBILITY_TIMEOUT_SECONDS",
     "POLLERS",
     "RATE_LIMIT",
+    "RATE_BURST",
     "GROUP_CONCURRENCY",
     "PREFETCH",
     "ADAPTIVE_CONCURRENCY",
@@ -248,6 +249,9 @@ class Settings(BaseSettings):
     # Jobs started per second and process, per queue ("50/s", "3000/min"; see throttle.py);
     # empty: no limit but the concurrency.
     rate_limit: str | None = Field(default=None, validation_alias="WORKER_RATE_LIMIT")
+    # Starts the rate limit lets go together (unset: 1, evenly spaced); at most the rate's
+    # count in a window (throttle.py).
+    rate_burst: int | None = Field(default=None, ge=1, le=1_000_000, validation_alias="WORKER_RATE_BURST")
     # Fair tenants on standard queues (tenants.py): jobs of one MessageGroupId running at once
     # per queue and process; unset: no cap but the concurrency. FIFO runs one per group anyway.
     group_concurrency: int | None = Field(default=None, ge=1, le=1000, validation_alias="WORKER_GROUP_CONCURRENCY")
@@ -429,6 +433,7 @@ class QueueSettings:
     visibility_timeout_seconds: int
     pollers: int
     rate_limit: float | None = None  # jobs started per second (WORKER_[QUEUE_<KEY>_]RATE_LIMIT)
+    rate_burst: int = 1  # starts the rate limit lets go together (WORKER_[QUEUE_<KEY>_]RATE_BURST)
     group_concurrency: int | None = None  # jobs of one group at once (WORKER_[QUEUE_<KEY>_]GROUP_CONCURRENCY)
     prefetch: int = 0  # most messages held beyond the concurrency (WORKER_[QUEUE_<KEY>_]PREFETCH)
     adaptive: bool = False  # the concurrency is a ceiling (WORKER_[QUEUE_<KEY>_]ADAPTIVE_CONCURRENCY)
@@ -490,6 +495,7 @@ class WorkerConfig:
                 "visibility_timeout_seconds": q.visibility_timeout_seconds,
                 "pollers": q.pollers,
                 "rate_limit_per_second": q.rate_limit,
+                "rate_burst": q.rate_burst,
                 "group_concurrency": q.group_concurrency,
                 "prefetch": q.prefetch,
                 "adaptive_concurrency": q.adaptive,
@@ -753,6 +759,17 @@ def load_settings(environ: Mapping[str, str] | None = None, service: ServiceDefa
                 rate = rate_per_second(rate_text)
             except ValueError as exc:
                 problems.append((prefix + "RATE_LIMIT", str(exc)))
+        burst = _int(own, "RATE_BURST", prefix, settings.rate_burst or 1, 1, 1_000_000, problems)
+        burst_var = prefix + "RATE_BURST" if "RATE_BURST" in own else "WORKER_RATE_BURST"
+        if burst > 1 and not rate_text:
+            problems.append((burst_var, "a burst is of a rate limit: set WORKER_RATE_LIMIT too"))
+        elif rate is not None and burst > window_of(rate)[0]:
+            problems.append(
+                (
+                    burst_var,
+                    f"{burst} is more starts at once than {rate_text} allows in a window ({window_of(rate)[0]})",
+                )
+            )
         # FIFO runs one job per group anyway; at or above the concurrency the cap never bites.
         group_cap = _int(own, "GROUP_CONCURRENCY", prefix, settings.group_concurrency or 0, 1, 1000, problems) or None
         if name.endswith(".fifo") or (group_cap is not None and group_cap >= concurrency):
@@ -777,6 +794,7 @@ def load_settings(environ: Mapping[str, str] | None = None, service: ServiceDefa
                 visibility,
                 pollers,
                 rate,
+                burst,
                 group_cap,
                 prefetch,
                 adaptive,

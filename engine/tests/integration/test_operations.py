@@ -19,7 +19,7 @@ import pytest
 from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
-from sqs_worker_engine import Job, NonRetryableError, Router, localstack, redrive
+from sqs_worker_engine import DownstreamUnavailable, Job, NonRetryableError, Router, localstack, redrive
 from sqs_worker_engine import ecs as ecs_module
 from sqs_worker_engine.emulators import free_port
 from sqs_worker_engine.metrics import set_db_pool_in_use
@@ -176,6 +176,126 @@ def test_liveness_reports_hung_handlers_and_recovers(sqs: Sqs, localstack_endpoi
 
     asyncio.run(scenario())
     assert seen == [("idle", 200, 0), ("hung", 503, 1), ("recovered", 200, 0)]
+
+
+async def _liveness_while(port: int, env: dict[str, str], seconds: float) -> list[tuple[int, int]]:
+    """/livez and the `healthcheck` command, every second for `seconds`."""
+    seen = []
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        check = await asyncio.to_thread(lambda: cli("healthcheck", **env).returncode)
+        seen.append(((await http_get(port, "/livez"))[0], check))
+        await asyncio.sleep(1)
+    return seen
+
+
+def test_a_worker_paused_on_a_partner_outage_stays_live(sqs: Sqs, localstack_endpoint: str, tmp_path: Path) -> None:
+    """A 20 s pause (DownstreamUnavailable) with WORKER_STALLED_AFTER_SECONDS=8: the pause is
+    the worker doing what it should, not a stall. /livez failed 8 s into it, and the
+    platform restarted a healthy worker exactly while its downstream was in trouble."""
+    queue = sqs.create(visibility=60, max_receive=5)
+    router = Router()
+
+    @router.handler(queue.name)
+    async def handle(job: Job[Any]) -> None:
+        raise DownstreamUnavailable(20, "partner answers 503")
+
+    port = free_port()
+    env = env_for(
+        localstack_endpoint,
+        queue.name,
+        str(tmp_path / "progress"),
+        WORKER_METRICS_PORT=port,
+        WORKER_METRICS_HOST="127.0.0.1",
+        WORKER_JOB_TIMEOUT_MS=2000,
+        WORKER_WAIT_TIME_SECONDS=1,
+        WORKER_STALLED_AFTER_SECONDS=8,
+        WORKER_RETRY_MAX_SECONDS=60,
+    )
+
+    async def scenario() -> list[tuple[int, int]]:
+        async with running_worker(env, router) as worker:
+            sqs.send(queue, [{"n": 1}])
+            await wait_for(lambda: worker.pools[0].admission.breaker.paused, 60, "the pause")
+            return await _liveness_while(port, env, 16)
+
+    seen = asyncio.run(scenario())
+    assert set(seen) == {(200, 0)}, f"(/livez, healthcheck) during the pause: {seen}"
+
+
+def test_a_lower_queue_starved_by_strict_priority_stays_live(
+    sqs: Sqs, localstack_endpoint: str, tmp_path: Path
+) -> None:
+    """Two queues on a strict budget of 1: the higher queue's backlog takes every slot, so
+    the lower queue waits, by design, with its prefetch full. Its pollers had nothing to do,
+    and its silence failed /livez after WORKER_STALLED_AFTER_SECONDS."""
+    high, low = sqs.create(visibility=60), sqs.create(visibility=60)
+    router = Router()
+
+    @router.handler(high.name)
+    async def slow(job: Job[Any]) -> None:
+        await asyncio.sleep(0.4)
+
+    @router.handler(low.name)
+    async def never_first(job: Job[Any]) -> None:
+        pass
+
+    port = free_port()
+    env = env_for(
+        localstack_endpoint,
+        f"{high.name},{low.name}",
+        str(tmp_path / "progress"),
+        WORKER_METRICS_PORT=port,
+        WORKER_METRICS_HOST="127.0.0.1",
+        WORKER_JOB_TIMEOUT_MS=2000,
+        WORKER_WAIT_TIME_SECONDS=1,
+        WORKER_STALLED_AFTER_SECONDS=8,
+        WORKER_SHARED_CONCURRENCY=1,
+        WORKER_PRIORITY="strict",
+        WORKER_PREFETCH=5,
+    )
+    sqs.send(high, [{"n": n} for n in range(60)])
+    sqs.send(low, [{"n": n} for n in range(10)])
+
+    async def scenario() -> list[tuple[int, int]]:
+        async with running_worker(env, router):
+            return await _liveness_while(port, env, 14)
+
+    seen = asyncio.run(scenario())
+    assert set(seen) == {(200, 0)}, f"(/livez, healthcheck) while the lower queue waited: {seen}"
+
+
+def test_a_blocked_event_loop_fails_the_healthcheck(sqs: Sqs, localstack_endpoint: str, tmp_path: Path) -> None:
+    """An async handler that blocks the loop (a sync call where an await belongs) stops the
+    whole worker: the progress file is no longer written, and `healthcheck` says so."""
+    queue = sqs.create(visibility=60)
+    progress = tmp_path / "progress"
+    env = {
+        **env_for(localstack_endpoint, queue.name, str(progress), TEST_QUEUE=queue.name),
+        "TEST_RECORD_FILE": str(tmp_path / "records.jsonl"),
+        "WORKER_JOB_TIMEOUT_MS": "2000",
+        "WORKER_WAIT_TIME_SECONDS": "1",
+        "WORKER_STALLED_AFTER_SECONDS": "7",
+    }
+    proc = worker_process(env, tmp_path / "log")
+    try:
+        wait_for_sync(lambda: progress.exists(), 120, "the worker's first progress")
+        assert cli("healthcheck", **env).returncode == 0
+        sqs.send(queue, [{"id": "blocks", "seconds": 25, "blocking_loop": True}])
+        deadline = time.monotonic() + 40
+        while cli("healthcheck", **env).returncode == 0:
+            assert time.monotonic() < deadline, "the healthcheck never saw the blocked loop"
+            time.sleep(1)
+    finally:
+        proc.kill()
+        proc.wait(30)
+
+
+def wait_for_sync(condition: Any, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
 
 
 def test_readiness_follows_sqs_while_liveness_stays_healthy(health_file: str) -> None:

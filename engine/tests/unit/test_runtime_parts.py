@@ -157,16 +157,32 @@ def test_healthcheck_verdict_from_the_progress_file(tmp_path: Path) -> None:
 
 def test_liveness_follows_the_pool_longest_without_progress() -> None:
     """One queue's stuck slots stall the worker even while another queue keeps polling."""
-    health = Health(stalled_after=60, health_file=None)
+    now = [1000.0]
+    health = Health(stalled_after=60, health_file=None, monotonic=lambda: now[0])
     health.track(["orders", "receipts"])
     health.progress("orders")
     assert health.live()
-    stuck_since = time.monotonic() - 120
-    health._marks["receipts"] = (stuck_since, time.time() - 120)
+    now[0] += 120
     health.progress("orders")  # orders keeps polling
     assert not health.live() and health.stalled_for() >= 120
     health.progress("receipts")
     assert health.live()
+
+
+def test_a_resting_pool_is_live_and_a_pool_with_every_slot_held_is_not() -> None:
+    """A pool waiting by design (paused, rate-limited, below a higher queue on a strict
+    budget) is progress; one whose slots are all held by jobs that do not end is a stall."""
+    now = [0.0]
+    resting = {"paused": True, "stuck": False}
+    health = Health(stalled_after=8, health_file=None, monotonic=lambda: now[0])
+    health.track({name: (lambda name=name: resting[name]) for name in resting})
+    now[0] = 20.0
+    assert health.stalled_for() == 20.0, "the stuck pool is 20 s without progress"
+    health.progress("stuck")
+    assert health.live(), "the paused pool rests: it never stalls the worker"
+    resting["paused"] = False
+    now[0] = 29.0
+    assert not health.live() and health.stalled_for() == 9.0
 
 
 def test_slots_gather_a_wave_of_releases_into_one_reservation(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -239,6 +239,19 @@ def test_a_rate_limit_applies_to_every_queue_and_a_queue_may_have_its_own() -> N
     assert variable == "WORKER_QUEUE_ORDERS_RATE_LIMIT" and "N/s" in message
 
 
+def test_a_rate_s_burst_is_one_by_default_and_at_most_a_window_s_count() -> None:
+    config = load_settings(
+        {"WORKER_QUEUES": "orders,emails", "WORKER_RATE_LIMIT": "20/s", "WORKER_QUEUE_EMAILS_RATE_BURST": "5"}
+    )
+    assert {q.name: q.rate_burst for q in config.queues} == {"orders": 1, "emails": 5}
+    assert problems({"WORKER_QUEUES": "orders", "WORKER_RATE_BURST": "5"}) == {
+        "WORKER_RATE_BURST": "a burst is of a rate limit: set WORKER_RATE_LIMIT too"
+    }
+    assert problems(
+        {"WORKER_QUEUES": "orders", "WORKER_RATE_LIMIT": "20/s", "WORKER_QUEUE_ORDERS_RATE_BURST": "21"}
+    ) == {"WORKER_QUEUE_ORDERS_RATE_BURST": "21 is more starts at once than 20/s allows in a window (20)"}
+
+
 def test_a_group_cap_applies_to_standard_queues_below_their_concurrency() -> None:
     config = load_settings(
         {
