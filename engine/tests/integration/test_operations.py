@@ -87,21 +87,30 @@ def test_metrics_move_as_jobs_flow(sqs: Sqs, localstack_endpoint: str, health_fi
         DB_POOL_SIZE=8,
     )
     scrapes: dict[str, str] = {}
+    q = {"queue": queue.name}
+
+    def backlog(text: str) -> float:
+        return samples(text, "sqs_queue_messages", state="visible", **q) + samples(
+            text, "sqs_queue_messages", state="in_flight", **q
+        )
 
     async def scenario() -> None:
         async with running_worker(env, router) as worker:
             scrapes["before"] = (await http_get(port, "/metrics"))[1]
             sqs.send(queue, [{"n": i} for i in range(10)] + [{"poison": True}])
             await wait_for(lambda: worker.active_job_count == 4, 30, "4 jobs in flight")
-            await asyncio.sleep(1.5)  # let the backlog sampler run once with jobs in flight
-            scrapes["busy"] = (await http_get(port, "/metrics"))[1]
+            # The backlog sampler runs on its own clock (1 s here): scrape until it has seen
+            # the jobs in flight, and later the queue empty, rather than sleeping a guess.
+            scrapes["busy"] = await scrape_until(port, lambda text: backlog(text) >= 4, "the sampler's busy queue")
             release.set()
             await wait_for(lambda: sqs.counts(queue.url) == (0, 0), 60, "all settled")
-            await asyncio.sleep(1.5)
-            scrapes["after"] = (await http_get(port, "/metrics"))[1]
+            scrapes["after"] = await scrape_until(
+                port,
+                lambda text: backlog(text) == 0 and samples(text, "queue_oldest_message_seconds", **q) == 0,
+                "the sampler's empty queue",
+            )
 
     asyncio.run(scenario())
-    q = {"queue": queue.name}
     before, busy, after = scrapes["before"], scrapes["busy"], scrapes["after"]
     assert samples(before, "jobs_processed_total", outcome="success", **q) == 0
     assert samples(busy, "worker_inflight_jobs", **q) == 4
@@ -290,6 +299,17 @@ def test_a_blocked_event_loop_fails_the_healthcheck(sqs: Sqs, localstack_endpoin
     finally:
         proc.kill()
         proc.wait(30)
+
+
+async def scrape_until(port: int, condition: Any, what: str, timeout: float = 60) -> str:
+    """/metrics once `condition(text)` holds (the sampler and the scrape run on their own clocks)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        text = (await http_get(port, "/metrics"))[1]
+        if condition(text):
+            return text
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.2)
 
 
 def wait_for_sync(condition: Any, timeout: float, what: str) -> None:
