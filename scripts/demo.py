@@ -142,7 +142,10 @@ def run_demo(python: str, package: str, project: Path, env: dict[str, str], coun
     slow = json.dumps({"task_id": "slow", "work_ms": 3000})
     say(f"python -m {package} send --count 6 --body '{slow}'")
     print(cli("send", "--count", "6", "--body", slow))
-    time.sleep(1.5)
+    # SIGTERM once all six run (the worker's own gauge says so), not after a guessed sleep:
+    # on a busy machine a fixed pause could let them finish first, or not start yet.
+    running = f'worker_inflight_jobs{{queue="{config["queues"][0]["name"]}"}}'
+    wait_until(lambda: scrape_metrics(port).get(running, 0.0) >= 6, 60, "the 6 slower jobs to run")
     before = len(done)
     print("   (sending SIGTERM to the worker)")
     worker.send_signal(signal.SIGTERM)
