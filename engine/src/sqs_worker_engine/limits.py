@@ -43,7 +43,7 @@ FLEET_CONCURRENCY_BUDGET = 80
 SECRET_NAME_PATTERN = r"^[A-Z][A-Z0-9_]{0,127}$"  # noqa: S105 - a rule for names, no secret
 RESERVED_PREFIXES = ("WORKER_", "OTEL_", "AWS_")
 # The engine's settings without one of those prefixes (settings.py holds this list to its own).
-UNPREFIXED_SETTINGS = ("DB_POOL_SIZE", "ECS_AGENT_URI", "LOG_LEVEL", "LOG_PAYLOADS")
+UNPREFIXED_SETTINGS = ("DB_POOL_SIZE", "ECS_AGENT_URI", "LOG_FORMAT", "LOG_LEVEL", "LOG_PAYLOADS")
 
 
 def inflight_alert_threshold(queue: str) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
@@ -90,8 +91,12 @@ class ObservedSqs:
 
     async def _call(self, operation: str, method: Callable[..., Awaitable[Any]], params: dict[str, Any]) -> Any:
         traced = self.tracing and not (self.leases and operation == "ChangeMessageVisibilityBatch")
-        span = tracing.client_span(operation, params, self.client_id) if traced else None
-        started = clock.now()
+        # A receive's span is made once it has answered, and only if it brought messages or
+        # failed: a long poll that brings nothing (an idle queue, one given up at shutdown)
+        # would be a root trace of its own every 20 s per poller, and X-Ray bills per trace.
+        deferred = operation == "ReceiveMessage"
+        span = tracing.client_span(operation, params, self.client_id) if traced and not deferred else None
+        started, started_ns = clock.now(), time.time_ns()
         outcome, response = "ok", None
         try:
             response = await method(**params)
@@ -104,6 +109,8 @@ class ObservedSqs:
             raise
         finally:
             metrics.sqs_call(operation, outcome, clock.now() - started)
+            if traced and deferred and (outcome not in ("ok", "cancelled") or (response or {}).get("Messages")):
+                span = tracing.client_span(operation, params, self.client_id, start_time=started_ns)
             if span is not None:
                 tracing.client_span_ended(span, operation, outcome, response)
 

@@ -268,9 +268,12 @@ class JobSpan:
         self.span.end()
 
 
-def client_span(operation: str, params: Mapping[str, Any], client_id: str) -> Span | None:
+def client_span(
+    operation: str, params: Mapping[str, Any], client_id: str, start_time: int | None = None
+) -> Span | None:
     """The CLIENT span of one SQS call that is a messaging operation (OPERATIONS), started
-    now; None for the others. The caller ends it with `client_span_ended`."""
+    now (or at `start_time`, in ns since the epoch); None for the others. The caller ends it
+    with `client_span_ended`."""
     kind = OPERATIONS.get(operation)
     if kind is None:
         return None
@@ -292,7 +295,11 @@ def client_span(operation: str, params: Mapping[str, Any], client_id: str) -> Sp
         attributes["messaging.batch.message_count"] = len(entries)
     # Never a child of whatever happens to be current (a job whose settle filled a batch).
     return tracer().start_span(
-        f"{name} {queue}", context=otel_context.Context(), kind=SpanKind.CLIENT, attributes=attributes
+        f"{name} {queue}",
+        context=otel_context.Context(),
+        kind=SpanKind.CLIENT,
+        attributes=attributes,
+        start_time=start_time,
     )
 
 

@@ -264,6 +264,7 @@ BAD: dict[str, dict[str, str]] = {
             "WORKER_CONCURRENCY_FLOOR",
             "WORKER_MAX_JOBS",
             "WORKER_SHARED_CONCURRENCY",
+            "WORKER_RATE_BURST",
             "DB_POOL_SIZE",
         )
     },

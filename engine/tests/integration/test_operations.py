@@ -22,6 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from sqs_worker_engine import DownstreamUnavailable, Job, NonRetryableError, Router, localstack, redrive
 from sqs_worker_engine import ecs as ecs_module
 from sqs_worker_engine.emulators import free_port
+from sqs_worker_engine.health import progress_files
 from sqs_worker_engine.metrics import set_db_pool_in_use
 
 from ..support import (
@@ -279,7 +280,7 @@ def test_a_blocked_event_loop_fails_the_healthcheck(sqs: Sqs, localstack_endpoin
     }
     proc = worker_process(env, tmp_path / "log")
     try:
-        wait_for_sync(lambda: progress.exists(), 120, "the worker's first progress")
+        wait_for_sync(lambda: bool(progress_files(str(progress))), 120, "the worker's first progress")
         assert cli("healthcheck", **env).returncode == 0
         sqs.send(queue, [{"id": "blocks", "seconds": 25, "blocking_loop": True}])
         deadline = time.monotonic() + 40

@@ -578,6 +578,8 @@ def test_the_slowest_rate_taken_is_one_start_a_day() -> None:
         {"WORKER_RATE_LIMIT": "0.0417/h", "WORKER_QUEUES": "a,b", "WORKER_QUEUE_B_RATE_LIMIT": "1/h"}
     )
     assert [round(86_400 * (q.rate_limit or 0), 2) for q in config.queues] == [1.0, 24.0]
+
+
 # -- the owner's secrets, and where metrics go ------------------------------------------
 
 
