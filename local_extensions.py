@@ -8,8 +8,9 @@ cookiecutter.json) for every render, `cookiecutter` and `cruft` alike.
   is generated and what runs state each fact once. The hooks load the same file through
   `limits_file`.
 - `engine_source(cookiecutter)`: the `[tool.uv.sources]` entry the service installs the
-  engine from (`engine_source_for` decides; see its docstring), and `engine_index`, the
-  index it is pinned to when that is an index.
+  engine from (`engine_source_for` decides; see its docstring), or "" for the version pin
+  alone; `engine_index`, the index it is pinned to when the bake names one; and
+  `engine_index_unnamed`, true for the pin alone (an index the owner names at install time).
 - `engine_link(cookiecutter)`: the engine named in the generated README, linked to the
   repository the service was baked from (or the checkout's path, for a local bake).
 - `git_credential_helper`: the git credential helper the Dockerfile and CI of a service with
@@ -89,6 +90,10 @@ OVERRIDES = ("path", "git", "index")  # the `_engine_source` extra-context answe
 # The name of the index the engine is pinned to (`[[tool.uv.index]]`): uv reads its
 # credentials from UV_INDEX_ENGINE_USERNAME and UV_INDEX_ENGINE_PASSWORD.
 ENGINE_INDEX = "engine"
+# The environment variables by which uv is told of an index: with one set, a service pinning
+# the engine with no index named for it may lock (the generated Makefile and the
+# post-generation hook both ask).
+INDEX_VARIABLES = ("UV_INDEX", "UV_DEFAULT_INDEX", "UV_INDEX_URL", "UV_EXTRA_INDEX_URL")
 
 
 def engine_source_for(
@@ -108,10 +113,11 @@ def engine_source_for(
       own tests and demo): that checkout's engine/, by path, whatever `answer` says: its
       version may not be on any index yet, and the checkout is what the files were
       generated from.
-    - Otherwise the `engine_source` answer: "index" (the version pin, from the index
-      `index_url` names and from no other: `engine_index_for` writes it as uv's explicit
-      index; Dependabot and Renovate move the pin), or "git" (the template's repository at
-      the exact commit baked from, for forks without an index).
+    - Otherwise the `engine_source` answer: "index" (the version pin, moved by Dependabot
+      and Renovate: from the index `index_url` names and from no other, written as uv's
+      explicit index; without `index_url`, {}: the pin alone, the index named at install
+      time, which the generated Makefile insists on), or "git" (the template's repository
+      at the exact commit baked from, for forks without an index).
     """
     if override and override not in OVERRIDES:
         raise ValueError(f"_engine_source must be one of {', '.join(OVERRIDES)} (or empty), got {override!r}")
@@ -119,10 +125,8 @@ def engine_source_for(
         raise ValueError(f"engine_source must be one of {', '.join(ENGINE_SOURCES)}, got {answer!r}")
     choice = override or ("path" if rendered_in_place(template) else answer)
     if choice == "index":
-        if not index_url:
-            # The pre-generation hook refuses this first, saying why (dependency confusion).
-            raise ValueError("engine_source=index needs engine_index_url: the index the engine is published to")
-        return {"index": ENGINE_INDEX}
+        # Without a URL, no source: the owner names the index when installing (UV_INDEX).
+        return {"index": ENGINE_INDEX} if index_url else {}
     if choice == "path":
         return {"path": str(engine_dir)}
     if not (origin and commit):
@@ -147,8 +151,20 @@ def _engine_source_table(cookiecutter: dict[str, Any]) -> dict[str, str]:
 
 
 def engine_source(cookiecutter: dict[str, Any]) -> str:
-    """The TOML for `sqs-worker-engine = ...` under [tool.uv.sources]."""
-    return toml_inline(_engine_source_table(cookiecutter))
+    """The TOML for `sqs-worker-engine = ...` under [tool.uv.sources], or "" for the pin alone."""
+    table = _engine_source_table(cookiecutter)
+    return toml_inline(table) if table else ""
+
+
+def engine_index_unnamed(cookiecutter: dict[str, Any]) -> bool:
+    """True when the service pins the engine with no index named for it (engine_source=index
+    without engine_index_url): the bake the Makefile keeps from locking or installing until
+    pyproject.toml or the environment names one. False when the answers cannot say (the
+    post-generation hook renders this too, and must not fail)."""
+    try:
+        return _engine_source_table(cookiecutter) == {}
+    except ValueError:
+        return False
 
 
 def engine_index(cookiecutter: dict[str, Any]) -> str:
@@ -399,7 +415,9 @@ class EngineExtension(Extension):
         environment.globals["limits_file"] = str(LIMITS_FILE)
         environment.globals["engine_source"] = engine_source
         environment.globals["engine_index"] = engine_index
+        environment.globals["engine_index_unnamed"] = engine_index_unnamed
         environment.globals["engine_index_name"] = ENGINE_INDEX
+        environment.globals["index_variables"] = INDEX_VARIABLES
         environment.globals["engine_version"] = engine_version()
         environment.globals["template_origin"] = template_origin
         environment.globals["engine_link"] = engine_link

@@ -22,8 +22,12 @@ ENCODED_ANSWERS = "{{ cookiecutter | tojson | urlencode }}"
 # Where this bake came from, for `cruft update` (rendered by the template's Jinja extension).
 TEMPLATE_ORIGIN = unquote("{{ template_origin(cookiecutter) | urlencode }}")
 TEMPLATE_COMMIT = "{{ template_commit() }}"
-# The index the engine is pinned to ("" when it comes from git or a path), and its version.
+# The index the engine is pinned to ("" when it comes from git or a path, or when the bake
+# names none), and its version. ENGINE_INDEX_UNNAMED: the version pin alone, with no index
+# named for it; uv may resolve it only once one of INDEX_VARIABLES names one.
 ENGINE_INDEX = unquote("{{ engine_index(cookiecutter) | urlencode }}")
+ENGINE_INDEX_UNNAMED = json.loads("{{ engine_index_unnamed(cookiecutter) | tojson }}")
+INDEX_VARIABLES = json.loads(unquote("{{ index_variables | tojson | urlencode }}"))
 ENGINE_INDEX_NAME = "{{ engine_index_name }}"
 ENGINE_VERSION = "{{ engine_version }}"
 # Answers that describe this machine, not the service: kept out of .cruft.json.
@@ -95,6 +99,10 @@ def lock_dependencies(root: Path) -> bool:
     uv = shutil.which("uv")
     if os.environ.get("SQS_WORKER_TEMPLATE_LOCK") == "0" or not (root / "pyproject.toml").is_file():
         return False
+    if ENGINE_INDEX_UNNAMED and not any(os.environ.get(name) for name in INDEX_VARIABLES):
+        # Resolved from the default index, sqs-worker-engine would be whatever anyone published
+        # there under that name; the closing message says how to name the index first.
+        return False
     if uv is None:
         warn("uv is not on PATH, so no uv.lock was written: `make install` installs uv and writes it")
         return False
@@ -106,16 +114,34 @@ def lock_dependencies(root: Path) -> bool:
 
 
 def before_install(locked: bool) -> list[str]:
-    """What must hold before `make install` can work, when the engine comes from a named index
-    and no lock has shown it there yet: said first, so the steps after it do not fail."""
-    if not ENGINE_INDEX or locked:
+    """What must hold before `make install` can work, when the engine comes from an index and
+    no lock has shown it there yet: said first, so the steps after it do not fail. With no
+    index named for the engine, that comes first: the Makefile refuses to lock until it is."""
+    if locked or not (ENGINE_INDEX or ENGINE_INDEX_UNNAMED):
         return []
+
+    def publish(where: str) -> str:
+        return (
+            f"  publish sqs-worker-engine=={ENGINE_VERSION} to {where} (the template's engine/README.md, 'Releasing')"
+        )
+
     name = ENGINE_INDEX_NAME.upper()
+    credentials = f"  if the index asks for credentials, export UV_INDEX_{name}_USERNAME and UV_INDEX_{name}_PASSWORD"
+    if ENGINE_INDEX_UNNAMED:
+        return [
+            f"pyproject.toml pins sqs-worker-engine=={ENGINE_VERSION} with no index named for it, and `make lock` and",
+            "`make install` refuse until one is: the name is not claimed on the public index, where anyone",
+            "could publish a package called sqs-worker-engine. Before the steps below:",
+            publish("your index"),
+            f"  name that index: export UV_INDEX={ENGINE_INDEX_NAME}=<its simple API URL> (for good: [[tool.uv.index]]",
+            "  in pyproject.toml, as its README's 'Where the engine comes from' shows)",
+            credentials,
+        ]
     return [
         f"The engine comes from the index {ENGINE_INDEX} alone (pyproject.toml, [[tool.uv.index]]),",
         "and no uv.lock shows it there yet. Before the steps below:",
-        f"  publish sqs-worker-engine=={ENGINE_VERSION} to that index (the template's engine/README.md, 'Releasing')",
-        f"  if the index asks for credentials, export UV_INDEX_{name}_USERNAME and UV_INDEX_{name}_PASSWORD",
+        publish("that index"),
+        credentials,
     ]
 
 

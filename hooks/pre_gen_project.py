@@ -379,28 +379,17 @@ INDEX_URL_MAX = 500
 
 
 def check_engine_index(problems: Problems, answers: dict[str, object]) -> None:
-    """With the engine from an index, which index is asked, never assumed: the service
-    installs the engine from that one alone (uv's explicit index). `sqs-worker-engine` is
-    not claimed on the public index, where anyone could publish a package of that name, and a
-    service resolving it from the default index would install theirs (dependency confusion)."""
+    """The index the engine is installed from, when the bake names it: uv's explicit index,
+    written into pyproject.toml and .cruft.json, so a URL uv reads as given and no secret.
+    Empty is allowed with engine_source=index too: the version pin alone, the index named at
+    install time (UV_INDEX); the generated Makefile refuses to lock or install before one is
+    named, since `sqs-worker-engine` is not claimed on the public index, where anyone could
+    publish a package of that name (dependency confusion)."""
     value = answers.get("engine_index_url") or ""  # absent from answers recorded before it was asked
-    chosen = answers.get("_engine_source") or answers.get("engine_source")
     if not isinstance(value, str):
-        problem(problems, "engine_index_url", value, "must be text (a URL, or empty with engine_source=git)")
+        problem(problems, "engine_index_url", value, "must be text: a URL, or empty")
         return
     if not value:
-        if chosen == "index":
-            problem(
-                problems,
-                "engine_index_url",
-                value,
-                "engine_source=index needs the simple API URL of the index the engine is published to (a "
-                "CodeArtifact or Artifactory repository's .../simple/, or the public index once this template's "
-                "release workflow has published sqs-worker-engine there): the service installs the engine from "
-                "that index alone. None is assumed, because a package of that name published on the public "
-                "index by anyone else would be installed instead. Publish the engine first (the template's "
-                "engine/README.md, 'Releasing'), or answer engine_source=git",
-            )
         return
     if len(value) > INDEX_URL_MAX or not INDEX_URL_RE.fullmatch(value):
         problem(
@@ -418,6 +407,8 @@ def check_engine_index(problems: Problems, answers: dict[str, object]) -> None:
             "must not hold credentials (they would be written into pyproject.toml and .cruft.json): give uv "
             "UV_INDEX_ENGINE_USERNAME and UV_INDEX_ENGINE_PASSWORD in the environment instead",
         )
+
+
 def check_secrets(problems: Problems, answers: dict[str, object]) -> None:
     """The owner's secrets: environment variable names, each once, none the engine's own
     (the rule is the engine's, in limits.py; the engine holds ServiceDefaults to it too)."""

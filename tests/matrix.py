@@ -196,10 +196,20 @@ SUPPORTED: dict[str, Combination] = {
         "artifacts",
         "the newest Python: its images, CI and tooling (no 3.14 interpreter here to lock it; the template's CI bakes it)",
     ),
+    # `_engine_source=index`: rendered from this checkout, a bake would get its engine/ by path.
     "engine-from-index": Combination(
-        {"engine_source": "index", "engine_index_url": "https://packages.example.com/simple/"},
+        {
+            "engine_source": "index",
+            "_engine_source": "index",
+            "engine_index_url": "https://packages.example.com/simple/",
+        },
         "artifacts",
         "the engine from the package index it names, and from no other: the version pin, moved by Dependabot (git, the default, is every other row)",
+    ),
+    "engine-from-unnamed-index": Combination(
+        {"engine_source": "index", "_engine_source": "index"},
+        "rendered",
+        "the version pin alone, its index named at install time (UV_INDEX); the Makefile refuses to lock or install before",
     ),
     "china-idempotency": Combination(
         {"aws_region": "cn-northwest-1", "use_idempotency": "yes"},
@@ -335,13 +345,7 @@ _ON_COMMAND_LINE: list[tuple[dict[str, Any], str, str]] = [
     ({"metrics_port": "1023"}, "metrics_port", "from 1024 to 65535"),
     ({"metrics_port": "65536"}, "metrics_port", "from 1024 to 65535"),
     ({"metrics_port": "4566"}, "metrics_port", "LocalStack's port"),
-    # The engine from an index: which one is asked, never assumed (dependency confusion).
-    (
-        {"engine_index_url": "", "engine_source": "index"},
-        "engine_index_url",
-        "engine_source=index needs the simple API",
-    ),
-    ({"engine_index_url": "", "engine_source": "index"}, "engine_index_url", "published on the public index by anyone"),
+    # The index the engine comes from, when named: a URL uv reads as given, holding no secret.
     (
         {"engine_index_url": "http://packages.example.com/simple/", "engine_source": "index"},
         "engine_index_url",
@@ -352,6 +356,12 @@ _ON_COMMAND_LINE: list[tuple[dict[str, Any], str, str]] = [
         "engine_index_url",
         "must not hold credentials",
     ),
+    (
+        {"engine_index_url": "https://packages.example.com/simple/ extra", "engine_source": "index"},
+        "engine_index_url",
+        "without spaces, quotes or braces",
+    ),
+    ({"engine_index_url": "packages.example.com/simple/", "engine_source": "index"}, "engine_index_url", "https://"),
     ({"secrets": "api_token"}, "secrets", "not an environment variable name"),
     ({"secrets": "API-TOKEN"}, "secrets", "not an environment variable name"),
     ({"secrets": "WORKER_TOKEN"}, "secrets", "a setting of the engine or an SDK"),

@@ -300,3 +300,82 @@ def test_a_bake_without_uv_says_that_it_wrote_no_lock(tmp_path: Path) -> None:
     assert not (project / "uv.lock").exists()
     assert "uv is not on PATH, so no uv.lock was written" in result.stderr, result.stderr
     assert "make install" in result.stderr
+
+
+# The engine from an index the bake does not name (engine_source=index, no engine_index_url).
+UNNAMED = {**VALID, "package_name": "svc", "_engine_source": "index", "engine_index_url": ""}
+
+
+def run_post_hook_with_uv(
+    tmp_path: Path, answers: dict[str, Any], uv_exit: int, **env: str
+) -> tuple[subprocess.CompletedProcess[str], list[str]]:
+    """The post-generation hook with locking on and a stand-in uv on PATH that records its
+    calls and exits `uv_exit`; the hook's output and the uv calls."""
+    project = tmp_path / "project"
+    make_project(project, "svc")
+    (project / "pyproject.toml").write_text('[project]\nname = "svc"\nversion = "0.1.0"\n', encoding="utf-8")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    calls = tmp_path / "uv-calls"
+    uv = bin_dir / "uv"
+    uv.write_text(f'#!/bin/sh\necho "$*" >> "{calls}"\nexit {uv_exit}\n', encoding="utf-8")
+    uv.chmod(0o755)
+    base = {
+        k: v
+        for k, v in os.environ.items()
+        if k != "SQS_WORKER_TEMPLATE_LOCK" and k not in local_extensions.INDEX_VARIABLES
+    }
+    result = subprocess.run(
+        [sys.executable, str(render_hook(tmp_path, "post_gen_project.py", answers))],
+        cwd=project,
+        env={**base, "PATH": f"{bin_dir}{os.pathsep}/usr/bin:/bin", **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    return result, calls.read_text().splitlines() if calls.exists() else []
+
+
+def test_a_bake_with_no_index_named_says_how_to_name_one_before_any_step(tmp_path: Path) -> None:
+    """The closing message starts with what must be published and how to name the index, and
+    offers no `Next steps: make install` that the Makefile would refuse; nothing is locked,
+    since uv would resolve the engine from the default index."""
+    result, calls = run_post_hook_with_uv(tmp_path, UNNAMED, uv_exit=0)
+    assert result.returncode == 0, result.stderr
+    assert calls == [], "uv lock must not run with no index named"
+    assert "Next steps:" not in result.stdout, result.stdout
+    lines = result.stdout.strip().splitlines()
+    assert lines[0] == "Created orders-worker.", lines
+    before = "\n".join(lines[1 : lines.index("Then:")])
+    assert "no index named" in before and "anyone" in before, before
+    assert f"publish sqs-worker-engine=={local_extensions.engine_version()}" in before, before
+    assert "export UV_INDEX=engine=<its simple API URL>" in before, before
+    steps = lines[lines.index("Then:") + 1 :]
+    assert steps[1].strip().startswith("make lock") and steps[2].strip().startswith("make install"), steps
+
+
+def test_a_bake_with_no_index_named_locks_from_the_index_the_environment_names(tmp_path: Path) -> None:
+    result, calls = run_post_hook_with_uv(tmp_path, UNNAMED, uv_exit=0, UV_INDEX="engine=https://example.com/simple/")
+    assert result.returncode == 0, result.stderr
+    assert calls == ["lock --quiet"], calls
+    assert "Next steps:" in result.stdout and "UV_INDEX=" not in result.stdout, result.stdout
+
+
+def test_a_bake_naming_its_index_locks_and_says_what_to_publish_when_it_cannot(tmp_path: Path) -> None:
+    named = {**UNNAMED, "engine_index_url": "https://packages.example.com/simple/"}
+    result, calls = run_post_hook_with_uv(tmp_path, named, uv_exit=1)
+    assert calls == ["lock --quiet"], calls
+    assert "The engine comes from the index https://packages.example.com/simple/ alone" in result.stdout
+    assert "UV_INDEX=" not in result.stdout and "Next steps:" not in result.stdout, result.stdout
+
+
+def test_the_template_s_own_python_is_formatted_and_linted() -> None:
+    """The hooks, the Jinja extension and the suite, as ruff formats and lints them (the
+    generated project's files are held to its own configuration by test_bake)."""
+    paths = ["hooks", "local_extensions.py", "observability.py", "scripts", "tests"]
+    for command in (["ruff", "format", "--check", *paths], ["ruff", "check", *paths]):
+        result = subprocess.run(
+            [sys.executable, "-m", *command], cwd=ROOT, capture_output=True, text=True, timeout=120, check=False
+        )
+        assert result.returncode == 0, result.stdout + result.stderr

@@ -65,14 +65,19 @@ def test_the_engine_comes_from_where_the_answer_says_unless_rendered_in_place(
     assert engine_source_for(answer, override, template, ORIGIN, COMMIT, ENGINE_DIR, INDEX_URL) == expected
 
 
+@pytest.mark.parametrize(("answer", "override"), [("index", ""), ("git", "index")], ids=["index", "override-index"])
+def test_the_index_route_without_a_url_is_the_version_pin_alone(answer: str, override: str) -> None:
+    """No source at all: the index is named when the service is locked, and the generated
+    Makefile refuses to lock until it is (test_the_makefile_refuses_to_resolve_...)."""
+    assert engine_source_for(answer, override, "gh:org/sqs-worker-template", ORIGIN, COMMIT, ENGINE_DIR, "") == {}
+
+
 @pytest.mark.parametrize(
     ("answer", "override", "origin", "index_url", "fragment"),
     [
         ("pypi", "", ORIGIN, INDEX_URL, "engine_source must be one of git, index, got 'pypi'"),
         ("index", "wheel", ORIGIN, INDEX_URL, "_engine_source must be one of path, git, index"),
         ("git", "", None, INDEX_URL, "engine_source=git needs the template to be a git clone"),
-        # Never the default index: a name nobody has claimed there could be anyone's.
-        ("index", "", ORIGIN, "", "engine_source=index needs engine_index_url"),
     ],
 )
 def test_an_engine_source_that_cannot_be_honoured_is_refused(
@@ -126,36 +131,85 @@ def local_index(dist: Path, root: Path) -> str:
     return (root / "simple").as_uri()
 
 
-@pytest.mark.xdist_group("index-route")
-def test_a_service_installs_and_tests_the_engine_from_a_package_index(tmp_path: Path, localstack_endpoint: str) -> None:
-    built = run(["uv", "build", "--quiet", "--out-dir", str(tmp_path / "dist")], ROOT / "engine", timeout=600)
+@pytest.fixture(scope="module")
+def engine_index(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The engine's wheel and sdist, built from this checkout, in a simple index of their own."""
+    root = tmp_path_factory.mktemp("engine-index")
+    built = run(["uv", "build", "--quiet", "--out-dir", str(root / "dist")], ROOT / "engine", timeout=600)
     assert built.returncode == 0, built.stdout + built.stderr
-    index = local_index(tmp_path / "dist", tmp_path / "index")
-    env = {"AWS_ENDPOINT_URL": localstack_endpoint}
+    return local_index(root / "dist", root / "index")
 
-    # The index the bake is given, and the only one the engine may come from (uv's explicit
-    # index); everything else from the default index.
-    project = bake(tmp_path / "out", _engine_source="index", engine_source="index", engine_index_url=index)
-    pyproject = tomllib.loads((project / "pyproject.toml").read_text())
-    assert f"sqs-worker-engine=={ENGINE_VERSION}" in pyproject["project"]["dependencies"]
-    assert pyproject["tool"]["uv"]["index"] == [{"name": "engine", "url": index, "explicit": True}]
-    assert pyproject["tool"]["uv"]["sources"] == {"sqs-worker-engine": {"index": "engine"}}
 
-    locked = run(["make", "lock"], project, timeout=600, **env)
-    assert locked.returncode == 0, locked.stdout + locked.stderr
+def assert_locked_from(project: Path, index: str) -> None:
     lock = tomllib.loads((project / "uv.lock").read_text())
     (engine,) = [p for p in lock["package"] if p["name"] == "sqs-worker-engine"]
     assert engine["version"] == ENGINE_VERSION
-    assert engine["source"] == {"registry": str(tmp_path / "index" / "simple")}, engine["source"]
+    assert engine["source"] == {"registry": index.removeprefix("file://")}, engine["source"]
     assert engine["wheels"] and engine["wheels"][0]["hash"].startswith("sha256:"), "the lock pins the wheel by hash"
 
-    checks = run(["make", "test"], project, timeout=1200, **env)
-    assert checks.returncode == 0, (checks.stdout + checks.stderr)[-4000:]
-    assert " passed" in checks.stdout and " failed" not in checks.stdout
+
+def assert_installed_from_an_index(project: Path) -> None:
     installed = run([".venv/bin/python", "-c", "import sqs_worker_engine; print(sqs_worker_engine.__file__)"], project)
     assert installed.stdout.startswith(str(project / ".venv")), installed.stdout + installed.stderr
     dist_info = next((project / ".venv").glob("lib/python*/site-packages/sqs_worker_engine-*.dist-info"))
     assert not (dist_info / "direct_url.json").exists(), "installed from the index, not from a path or git"
+
+
+@pytest.fixture
+def no_index_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No index named by the environment the suite runs in: each test names its own."""
+    for name in local_extensions.INDEX_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.mark.xdist_group("index-route")
+@pytest.mark.usefixtures("no_index_named")
+def test_a_service_installs_and_tests_the_engine_from_a_package_index(
+    tmp_path: Path, engine_index: str, localstack_endpoint: str
+) -> None:
+    """The route as documented before the bake could name its index: `engine_source=index`
+    alone pins the version, and the owner names the index when locking (UV_INDEX)."""
+    env = {"AWS_ENDPOINT_URL": localstack_endpoint}
+    project = bake(tmp_path / "out", _engine_source="index", engine_source="index")
+    pyproject = tomllib.loads((project / "pyproject.toml").read_text())
+    assert f"sqs-worker-engine=={ENGINE_VERSION}" in pyproject["project"]["dependencies"]
+    assert "sources" not in pyproject["tool"]["uv"] and "index" not in pyproject["tool"]["uv"], "the pin alone"
+
+    # Never resolved from the default index, where the name could be anyone's.
+    refused = run(["make", "lock"], project, timeout=600, **env)
+    assert refused.returncode != 0, refused.stdout + refused.stderr
+    assert "No index is named for sqs-worker-engine" in refused.stdout, refused.stdout + refused.stderr
+    assert "UV_INDEX=engine=" in refused.stdout
+    assert not (project / "uv.lock").exists()
+
+    locked = run(["make", "lock"], project, timeout=600, **{**env, "UV_INDEX": f"engine={engine_index}"})
+    assert locked.returncode == 0, locked.stdout + locked.stderr
+    assert_locked_from(project, engine_index)
+
+    # From the lock, which records where the engine came from, without the index named again.
+    checks = run(["make", "test"], project, timeout=1200, **env)
+    assert checks.returncode == 0, (checks.stdout + checks.stderr)[-4000:]
+    assert " passed" in checks.stdout and " failed" not in checks.stdout
+    assert_installed_from_an_index(project)
+
+
+@pytest.mark.xdist_group("index-route")
+@pytest.mark.usefixtures("no_index_named")
+def test_a_service_baked_with_its_index_installs_the_engine_from_it_alone(tmp_path: Path, engine_index: str) -> None:
+    """The index the bake is given, and the only one the engine may come from (uv's explicit
+    index); everything else from the default index."""
+    project = bake(tmp_path / "out", _engine_source="index", engine_source="index", engine_index_url=engine_index)
+    pyproject = tomllib.loads((project / "pyproject.toml").read_text())
+    assert f"sqs-worker-engine=={ENGINE_VERSION}" in pyproject["project"]["dependencies"]
+    assert pyproject["tool"]["uv"]["index"] == [{"name": "engine", "url": engine_index, "explicit": True}]
+    assert pyproject["tool"]["uv"]["sources"] == {"sqs-worker-engine": {"index": "engine"}}
+    assert "engine-index" not in (project / "Makefile").read_text(), "named in pyproject.toml: nothing to guard"
+
+    for target in ("lock", "install"):
+        done = run(["make", target], project, timeout=600)
+        assert done.returncode == 0, done.stdout + done.stderr
+    assert_locked_from(project, engine_index)
+    assert_installed_from_an_index(project)
     # An index in a folder on this machine serves `make install`, not an image build.
     guard = run(["make", "engine-source"], project)
     assert guard.returncode != 0 and "a container build cannot reach" in guard.stdout, guard.stdout + guard.stderr
@@ -170,6 +224,7 @@ def bakes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {
         "index": bake(out / "index", engine_source="index", engine_index_url=INDEX_URL),
         "git": bake(out / "git", engine_source="git"),
+        "unnamed": bake(out / "unnamed", engine_source="index", _engine_source="index"),
     }
 
 
@@ -282,6 +337,62 @@ def test_make_refuses_engine_sources_an_image_build_cannot_reach(
     result = run(["make", "--no-print-directory", "engine-source"], project, timeout=60)
     assert (result.returncode != 0) == refused, result.stdout + result.stderr
     assert fragment in result.stdout
+
+
+# (target, what names an index, uv.lock present, refused): `echo` stands in for uv and cruft.
+NAMED_BY = ["pyproject", *local_extensions.INDEX_VARIABLES]
+GUARD_CASES = [
+    ("lock", None, False, True),
+    ("lock", None, True, True),  # re-resolving is resolving: the lock does not name the index
+    *(("lock", named, False, False) for named in NAMED_BY),
+    ("install", None, False, True),
+    ("install", None, True, False),  # uv.lock records where the engine came from
+    *(("install", named, False, False) for named in NAMED_BY),
+    ("upgrade", None, True, True),  # refused before cruft runs: it ends in a re-lock
+]
+
+
+@pytest.mark.usefixtures("no_index_named")
+@pytest.mark.parametrize(
+    ("target", "named", "locked", "refused"),
+    GUARD_CASES,
+    ids=[f"{t}-{n or 'unnamed'}{'-locked' if locked else ''}" for t, n, locked, _ in GUARD_CASES],
+)
+def test_the_makefile_refuses_to_resolve_the_engine_until_an_index_is_named(
+    bakes: dict[str, Path], tmp_path: Path, target: str, named: str | None, locked: bool, refused: bool
+) -> None:
+    """A bake pinning the engine with no index named would resolve it from the default index,
+    where anyone could publish a package of that name: `make lock`, `make upgrade` and a
+    `make install` that has to resolve refuse, in one paragraph saying how to name one."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "Makefile").write_text((bakes["unnamed"] / "Makefile").read_text())
+    pyproject = (bakes["unnamed"] / "pyproject.toml").read_text()
+    assert not {"index", "sources"} & set(tomllib.loads(pyproject)["tool"]["uv"]), "the version pin alone"
+    if named == "pyproject":
+        pyproject += (
+            '\n[[tool.uv.index]]\nname = "engine"\nurl = "https://packages.example.com/simple/"\nexplicit = true\n'
+        )
+    (project / "pyproject.toml").write_text(pyproject)
+    if locked:
+        (project / "uv.lock").write_text("")
+    env = {named: "engine=https://packages.example.com/simple/"} if named in local_extensions.INDEX_VARIABLES else {}
+    result = run(["make", "--no-print-directory", target, "UV=echo uv", "CRUFT=echo cruft"], project, timeout=60, **env)
+    output = result.stdout + result.stderr
+    assert (result.returncode != 0) == refused, output
+    if refused:
+        assert "No index is named for sqs-worker-engine" in result.stdout, output
+        assert "anyone could publish a package called sqs-worker-engine" in result.stdout
+        assert "UV_INDEX=engine=<the index's simple API URL> make lock install" in result.stdout
+        ran = [line for line in result.stdout.splitlines() if line.startswith(("echo ", "uv ", "cruft "))]
+        assert not ran, f"nothing runs before the refusal: {ran}"
+    else:
+        assert f"uv {'sync' if target == 'install' else target}" in result.stdout, output
+
+
+def test_only_a_bake_with_no_index_named_guards_its_makefile(bakes: dict[str, Path]) -> None:
+    for source, project in bakes.items():
+        assert ("engine-index" in (project / "Makefile").read_text()) == (source == "unnamed"), source
 
 
 # --- the workflows -------------------------------------------------------------------------------
