@@ -144,7 +144,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("dist", type=Path, help="the directory `uv build` wrote")
     parser.add_argument("--tag", help=f"the release tag, {TAG_PREFIX}<version>: the distributions must be that version")
     parser.add_argument("pytest_args", nargs="*", help=f"what to run from the sdist (default: {DEFAULT_PYTEST_ARGS})")
-    args = parser.parse_args(argv)
+    # Intermixed: the release workflow passes `dist --tag T -- tests/unit tests/model`, which
+    # plain parse_args refuses (the positionals after an option are "unrecognized").
+    args = parser.parse_intermixed_args(argv)
     try:
         expected = version_of_tag(args.tag) if args.tag else None
     except ValueError as exc:

@@ -218,6 +218,14 @@ SUPPORTED: dict[str, Combination] = {
     ),
 }
 
+# Answers that only change text the service carries (its description, its author): every
+# file of such a bake is rendered and parsed (test_rendering.py), while the costly runs (the
+# README examples against the emulator, the security scanners) take one bake of each shape.
+TEXT_ONLY = frozenset({"description", "author_name"})
+SHAPES: dict[str, Combination] = {
+    key: combo for key, combo in SUPPORTED.items() if not combo.answers or set(combo.answers) - TEXT_ONLY
+}
+
 
 def answers(name: str) -> dict[str, str]:
     return SUPPORTED[name].answers

@@ -27,7 +27,7 @@ import pytest
 from conftest import ROOT, run
 from doc_commands import problems
 from markdown_it import MarkdownIt
-from matrix import SUPPORTED
+from matrix import SHAPES, SUPPORTED
 
 TESTS = Path(__file__).resolve().parent
 # What the producer example sends when run: one task, a batch of two, and one from sync code.
@@ -57,7 +57,7 @@ def run_markdown(docs: list[Path], cwd: Path, tmp_path: Path, **env: str) -> str
     return output
 
 
-@pytest.mark.parametrize("key", list(SUPPORTED))
+@pytest.mark.parametrize("key", list(SHAPES))
 def test_every_python_example_of_the_readmes_runs(
     projects: dict[str, Path], key: str, localstack_endpoint: str, tmp_path: Path
 ) -> None:

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import yaml
 from conftest import ROOT, bake, run
-from matrix import COOKIECUTTER, SUPPORTED
+from matrix import COOKIECUTTER, SHAPES
 from validators import tool
 
 # Each accepted finding, and where its reason is written.
@@ -35,7 +35,7 @@ ACCEPTED = {
 BROKEN = "broken"  # the defaults, with a privileged container and an unpinned action
 # The bakes by deploy target: one scan each, so the three can run on different test workers.
 DEFAULT_TARGET = COOKIECUTTER["deploy_target"][0]
-TARGETS = sorted({combo.answers.get("deploy_target", DEFAULT_TARGET) for combo in SUPPORTED.values()})
+TARGETS = sorted({combo.answers.get("deploy_target", DEFAULT_TARGET) for combo in SHAPES.values()})
 
 
 def write_scaledjob_as_job(project: Path) -> None:
@@ -54,7 +54,7 @@ def bakes(out: Path, target: str) -> dict[str, Path]:
     """Every supported set of this target, baked; with the defaults, a broken copy of them."""
     projects = {
         key: bake(out / key, **combo.answers)
-        for key, combo in SUPPORTED.items()
+        for key, combo in SHAPES.items()
         if combo.answers.get("deploy_target", DEFAULT_TARGET) == target
     }
     for project in projects.values():

@@ -39,6 +39,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import dataclasses
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Literal
@@ -71,6 +72,7 @@ class Ticket:
     late: bool = False  # cancelled past its timeout, its work still going (`overdue`)
     closed: bool = False
     promised: bool = False  # holds a place of the jobs left (completion.py) until its handler is called
+    rate_pending: bool = False  # let go by the rate window, its handler not called yet (throttle.py)
     arrived: bool = True  # False from its receive until it first asks to start (or closes)
     # Its turn to start, while it waits in line: True once it has started, False if it may
     # not after all (its lease was lost, or the pool stops). Awaited directly: one loop
@@ -307,7 +309,8 @@ class Admission:
         if ticket.group is not None and self.tenant_cap is not None:
             self.tenants[ticket.group] = self.tenants.get(ticket.group, 0) + 1
         if self.window is not None:
-            self.window.record(now)
+            self.window.grant(now)
+            ticket.rate_pending = True
         ticket.probe = self.breaker.paused  # past its time: this start is the probe
         if ticket.probe:
             self._probe = ticket
@@ -397,6 +400,10 @@ class Admission:
         if ticket.promised and self.completion is not None:
             ticket.promised = False
             self.completion.job_started()
+        if ticket.rate_pending and self.window is not None:
+            ticket.rate_pending = False
+            self.window.began(clock.now())
+            self._kick()  # the window's next opening is a time now: the line's timer follows it
 
     # -- 3. what a ticket gives back --------------------------------------------------
 
@@ -430,6 +437,9 @@ class Admission:
         if not (ticket.running and ticket.returned and ticket.decided):
             return
         ticket.running = False
+        if ticket.rate_pending and self.window is not None:
+            ticket.rate_pending = False
+            self.window.dropped()  # let go, never called: no start a partner saw
         self.running -= 1
         if ticket.late:
             ticket.late = False
@@ -603,7 +613,9 @@ class Admission:
         if self.breaker.paused and now < self.breaker.until:
             times.append(self.breaker.until - now)
         if self.window is not None and not self.window.may_start(now):
-            times.append(self.window.wait(now))
+            wait = self.window.wait(now)
+            if wait < math.inf:  # otherwise a start reaching its handler (or not) moves it
+                times.append(wait)
         return max(0.001, min(times)) if times else None
 
     def _schedule(self, now: float) -> None:

@@ -7,9 +7,10 @@ it may not start: a message received and given back unrun still counts toward ma
 Rate limit (WORKER_RATE_LIMIT, WORKER_QUEUE_<KEY>_RATE_LIMIT, e.g. "50/s", "3000/min"):
 per queue and process (StartWindow), starts are spaced evenly, 1/rate apart (a little more:
 SPACING_MARGIN), and no window of 1 s (1/rate s below 1/s) holds more starts than the
-rate, with the same margin. What a partner counting a rolling second sees is what it
-allows, also when a start reaches the handler a moment late, or the one after on time:
-starts that went out 20 at a time at each second's boundary put 22 in some rolling second.
+rate, with the same margin. A start counts where its handler is called (until then, from
+the moment it is let go), so what a partner counting a rolling second sees is what it
+allows however long a start's way to its handler takes (a busy loop, an S3 read): starts
+that went out 20 at a time at each second's boundary put 22 in some rolling second.
 WORKER_RATE_BURST=N (per queue WORKER_QUEUE_<KEY>_RATE_BURST) lets up to N go together
 (at most the rate's count), for a partner that counts fixed windows and takes bursts.
 Pollers keep at most a window's worth of starts waiting (the rate's count, less the
@@ -73,7 +74,12 @@ class StartWindow:
         # own grid time, so no window sees more): a busy loop's lateness, not an idle spell.
         self._catch_up = max(self.interval / 2, CATCH_UP * self.seconds)
         self._next_at = -math.inf  # when the next start is due on the grid
-        self._starts: deque[float] = deque()
+        self._starts: deque[float] = deque()  # when each start in the window reached its handler
+        # Starts let go whose handler is not called yet: counted as starting now until it is.
+        # A start reaches its handler a loop turn or an S3 read after admission lets it go,
+        # and on a busy machine one start's way takes far longer than the next one's: counted
+        # where the handler is called, no rolling window of calls holds more than the rate.
+        self._pending = 0
 
     def _expire(self, now: float) -> None:
         while self._starts and self._starts[0] <= now - self.span:
@@ -82,24 +88,42 @@ class StartWindow:
     def room(self, now: float) -> int:
         """Starts the window has room for now."""
         self._expire(now)
-        return self.count - len(self._starts)
+        return self.count - len(self._starts) - self._pending
 
     def may_start(self, now: float) -> bool:
         return self.room(now) > 0 and now >= self._next_at - self._tolerance
 
     def record(self, now: float) -> None:
+        """A start let go and its handler called at once."""
+        self.grant(now)
+        self.began(now)
+
+    def began(self, now: float) -> None:
+        """A start let go earlier reached its handler `now`."""
+        self._pending -= 1
         self._expire(now)
         self._starts.append(now)
+
+    def dropped(self) -> None:
+        """A start let go never reached its handler (it could not run, or its lease went)."""
+        self._pending -= 1
+
+    def grant(self, now: float) -> None:
+        """A start is let go now; `began` or `dropped` follows."""
+        self._pending += 1
         late = now - self._next_at
         on_grid = 0 <= late <= self._catch_up
         self._next_at = (self._next_at if on_grid else max(now, self._next_at)) + self.interval
 
     def wait(self, now: float) -> float:
-        """Seconds until a start may go (0 if one may now)."""
+        """Seconds until a start may go (0 if one may now; infinite while only starts on
+        their way to a handler fill the window: `began` or `dropped` moves it, not time)."""
         if self.may_start(now):
             return 0.0
         paced = self._next_at - self._tolerance - now
-        windowed = self._starts[0] + self.span - now if self.room(now) <= 0 else 0.0
+        windowed = 0.0
+        if self.room(now) <= 0:
+            windowed = self._starts[0] + self.span - now if self._starts else math.inf
         return max(0.0, paced, windowed)
 
 

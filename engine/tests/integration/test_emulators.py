@@ -119,7 +119,8 @@ def test_localstack_starts_on_its_port_and_stop_stops_only_what_this_project_sta
     url = emulators.local_url(port)
     env = machine_env(tmp_path, LOCALSTACK_PORT=str(port))
     owner, other = projects(tmp_path, "owner", "other")
-    shared_before = emulators.identify(emulators.DEFAULT_URL)
+    # A generous timeout: a busy machine's LocalStack can take seconds to answer its health check.
+    shared_before = emulators.identify(emulators.DEFAULT_URL, timeout=30)
 
     started = command("start", cwd=owner, env=env)
     try:
@@ -143,7 +144,7 @@ def test_localstack_starts_on_its_port_and_stop_stops_only_what_this_project_sta
         stopped = command("stop", cwd=owner, env=env)
     assert stopped.returncode == 0 and f"stopped LocalStack at {url}" in stopped.stderr, stopped.stderr
     assert emulators.identify(url, timeout=1) is None and emulators.free_port(port) == port, "its stop ended it"
-    assert emulators.identify(emulators.DEFAULT_URL) == shared_before, "the machine's 4566 is as it was"
+    assert emulators.identify(emulators.DEFAULT_URL, timeout=30) == shared_before, "the machine's 4566 is as it was"
     assert not list((tmp_path / "tmp").glob("sqs-worker-emulator-*.json")), "no state left behind"
 
 

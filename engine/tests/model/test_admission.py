@@ -232,6 +232,53 @@ class SlowStore:
         return None
 
 
+def test_a_rate_limit_counts_starts_where_their_handlers_are_called() -> None:
+    """20/s, and the first ten messages are large payloads whose S3 read takes 0.6 s, the
+    rest inline: counted where admission let them go, the ten reached their handlers late,
+    together with the next ones on time: 30 calls in a rolling second. A start is counted
+    where its handler is called: no rolling second of calls holds more than 20."""
+    calls: list[float] = []
+    store = SlowStore(0.6)
+
+    async def scenario() -> None:
+        sqs = MemorySQS()
+        sqs.create_queue(QUEUE)
+        size = {"ExtendedPayloadSize": {"DataType": "Number", "StringValue": "300000"}}
+        for i in range(10):
+            pointer = json.dumps([POINTER_CLASS, {"s3BucketName": "payloads", "s3Key": f"big-{i}"}])
+            sqs.put(QUEUE, pointer, attributes=size)
+        for i in range(50):
+            sqs.put(QUEUE, json.dumps({"n": i}))
+        router = Router()
+
+        @router.handler(QUEUE)
+        async def handle(job: Job[Any]) -> None:
+            calls.append(clock.now())
+
+        from sqs_worker_engine.worker import Worker
+
+        from .harness import Running, config
+
+        running = Running(
+            Worker(
+                config(
+                    QUEUE, WORKER_CONCURRENCY="40", WORKER_RATE_LIMIT="20/s", WORKER_LARGE_PAYLOAD_BUCKET="payloads"
+                ),
+                router,
+                client=sqs,
+                payloads=store,  # type: ignore[arg-type]
+            )
+        )
+        await until(lambda: len(calls) == 60, 60)
+        running.worker.stop("SIGTERM")
+        await running.task
+
+    vtime.run(scenario())
+    assert store.reads == 10 and len(calls) == 60
+    worst = max(sum(1 for t in calls if s <= t < s + 1) for s in calls)
+    assert worst <= 20, f"{worst} handler calls in one second under a 20/s limit"
+
+
 def test_no_handler_starts_after_its_lease_was_lost_during_the_payload_read() -> None:
     """The S3 read outlasts the lease (every extension hangs): the handler must not start,
     or two deliveries of one message run at once."""

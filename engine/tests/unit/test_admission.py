@@ -122,6 +122,20 @@ def test_a_rate_is_a_window_of_starts_never_over(rate: float, count: int, second
     assert window.room(100.0 + window.span) == count
 
 
+def test_a_start_on_its_way_to_its_handler_counts_as_starting_until_it_gets_there() -> None:
+    """Let go at 0 and called at 0.9: it holds its place in the window meanwhile, and then
+    from where it was called; one that never reaches its handler gives its place back."""
+    window = StartWindow(2, burst=2)
+    window.grant(0.0)
+    window.grant(0.0)
+    assert window.room(5.0) == 0 and window.wait(5.0) == math.inf, "only a call or a drop moves it"
+    window.began(5.0)
+    assert window.room(5.0) == 0 and window.wait(5.0) == pytest.approx(window.span)
+    window.dropped()
+    assert window.room(5.0) == 1 and window.may_start(5.0)
+    assert window.room(5.0 + window.span) == 2
+
+
 def test_starts_are_spaced_evenly_unless_a_burst_is_asked_for() -> None:
     """20/s: one start every 51.25 ms (1/20 s and the margin), from a cold start too; with
     WORKER_RATE_BURST=5, five may go together, and never more than 20 in a window."""
