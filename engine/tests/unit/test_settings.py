@@ -149,10 +149,10 @@ def test_per_queue_overrides() -> None:
         }
     )
     orders, receipts = config.queues
-    # The prefetch cap defaults to the queue's concurrency, at least 50, and the default
-    # pollers cover both: ceil((4 + 50) / 10) and ceil((80 + 80) / 10).
+    # The prefetch cap defaults to three times the queue's concurrency, at least 50 and at
+    # most 500, and the default pollers cover both: ceil((4 + 50) / 10), ceil((80 + 240) / 10).
     assert (orders.concurrency, orders.job_timeout_ms, orders.prefetch, orders.pollers) == (4, 1000, 50, 6)
-    assert (receipts.concurrency, receipts.prefetch, receipts.pollers, receipts.fifo) == (80, 80, 16, True)
+    assert (receipts.concurrency, receipts.prefetch, receipts.pollers, receipts.fifo) == (80, 240, 32, True)
 
 
 def test_prefetch_is_set_for_all_queues_or_one() -> None:
