@@ -6,7 +6,7 @@ Every protection that limits what is received or started answers here, from one 
 - places: what the pool holds (reserved for a receive, waiting, running, settling) never
   exceeds the concurrency plus the prefetch cap (prefetch.py); receiving asks only for free
   places, and while fewer than the measured prefetch target wait ahead of the slots. A
-  message whose delete is sent (queued to the acker) gives its place back then, not when
+  message whose delete is sent (its batch call goes out) gives its place back then, not when
   SQS answers, while fewer than the prefetch cap of such deletes are out (`delete_sent`):
   by Little's law a place then lasts a receive and a job, not a delete's round trip too,
   and what a SIGKILL may strand is still bounded (`strand_limit`);
@@ -128,6 +128,7 @@ class Admission:
         self.in_use = 0  # places reserved, waiting or running: what the prefetch target bounds
         self.held = 0  # places held in all, settling included: what the hard bound bounds
         self.sent = 0  # deletes sent and not yet answered whose places were given back
+        self._kick_soon = False  # a look at the state is due on the loop's next turn (delete_sent)
         self.running = 0  # handler slots taken
         self.overdue_running = 0  # of them, held by work cancelled that goes on all the same
         self.tenants: dict[str, int] = {}  # group -> jobs of it holding a slot
@@ -464,15 +465,23 @@ class Admission:
         self._kick()
 
     def delete_sent(self, ticket: Ticket) -> None:
-        """Its delete is sent (queued to the acker; its handler's work has ended): its place
-        goes back now, while fewer than `sent_limit` such deletes are out; otherwise at its
-        close, once SQS has answered. Its ticket is still closed then (the lease is kept
-        until the delete is confirmed, and the jobs left count it only then)."""
+        """Its delete's batch call goes out (acker.py; its handler's work has ended): its
+        place goes back now, while fewer than `sent_limit` such deletes are out; otherwise
+        at its close, once SQS has answered. Its ticket is still closed then (the lease is
+        kept until the delete is confirmed, and the jobs left count it only then). A batch
+        gives back up to 10 places at once: one look at the state for all of them, so that
+        a poller wakes to a whole receive's worth, not to the first of ten."""
         if ticket.closed or ticket.sent or ticket.running or self.sent >= self.sent_limit:
             return
         ticket.sent = True
         self.sent += 1
         self.held -= 1
+        if not self._kick_soon:
+            self._kick_soon = True
+            asyncio.get_running_loop().call_soon(self._kick_now)
+
+    def _kick_now(self) -> None:
+        self._kick_soon = False
         self._kick()
 
     def close(self, ticket: Ticket) -> None:
@@ -482,6 +491,10 @@ class Admission:
         if ticket.closed:
             return
         ticket.closed = True
+        # A ticket whose delete was sent gave its place back then: unless it still holds
+        # something else, its close changes what a poller may ask for only while SQS cannot
+        # be reached (_receivable), and needs no look at the state (one per job is enough).
+        changed = not ticket.sent or not self.sqs_ok or self._probe is ticket or ticket.counted
         self._arrive(ticket)
         self._leave_line(ticket)
         if self._probe is ticket:
@@ -495,7 +508,8 @@ class Admission:
             self.sent -= 1  # its place went back when its delete was sent
         else:
             self.held -= 1
-        self._kick()
+        if changed:
+            self._kick()
         if self.completion is not None:
             self.completion.closed(ticket.promised)
 

@@ -111,7 +111,7 @@ class Settler:
         sent: Callable[[], None] = lambda: None,
     ) -> Settlement:
         """Carry out the settlement; returns what was done (a failed DLQ send retries).
-        `sent()`: its delete is queued to the acker (admission may give its place back)."""
+        `sent()`: its delete's batch call goes out (admission may give its place back)."""
         if isinstance(settlement, Delete):
             deleted = await self._delete(delivery, sent)
             if deleted and pointer is not None and self.payloads is not None and self.delete_large_payloads:
@@ -126,10 +126,7 @@ class Settler:
         return settlement
 
     def _delete(self, delivery: Delivery, sent: Callable[[], None]) -> asyncio.Future[bool]:
-        deleted = self.acker.delete(delivery)
-        if not deleted.done():  # else given up at once (its lease is gone): nothing is out
-            sent()
-        return deleted
+        return self.acker.delete(delivery, sent)
 
     async def _dead_letter(
         self,

@@ -626,3 +626,17 @@ def test_the_unprefixed_settings_limits_names_are_the_engines() -> None:
 
     unprefixed = {name for name in _ALIASES if not name.startswith(RESERVED_PREFIXES)} - {"DATABASE_URL"}
     assert unprefixed == set(UNPREFIXED_SETTINGS)
+
+
+@pytest.mark.parametrize(
+    ("concurrency", "cap", "pollers"),
+    [(1, 50, 6), (8, 50, 6), (20, 60, 8), (50, 150, 20), (100, 300, 40), (200, 500, 70), (500, 500, 100)],
+)
+def test_the_default_prefetch_cap_is_three_times_the_concurrency_within_50_and_500(
+    concurrency: int, cap: int, pollers: int
+) -> None:
+    """Short jobs far from SQS need two to three times their concurrency in hand (Little's
+    law: 10 ms jobs, 25 ms receives); the cap bounds memory and what a SIGKILL strands, and
+    the default pollers stay within their 100 up to a concurrency of 500."""
+    (queue,) = load_settings({"WORKER_QUEUES": "orders", "WORKER_CONCURRENCY": str(concurrency)}).queues
+    assert (queue.prefetch, queue.pollers) == (cap, pollers)
