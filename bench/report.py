@@ -593,7 +593,7 @@ def prefetch_section(results: dict[str, Any]) -> str:
     return (
         "\n## Prefetch: off → on (the default), side by side in this run\n\n"
         "`WORKER_PREFETCH=0` (the worker before prefetch: it receives only for free slots) → the default "
-        "(up to three times the concurrency, at least 50 and at most 500, held beyond the running jobs, sized "
+        "(up to three times the concurrency, at least 50 and at most 200, held beyond the running jobs, sized "
         "within that by Little's law; a place given back when its delete is sent, up to as many deletes out).\n\n"
         + table(
             [

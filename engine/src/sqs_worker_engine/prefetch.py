@@ -12,7 +12,7 @@ the requests per message at low concurrency; "soon": as many jobs start within a
 so slow jobs are not hoarded from the other replicas for the sake of a request), measured
 as it runs (running averages of the receives that came back with all they asked for,
 which did not wait in a long poll, and of job durations), and never more than the cap:
-WORKER_PREFETCH, by default three times the concurrency, at least 50 and at most 500 (but
+WORKER_PREFETCH, by default three times the concurrency, at least 50 and at most 200 (but
 never below the concurrency), 0 turns it off. Three times: 10 ms jobs at a 20-30 ms round
 trip need two to three times the concurrency in hand; the cap bounds memory and what a
 SIGKILL strands, the target (usually far less) is what is held.
@@ -42,10 +42,11 @@ DEFAULT_FLOOR = 50
 # 50 / 0.01 x 0.025 + 10 = 135 in hand, and the concurrency alone (the cap before) held
 # them to about half their rate at +20 ms in the benchmark.
 DEFAULT_TIMES = 3
-# ... and at most this many, unless the concurrency is larger: messages of up to 256 KiB,
-# 125 MiB at most in hand; and the default pollers, (concurrency + cap) / 10, stay within
-# their limit of 100 up to a concurrency of 500.
-DEFAULT_CEILING = 500
+# ... and at most this many, unless the concurrency is larger (the cap before: no more
+# than it was at any concurrency). One process runs at most a few thousand short jobs a
+# second: at 3,000 a second and a 30 ms round trip, 100 in hand. Messages of up to 256 KiB
+# then take 50 MiB at most.
+DEFAULT_CEILING = 200
 
 
 def default_prefetch(concurrency: int) -> int:

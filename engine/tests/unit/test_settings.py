@@ -150,9 +150,9 @@ def test_per_queue_overrides() -> None:
     )
     orders, receipts = config.queues
     # The prefetch cap defaults to three times the queue's concurrency, at least 50 and at
-    # most 500, and the default pollers cover both: ceil((4 + 50) / 10), ceil((80 + 240) / 10).
+    # most 200, and the default pollers cover both: ceil((4 + 50) / 10), ceil((80 + 200) / 10).
     assert (orders.concurrency, orders.job_timeout_ms, orders.prefetch, orders.pollers) == (4, 1000, 50, 6)
-    assert (receipts.concurrency, receipts.prefetch, receipts.pollers, receipts.fifo) == (80, 240, 32, True)
+    assert (receipts.concurrency, receipts.prefetch, receipts.pollers, receipts.fifo) == (80, 200, 28, True)
 
 
 def test_prefetch_is_set_for_all_queues_or_one() -> None:
@@ -630,13 +630,13 @@ def test_the_unprefixed_settings_limits_names_are_the_engines() -> None:
 
 @pytest.mark.parametrize(
     ("concurrency", "cap", "pollers"),
-    [(1, 50, 6), (8, 50, 6), (20, 60, 8), (50, 150, 20), (100, 300, 40), (200, 500, 70), (500, 500, 100)],
+    [(1, 50, 6), (8, 50, 6), (20, 60, 8), (50, 150, 20), (100, 200, 30), (200, 200, 40), (500, 500, 100)],
 )
-def test_the_default_prefetch_cap_is_three_times_the_concurrency_within_50_and_500(
+def test_the_default_prefetch_cap_is_three_times_the_concurrency_within_50_and_200(
     concurrency: int, cap: int, pollers: int
 ) -> None:
     """Short jobs far from SQS need two to three times their concurrency in hand (Little's
     law: 10 ms jobs, 25 ms receives); the cap bounds memory and what a SIGKILL strands, and
-    the default pollers stay within their 100 up to a concurrency of 500."""
+    is never above the concurrency's own from 200 up (the cap before)."""
     (queue,) = load_settings({"WORKER_QUEUES": "orders", "WORKER_CONCURRENCY": str(concurrency)}).queues
     assert (queue.prefetch, queue.pollers) == (cap, pollers)
