@@ -214,12 +214,17 @@ class Admission:
         Jobs that started together end together, but their places come back one at a
         time, spread over a millisecond or two: waiting up to BATCH_WAIT for a full batch
         lets one receive serve the whole wave (SQS bills per request). While messages wait
-        for a slot anyway, it waits for a whole batch of the prefetch."""
+        for a slot anyway, or are on their way (another receive is out, or brought them and
+        their tasks are about to ask), it waits for a whole batch of the prefetch: on a
+        busy loop places come back one by one, slower than BATCH_WAIT, and receives of
+        eight or nine cost requests for nothing while more are coming anyway."""
         loop = asyncio.get_running_loop()
         want = min(most, self.limit)
         while True:
             while (n := self.receivable(most, clock.now())) <= 0 or (
-                self._line and n < min(most, self.prefetch) and not self.breaker.paused
+                (self._line or self.reserved or self.arriving)
+                and n < min(most, self.prefetch)
+                and not self.breaker.paused
             ):
                 if self.stopping:
                     return Grant(0)
