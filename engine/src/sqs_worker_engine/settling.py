@@ -113,7 +113,7 @@ class Settler:
         """Carry out the settlement; returns what was done (a failed DLQ send retries).
         `sent()`: its delete's batch call goes out (admission may give its place back)."""
         if isinstance(settlement, Delete):
-            deleted = await self._delete(delivery, sent)
+            deleted = await self.acker.delete(delivery, sent)
             if deleted and pointer is not None and self.payloads is not None and self.delete_large_payloads:
                 await self.payloads.delete(pointer)
         elif isinstance(settlement, RetryAfter):
@@ -124,9 +124,6 @@ class Settler:
         elif isinstance(settlement, DeadLetter):
             return await self._dead_letter(delivery, settlement, attempt, error, trace, sent)
         return settlement
-
-    def _delete(self, delivery: Delivery, sent: Callable[[], None]) -> asyncio.Future[bool]:
-        return self.acker.delete(delivery, sent)
 
     async def _dead_letter(
         self,
@@ -163,7 +160,7 @@ class Settler:
             await self.give_back(delivery, delay)
             return RetryAfter(delay)
         self.report.dlq_sent()
-        await self._delete(delivery, sent)
+        await self.acker.delete(delivery, sent)
         return settlement
 
     async def give_back(self, delivery: Delivery, seconds: int = 0) -> bool:

@@ -127,12 +127,12 @@ def lease_client(client: SqsApi) -> SqsApi:
     return client.for_leases() if isinstance(client, ObservedSqs) else client
 
 
+_sanitize = botocore.useragent.sanitize_user_agent_string_component
+
+
 @functools.lru_cache(maxsize=1024)
 def _sanitized(raw: str, allow_hash: bool) -> str:
     return _sanitize(raw, allow_hash)
-
-
-_sanitize = botocore.useragent.sanitize_user_agent_string_component
 
 
 def _cache_user_agent() -> None:
