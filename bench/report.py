@@ -48,6 +48,22 @@ def latencies(results: dict[str, Any]) -> list[str]:
     return list(results.get("added_latencies", ["0"]))
 
 
+def kill_bound(row: dict[str, Any]) -> int:
+    """What a SIGKILL may strand: the running jobs, the prefetch, and the deletes sent and
+    not yet answered whose places were given back (`sent_bound`, the worker's)."""
+    return int(row["concurrency"] + row["prefetch_bound"] + row.get("sent_bound", 0))
+
+
+def kill_bound_text(row: dict[str, Any]) -> str:
+    text = f"{row['concurrency']} running + {row['prefetch_bound']} prefetch"
+    return text + (f" + {row['sent_bound']} deletes sent" if row.get("sent_bound") else "")
+
+
+def latency_handlers(results: dict[str, Any], added: str) -> list[str]:
+    """The handlers run with `added` ms (the spread's pass runs some of the plan's)."""
+    return list(results.get("latency_handlers", {}).get(added, results["plan"]["handlers"]))
+
+
 def latency_text(added: str) -> str:
     return "the emulator's latency" if added == "0" else f"+{added} ms"
 
@@ -243,13 +259,13 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     name = "after a SIGKILL, no more stranded than the running jobs and the prefetch bound; nothing run twice"
     kill = by_contender(r for r in results.get("kill", []) if "error" not in r).get("generated")
     if kill:
-        bound = kill["concurrency"] + kill["prefetch_bound"]
+        bound = kill_bound(kill)
         redone = kill["redelivered_completed"] + kill["processed_twice"]
         add(
             name,
             kill["left_in_flight"] <= bound and redone == 0 and kill["lost"] == 0,
-            f"{kill['left_in_flight']} left in flight (bound {kill['concurrency']} running + "
-            f"{kill['prefetch_bound']} prefetch = {bound}), {kill['redelivered_completed']} redelivered after "
+            f"{kill['left_in_flight']} left in flight (bound {kill_bound_text(kill)} = {bound}), "
+            f"{kill['redelivered_completed']} redelivered after "
             f"completing, {kill['processed_twice']} run twice, {kill['lost']} lost",
         )
     else:
@@ -288,7 +304,7 @@ def scenario_table(
     if ideal:
         header.append("ideal")
     rows = []
-    for handler in handlers or results["plan"]["handlers"]:
+    for handler in handlers or latency_handlers(results, added):
         for concurrency in concurrencies(results, handler):
             row = [HANDLER_TEXT.get(handler, handler), str(concurrency)]
             ideal_value = None
@@ -389,11 +405,7 @@ def summary_rows(results: dict[str, Any]) -> list[list[str]]:
                 if "redelivered_completed" in d
                 else "error"
             ),
-            (
-                f"{k['left_in_flight']} ({k['concurrency']} + {k['prefetch_bound']})"
-                if "left_in_flight" in k
-                else "error"
-            ),
+            (f"{k['left_in_flight']} ({kill_bound_text(k)})" if "left_in_flight" in k else "error"),
         ]
         rows.append(row)
     return rows
@@ -556,7 +568,7 @@ def prefetch_section(results: dict[str, Any]) -> str:
     this one run (their turns alternate with the other contenders')."""
     rows = []
     for added in latencies(results):
-        for handler in results["plan"]["handlers"]:
+        for handler in latency_handlers(results, added):
             for concurrency in concurrencies(results, handler):
                 on = find(results, "generated", handler, concurrency, added)
                 off = find(results, "generated-p0", handler, concurrency, added)
@@ -581,8 +593,8 @@ def prefetch_section(results: dict[str, Any]) -> str:
     return (
         "\n## Prefetch: off → on (the default), side by side in this run\n\n"
         "`WORKER_PREFETCH=0` (the worker before prefetch: it receives only for free slots) → the default "
-        "(up to the concurrency, at least 50, held beyond the running jobs, sized within that by Little's "
-        "law).\n\n"
+        "(up to three times the concurrency, at least 50 and at most 200, held beyond the running jobs, sized "
+        "within that by Little's law; a place given back when its delete is sent, up to as many deletes out).\n\n"
         + table(
             [
                 "latency",
@@ -839,7 +851,7 @@ def markdown(results: dict[str, Any], baseline: dict[str, Any] | None = None) ->
                 labels[r["contender"]],
                 str(r["concurrency"]),
                 str(r["left_in_flight"]),
-                f"{r['concurrency']} + {r['prefetch_bound']}",
+                kill_bound_text(r),
                 str(r["redelivered_completed"] + r["processed_twice"]),
                 str(r["lost"]),
             ]
@@ -921,6 +933,9 @@ def chart(results: dict[str, Any], path: Path) -> bool:
         len(lats), len(handlers), figsize=(max(9.0, 4.6 * len(handlers)), 4.3 * len(lats) + 0.6), squeeze=False
     )
     for ax, (added, handler) in zip(axes.flat, [(a, h) for a in lats for h in handlers], strict=True):
+        if handler not in latency_handlers(results, added):
+            ax.set_visible(False)  # the spread's pass runs some handlers only
+            continue
         ideal = [
             r["ideal"] for c in concurrencies if (r := find(results, "generated", handler, c, added)) and r.get("ideal")
         ]

@@ -38,12 +38,14 @@ def test_bench_smoke_reports_every_contender_and_figure(tmp_path: Path, localsta
     assert data["ceiling"]["cpu_ms_per_message"] > 0
     assert "CPU per message over the raw batched loop's" in (out / "benchmarks.md").read_text()
 
-    # Every contender ran every throughput scenario at both latencies, and every other measurement.
-    assert data["added_latencies"] == ["0", "20"]
+    # Every contender ran every throughput scenario at both latencies, the spread's handlers
+    # at a uniform 10-40 ms too, and every other measurement.
+    assert data["added_latencies"] == ["0", "20", "10-40"]
+    assert report.latency_handlers(data, "10-40") == ["noop"]
     for contender in report.CONTENDERS:
-        for handler in data["plan"]["handlers"]:
-            for concurrency in data["plan"]["concurrencies"]:
-                for added in data["added_latencies"]:
+        for added in data["added_latencies"]:
+            for handler in report.latency_handlers(data, added):
+                for concurrency in data["plan"]["concurrencies"]:
                     row = report.find(data, contender, handler, concurrency, added)
                     assert row is not None, f"no {handler} run at c={concurrency} +{added} ms for {contender}"
                     for figure in (

@@ -47,6 +47,7 @@ class _Entry:
     done: asyncio.Future[bool]
     queued_at: float
     attempt: int = 0
+    sent: Callable[[], None] | None = None  # told once, as its first batch call goes out
 
 
 class Acker:
@@ -70,9 +71,10 @@ class Acker:
         self._timers: dict[SettleAction, asyncio.TimerHandle | None] = {"delete": None, "visibility": None}
         self._sending: set[asyncio.Task[None]] = set()
 
-    def delete(self, delivery: Delivery) -> asyncio.Future[bool]:
-        """Delete the message; the future says whether SQS confirmed it."""
-        return self._add(delivery, "delete", 0)
+    def delete(self, delivery: Delivery, sent: Callable[[], None] | None = None) -> asyncio.Future[bool]:
+        """Delete the message; the future says whether SQS confirmed it. `sent()`: its
+        batch call goes out (admission gives its place back then: admission.delete_sent)."""
+        return self._add(delivery, "delete", 0, sent)
 
     def change_visibility(self, delivery: Delivery, seconds: int) -> asyncio.Future[bool]:
         """Make the message visible again after `seconds` (0 = release now)."""
@@ -86,9 +88,11 @@ class Acker:
         while self._sending:
             await asyncio.gather(*self._sending, return_exceptions=True)
 
-    def _add(self, delivery: Delivery, action: SettleAction, seconds: int) -> asyncio.Future[bool]:
+    def _add(
+        self, delivery: Delivery, action: SettleAction, seconds: int, sent: Callable[[], None] | None = None
+    ) -> asyncio.Future[bool]:
         loop = asyncio.get_running_loop()
-        entry = _Entry(delivery, action, seconds, loop.create_future(), clock.now())
+        entry = _Entry(delivery, action, seconds, loop.create_future(), clock.now(), sent=sent)
         if not self.book.settling(delivery, action, clock.now()):
             self._give_up(entry, "lease expired or lost before it could be settled")
             return entry.done
@@ -108,6 +112,10 @@ class Acker:
         pending = self._pending[action]
         while pending:
             batch, pending[:] = pending[:MAX_RECEIVE_BATCH], pending[MAX_RECEIVE_BATCH:]
+            for entry in batch:
+                if entry.sent is not None:
+                    entry.sent()
+                    entry.sent = None
             task = asyncio.get_running_loop().create_task(self._send(action, batch))
             self._sending.add(task)
             task.add_done_callback(self._sending.discard)

@@ -5,7 +5,11 @@ Every protection that limits what is received or started answers here, from one 
 
 - places: what the pool holds (reserved for a receive, waiting, running, settling) never
   exceeds the concurrency plus the prefetch cap (prefetch.py); receiving asks only for free
-  places, and while fewer than the measured prefetch target wait ahead of the slots;
+  places, and while fewer than the measured prefetch target wait ahead of the slots. A
+  message whose delete is sent (its batch call goes out) gives its place back then, not when
+  SQS answers, while fewer than the prefetch cap of such deletes are out (`delete_sent`):
+  by Little's law a place then lasts a receive and a job, not a delete's round trip too,
+  and what a SIGKILL may strand is still bounded (`strand_limit`);
 - handler slots: at most the limit in use run (the concurrency, or below it what the
   adaptive limit allows: adaptive.py), started in the order they were received;
 - the rate limit (throttle.StartWindow): starts spaced on its grid, never more than its
@@ -71,6 +75,7 @@ class Ticket:
     counted: bool = True  # counts in `in_use` (received, waiting or running; not parked or settling)
     late: bool = False  # cancelled past its timeout, its work still going (`overdue`)
     closed: bool = False
+    sent: bool = False  # its delete is sent and its place given back (`Admission.delete_sent`)
     promised: bool = False  # holds a place of the jobs left (completion.py) until its handler is called
     rate_pending: bool = False  # let go by the rate window, its handler not called yet (throttle.py)
     arrived: bool = True  # False from its receive until it first asks to start (or closes)
@@ -124,6 +129,8 @@ class Admission:
         self.tenant_cap = tenant_cap
         self.in_use = 0  # places reserved, waiting or running: what the prefetch target bounds
         self.held = 0  # places held in all, settling included: what the hard bound bounds
+        self.sent = 0  # deletes sent and not yet answered whose places were given back
+        self._kick_soon = False  # a look at the state is due on the loop's next turn (delete_sent)
         self.running = 0  # handler slots taken
         self.overdue_running = 0  # of them, held by work cancelled that goes on all the same
         self.tenants: dict[str, int] = {}  # group -> jobs of it holding a slot
@@ -146,8 +153,21 @@ class Admission:
 
     @property
     def held_limit(self) -> int:
-        """What a worker may hold of this queue, and strand on SIGKILL: concurrency + prefetch."""
+        """Places: what the pool may hold of this queue, settling included, but for the
+        deletes sent (`sent_limit`): concurrency + prefetch cap."""
         return self.capacity + self.prefetch_cap
+
+    @property
+    def sent_limit(self) -> int:
+        """Most deletes sent and not yet answered whose places were given back: the prefetch
+        cap (none without prefetch: then a place comes back once its message is settled)."""
+        return self.prefetch_cap
+
+    @property
+    def strand_limit(self) -> int:
+        """What a worker may hold of this queue, and strand on SIGKILL: its places, and the
+        deletes sent that SQS has not answered (concurrency + twice the prefetch cap)."""
+        return self.held_limit + self.sent_limit
 
     @property
     def waiting(self) -> int:
@@ -178,7 +198,7 @@ class Admission:
         limit = min(self.capacity, self.limit + self.overdue_running)
         slots = limit if self.budget is None else min(limit, self.budget.entitled(self, now))
         n = min(most, slots + self.prefetch - self.in_use, self.held_limit - self.held)
-        if not self.sqs_ok and self.held:
+        if not self.sqs_ok and (self.held or self.sent):
             return 0  # what is held could not be settled: receive more once SQS answers
         if self.breaker.paused:
             if now < self.breaker.until or self._probe is not None or self._probe_receive:
@@ -196,12 +216,17 @@ class Admission:
         Jobs that started together end together, but their places come back one at a
         time, spread over a millisecond or two: waiting up to BATCH_WAIT for a full batch
         lets one receive serve the whole wave (SQS bills per request). While messages wait
-        for a slot anyway, it waits for a whole batch of the prefetch."""
+        for a slot anyway, or are on their way (another receive is out, or brought them and
+        their tasks are about to ask), it waits for a whole batch of the prefetch: on a
+        busy loop places come back one by one, slower than BATCH_WAIT, and receives of
+        eight or nine cost requests for nothing while more are coming anyway."""
         loop = asyncio.get_running_loop()
         want = min(most, self.limit)
         while True:
             while (n := self.receivable(most, clock.now())) <= 0 or (
-                self._line and n < min(most, self.prefetch) and not self.breaker.paused
+                (self._line or self.reserved or self.arriving)
+                and n < min(most, self.prefetch)
+                and not self.breaker.paused
             ):
                 if self.stopping:
                     return Grant(0)
@@ -454,6 +479,26 @@ class Admission:
             self._show_tenants()
         self._kick()
 
+    def delete_sent(self, ticket: Ticket) -> None:
+        """Its delete's batch call goes out (acker.py; its handler's work has ended): its
+        place goes back now, while fewer than `sent_limit` such deletes are out; otherwise
+        at its close, once SQS has answered. Its ticket is still closed then (the lease is
+        kept until the delete is confirmed, and the jobs left count it only then). A batch
+        gives back up to 10 places at once: one look at the state for all of them, so that
+        a poller wakes to a whole receive's worth, not to the first of ten."""
+        if ticket.closed or ticket.sent or ticket.running or self.sent >= self.sent_limit:
+            return
+        ticket.sent = True
+        self.sent += 1
+        self.held -= 1
+        if not self._kick_soon:
+            self._kick_soon = True
+            asyncio.get_running_loop().call_soon(self._kick_now)
+
+    def _kick_now(self) -> None:
+        self._kick_soon = False
+        self._kick()
+
     def close(self, ticket: Ticket) -> None:
         """Everything the ticket holds goes back: its place, its place in line, the probe;
         its handler slot too unless its work still runs (a thread cut off at shutdown keeps
@@ -461,6 +506,10 @@ class Admission:
         if ticket.closed:
             return
         ticket.closed = True
+        # A ticket whose delete was sent gave its place back then: unless it still holds
+        # something else, its close changes what a poller may ask for only while SQS cannot
+        # be reached (_receivable), and needs no look at the state (one per job is enough).
+        changed = not ticket.sent or not self.sqs_ok or self._probe is ticket or ticket.counted
         self._arrive(ticket)
         self._leave_line(ticket)
         if self._probe is ticket:
@@ -469,8 +518,13 @@ class Admission:
         if ticket.counted and not ticket.running:
             ticket.counted = False
             self.in_use -= 1
-        self.held -= 1
-        self._kick()
+        if ticket.sent:
+            ticket.sent = False
+            self.sent -= 1  # its place went back when its delete was sent
+        else:
+            self.held -= 1
+        if changed:
+            self._kick()
         if self.completion is not None:
             self.completion.closed(ticket.promised)
 

@@ -147,10 +147,21 @@ def enable_jobs_left_gauge(registry: CollectorRegistry = REGISTRY) -> Gauge:
     return _jobs_left
 
 
+# (operation, outcome) -> its counter and histogram children: `labels()` takes a lock and
+# checks its arguments on every call, twice what counting and timing a call then cost.
+_SQS_CALL_SERIES: dict[tuple[str, str], tuple[Counter, Histogram]] = {}
+
+
 def sqs_call(operation: str, outcome: str, seconds: float) -> None:
     """One SQS call, counted and timed (the client wrapper, sqs.ObservedSqs, calls this)."""
-    SQS_CALLS.labels(operation, outcome).inc()
-    SQS_REQUEST_DURATION.labels(operation, outcome).observe(seconds)
+    series = _SQS_CALL_SERIES.get((operation, outcome))
+    if series is None:
+        series = _SQS_CALL_SERIES[operation, outcome] = (
+            SQS_CALLS.labels(operation, outcome),
+            SQS_REQUEST_DURATION.labels(operation, outcome),
+        )
+    series[0].inc()
+    series[1].observe(seconds)
 
 
 def set_db_pool_in_use(value: int) -> None:

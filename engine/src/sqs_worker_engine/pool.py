@@ -381,6 +381,7 @@ class QueuePool:
                     error=ending.error,
                     pointer=run.payload.pointer,
                     trace=run.span.ids if run.span is not None else None,
+                    sent=lambda: self.admission.delete_sent(run.ticket),
                 )
                 self._ended(run, settlement, ending, will_retry=isinstance(settlement, RetryAfter))
                 return settlement

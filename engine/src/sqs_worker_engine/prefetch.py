@@ -12,13 +12,17 @@ the requests per message at low concurrency; "soon": as many jobs start within a
 so slow jobs are not hoarded from the other replicas for the sake of a request), measured
 as it runs (running averages of the receives that came back with all they asked for,
 which did not wait in a long poll, and of job durations), and never more than the cap:
-WORKER_PREFETCH, by default the concurrency and at least 50, 0 turns it off.
+WORKER_PREFETCH, by default three times the concurrency, at least 50 and at most 200 (but
+never below the concurrency), 0 turns it off. Three times: 10 ms jobs at a 20-30 ms round
+trip need two to three times the concurrency in hand; the cap bounds memory and what a
+SIGKILL strands, the target (usually far less) is what is held.
 
 A prefetched message is a delivery like any other: leased and heartbeated, counted in
 flight and against the held bound, started in the order it was received (FIFO: a group's
 order and hold-back are unchanged, a group's next message waits for the one before it),
 and released at once on SIGTERM. On SIGKILL it waits out its visibility timeout like the
-running ones: at most the cap more messages than without prefetch.
+running ones: at most the cap more messages than without prefetch, and, with prefetch on,
+up to the cap more whose deletes were sent but not answered (admission.py).
 """
 
 from __future__ import annotations
@@ -33,13 +37,24 @@ SOON_SECONDS = 1.0  # a receive's extra batch is held only if that many jobs sta
 # 10 and a 30 ms round trip, 1,000 jobs a second start, 30 of them during each receive's
 # round trip, plus a receive's 10 (the target, 40); below that the slots wait for receives.
 DEFAULT_FLOOR = 50
+# Above the floor, the default cap is this many times the concurrency: 10 ms jobs at
+# concurrency 50 and a 25 ms round trip (SQS in-region, plus the receive itself) need
+# 50 / 0.01 x 0.025 + 10 = 135 in hand, and the concurrency alone (the cap before) held
+# them to about half their rate at +20 ms in the benchmark.
+DEFAULT_TIMES = 3
+# ... and at most this many, unless the concurrency is larger (the cap before: no more
+# than it was at any concurrency). One process runs at most a few thousand short jobs a
+# second: at 3,000 a second and a 30 ms round trip, 100 in hand. Messages of up to 256 KiB
+# then take 50 MiB at most.
+DEFAULT_CEILING = 200
 
 
 def default_prefetch(concurrency: int) -> int:
-    """The cap when WORKER_PREFETCH is unset: the concurrency, and at least DEFAULT_FLOOR.
-    What is held is the measured target (prefetch_target), usually far less: the cap is
-    the bound on what a SIGKILL can strand beyond the running jobs."""
-    return max(concurrency, DEFAULT_FLOOR)
+    """The cap when WORKER_PREFETCH is unset: DEFAULT_TIMES the concurrency, at least
+    DEFAULT_FLOOR, at most DEFAULT_CEILING unless the concurrency is larger. What is held
+    is the measured target (prefetch_target), usually far less: the cap bounds memory and
+    what a SIGKILL can strand beyond the running jobs."""
+    return max(concurrency, DEFAULT_FLOOR, min(DEFAULT_TIMES * concurrency, DEFAULT_CEILING))
 
 
 def prefetch_target(concurrency: int, cap: int, receive_seconds: float | None, job_seconds: float | None) -> int:

@@ -257,8 +257,9 @@ class Settings(BaseSettings):
     group_concurrency: int | None = Field(default=None, ge=1, le=1000, validation_alias="WORKER_GROUP_CONCURRENCY")
     # Messages a pool may hold beyond its concurrency, received ahead of free slots so that
     # a slot never waits a receive's round trip (prefetch.py sizes it within this); each
-    # is one more message a SIGKILL strands for a visibility timeout. Unset: the queue's
-    # concurrency, at least 50 (prefetch.default_prefetch); 0: off.
+    # is one more message a SIGKILL strands for a visibility timeout. Unset: three times the
+    # queue's concurrency, at least 50, at most 200 or the concurrency
+    # (prefetch.default_prefetch); 0: off.
     prefetch: int | None = Field(default=None, ge=0, le=10_000, validation_alias="WORKER_PREFETCH")
     # Adaptive concurrency (adaptive.py): the handlers running at once move between the floor
     # and WORKER_CONCURRENCY, then the ceiling, following the downstream's latency.

@@ -108,10 +108,12 @@ class Settler:
         error: BaseException | None,
         pointer: S3Pointer | None,
         trace: dict[str, str] | None,
+        sent: Callable[[], None] = lambda: None,
     ) -> Settlement:
-        """Carry out the settlement; returns what was done (a failed DLQ send retries)."""
+        """Carry out the settlement; returns what was done (a failed DLQ send retries).
+        `sent()`: its delete's batch call goes out (admission may give its place back)."""
         if isinstance(settlement, Delete):
-            deleted = await self.acker.delete(delivery)
+            deleted = await self.acker.delete(delivery, sent)
             if deleted and pointer is not None and self.payloads is not None and self.delete_large_payloads:
                 await self.payloads.delete(pointer)
         elif isinstance(settlement, RetryAfter):
@@ -120,7 +122,7 @@ class Settler:
             self.released += 1
             await self.give_back(delivery)
         elif isinstance(settlement, DeadLetter):
-            return await self._dead_letter(delivery, settlement, attempt, error, trace)
+            return await self._dead_letter(delivery, settlement, attempt, error, trace, sent)
         return settlement
 
     async def _dead_letter(
@@ -130,6 +132,7 @@ class Settler:
         attempt: int,
         error: BaseException | None,
         trace: dict[str, str] | None,
+        sent: Callable[[], None],
     ) -> Settlement:
         """Copy to the DLQ with the reason, then delete. The lease is kept (as if a delete
         were queued) while the copy is sent."""
@@ -157,7 +160,7 @@ class Settler:
             await self.give_back(delivery, delay)
             return RetryAfter(delay)
         self.report.dlq_sent()
-        await self.acker.delete(delivery)
+        await self.acker.delete(delivery, sent)
         return settlement
 
     async def give_back(self, delivery: Delivery, seconds: int = 0) -> bool:

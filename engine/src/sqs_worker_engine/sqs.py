@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -10,6 +11,7 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+import botocore.useragent
 from aiobotocore.config import AioConfig
 from aiobotocore.session import get_session
 from botocore.exceptions import BotoCoreError, ClientError
@@ -125,6 +127,22 @@ def lease_client(client: SqsApi) -> SqsApi:
     return client.for_leases() if isinstance(client, ObservedSqs) else client
 
 
+_sanitize = botocore.useragent.sanitize_user_agent_string_component
+
+
+@functools.lru_cache(maxsize=1024)
+def _sanitized(raw: str, allow_hash: bool) -> str:
+    return _sanitize(raw, allow_hash)
+
+
+def _cache_user_agent() -> None:
+    """botocore builds every request's User-Agent header twice, each time cleaning each of
+    its dozen components character by character: about 0.3 ms a request, a tenth of a
+    no-op job's CPU at saturation. The cleaning is a pure function of a few strings that
+    never change in a process (versions, platform, features used): remembered here."""
+    botocore.useragent.sanitize_user_agent_string_component = _sanitized
+
+
 def create_client(
     region: str,
     endpoint_url: str | None,
@@ -139,6 +157,7 @@ def create_client(
     (and can take a message given back at shutdown), and a lease extension or delete the
     SDK retries can reach SQS after the lease's local deadline. The worker retries those
     itself, checking the lease before each attempt."""
+    _cache_user_agent()
     config = AioConfig(
         max_pool_connections=max_connections,
         connect_timeout=CONNECT_TIMEOUT,

@@ -110,7 +110,7 @@ def test_concurrency_above_ten_uses_several_pollers(sqs: Sqs, localstack_endpoin
         env = env_for(localstack_endpoint, queue.name, health_file, WORKER_CONCURRENCY=25)
         async with running_worker(env, router, calls.attach) as worker:
             # One poller per 10 places: the concurrency and its default prefetch cap.
-            assert worker.pools[0].options.pollers == 8  # ceil((25 + 50) / 10)
+            assert worker.pools[0].options.pollers == 10  # ceil((25 + 75) / 10)
             await wait_for(lambda: metric("jobs_processed_total", queue=queue.name, outcome="success") == 25)
 
     asyncio.run(scenario())

@@ -9,7 +9,8 @@ failing per call kind and answering again, a handler process dying.
 Checked in every composition:
 - every message ends: completed, or in the DLQ for its own failure (never a good one),
   within a bound of virtual time once SQS is healthy (a wedged queue fails here);
-- what a worker holds never exceeds concurrency + prefetch (admission.held_limit);
+- what a worker holds never exceeds concurrency + prefetch places (admission.held_limit)
+  and as many again deletes sent and unanswered (sent_limit, strand_limit);
 - no handler starts on a delivery whose lease was lost, and one message never runs twice
   at once while a lease on it is held;
 - a rate limit is never exceeded in any window of its length;
@@ -337,9 +338,12 @@ async def _sample(workers: list[Worker], seen: Seen, watch: life.Watch) -> None:
         watch.sample(workers)
         for i, worker in enumerate(workers):
             for pool in worker.pools:
-                limit = pool.admission.held_limit
-                if len(pool.book) > limit or pool.admission.held > limit:
-                    seen.problems.append(f"{len(pool.book)} held, more than {limit}")
+                a = pool.admission
+                if len(pool.book) > a.strand_limit or a.held > a.held_limit or a.sent > a.sent_limit:
+                    seen.problems.append(
+                        f"{len(pool.book)} held ({a.held} places, {a.sent} deletes sent), more than "
+                        f"{a.strand_limit} ({a.held_limit}, {a.sent_limit})"
+                    )
                 cap = worker.settings.max_jobs
                 if cap is not None:
                     # Held and not started (by what its handlers saw) within the jobs left.

@@ -251,8 +251,9 @@ class Schedules(RuleBasedStateMachine):
     def in_flight_is_bounded(self) -> None:
         for worker, _, _ in self.workers.values():
             for pool in worker.pools:
-                assert len(pool.book) <= pool.admission.held_limit
+                assert len(pool.book) <= pool.admission.strand_limit
                 assert pool.admission.held <= pool.admission.held_limit
+                assert pool.admission.sent <= pool.admission.sent_limit
                 assert pool.active <= pool.options.concurrency
 
     @invariant()

@@ -242,9 +242,9 @@ async def _sample(workers: list[Worker], budget: int, problems: list[str], watch
             if in_use > budget:
                 problems.append(f"{in_use} slots held, more than the budget of {budget}")
             for pool in worker.pools:
-                limit = pool.admission.held_limit
-                if len(pool.book) > limit or pool.admission.held > limit:
-                    problems.append(f"{pool.name}: {len(pool.book)} held, more than {limit}")
+                a = pool.admission
+                if len(pool.book) > a.strand_limit or a.held > a.held_limit or a.sent > a.sent_limit:
+                    problems.append(f"{pool.name}: {len(pool.book)} held, more than {a.strand_limit}")
         await asyncio.sleep(0.5)
 
 

@@ -138,3 +138,20 @@ def test_error_type_is_the_failures_class_or_the_outcome() -> None:
     assert error_type(ValueError("x"), "retry") == "ValueError"
     assert error_type(NonRetryableError("x"), "dead_letter") == "sqs_worker_engine.errors.NonRetryableError"
     assert error_type(None, "lease_lost") == "lease_lost"
+
+
+def test_the_user_agent_cleaning_is_remembered_and_unchanged() -> None:
+    """botocore cleans every User-Agent component twice a request; the engine's client
+    remembers the cleaned strings (sqs._cache_user_agent), with botocore's own answers."""
+    import botocore.useragent
+
+    from sqs_worker_engine import sqs
+
+    sqs._cache_user_agent()
+    cleaned = botocore.useragent.sanitize_user_agent_string_component
+    samples = [("Botocore/1.43", True), ("md/arch#x86_64", True), ("md/arch#x86_64", False), ("é ü/(x)", False)]
+    for raw, allow_hash in samples:
+        assert cleaned(raw, allow_hash) == sqs._sanitize(raw, allow_hash)
+    before = sqs._sanitized.cache_info().hits
+    cleaned("Botocore/1.43", True)
+    assert sqs._sanitized.cache_info().hits == before + 1

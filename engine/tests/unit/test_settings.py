@@ -149,10 +149,10 @@ def test_per_queue_overrides() -> None:
         }
     )
     orders, receipts = config.queues
-    # The prefetch cap defaults to the queue's concurrency, at least 50, and the default
-    # pollers cover both: ceil((4 + 50) / 10) and ceil((80 + 80) / 10).
+    # The prefetch cap defaults to three times the queue's concurrency, at least 50 and at
+    # most 200, and the default pollers cover both: ceil((4 + 50) / 10), ceil((80 + 200) / 10).
     assert (orders.concurrency, orders.job_timeout_ms, orders.prefetch, orders.pollers) == (4, 1000, 50, 6)
-    assert (receipts.concurrency, receipts.prefetch, receipts.pollers, receipts.fifo) == (80, 80, 16, True)
+    assert (receipts.concurrency, receipts.prefetch, receipts.pollers, receipts.fifo) == (80, 200, 28, True)
 
 
 def test_prefetch_is_set_for_all_queues_or_one() -> None:
@@ -626,3 +626,17 @@ def test_the_unprefixed_settings_limits_names_are_the_engines() -> None:
 
     unprefixed = {name for name in _ALIASES if not name.startswith(RESERVED_PREFIXES)} - {"DATABASE_URL"}
     assert unprefixed == set(UNPREFIXED_SETTINGS)
+
+
+@pytest.mark.parametrize(
+    ("concurrency", "cap", "pollers"),
+    [(1, 50, 6), (8, 50, 6), (20, 60, 8), (50, 150, 20), (100, 200, 30), (200, 200, 40), (500, 500, 100)],
+)
+def test_the_default_prefetch_cap_is_three_times_the_concurrency_within_50_and_200(
+    concurrency: int, cap: int, pollers: int
+) -> None:
+    """Short jobs far from SQS need two to three times their concurrency in hand (Little's
+    law: 10 ms jobs, 25 ms receives); the cap bounds memory and what a SIGKILL strands, and
+    is never above the concurrency's own from 200 up (the cap before)."""
+    (queue,) = load_settings({"WORKER_QUEUES": "orders", "WORKER_CONCURRENCY": str(concurrency)}).queues
+    assert (queue.prefetch, queue.pollers) == (cap, pollers)
