@@ -6,6 +6,7 @@ lagging counts."""
 from __future__ import annotations
 
 import ast
+import itertools
 import math
 import random
 from pathlib import Path
@@ -90,7 +91,7 @@ def test_an_hpa_scales_up_at_once_and_down_after_its_window_one_pod_a_minute() -
         counts.append(scaler.decide(float(t), [1], counts[-1]))
     first_down = next(i for i, c in enumerate(counts) if c < 10)
     assert 45 + (first_down - 1) * 15 >= 300, "not before the 300 s window has passed since the last 10"
-    drops = [b - a for a, b in zip(counts, counts[1:], strict=False) if b < a]
+    drops = [b - a for a, b in itertools.pairwise(counts) if b < a]
     assert drops and all(d == -1 for d in drops), drops
     assert counts[-1] == 1
 
@@ -177,7 +178,9 @@ def test_an_ecs_rollout_stops_what_is_above_the_minimum_healthy() -> None:
 
 def test_the_oracle_sizes_for_the_rate_a_start_latency_ahead_and_the_backlog() -> None:
     spike = traffic.Spike(base=10.0, factor=10.0, at=100.0, length=60.0)
-    the = oracle.Oracle(lambda t: spike.rate(t), job_seconds=1.0, concurrency=8, start_seconds=30, minimum=1, maximum=10)
+    the = oracle.Oracle(
+        lambda t: spike.rate(t), job_seconds=1.0, concurrency=8, start_seconds=30, minimum=1, maximum=10
+    )
     assert the.desired(0.0, 0) == 2  # 10/s x 1 s / 0.9 / 8
     assert the.desired(60.0, 0) == 10  # the spike is within a start latency and a sync: ready for it
     assert the.desired(0.0, 1200) == 4  # 1200 waiting cleared in a minute: 20/s more

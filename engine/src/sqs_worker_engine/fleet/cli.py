@@ -105,7 +105,7 @@ def run_all(runs: list[Run], out: Path, *, processes: int, oracle: bool = True) 
     for run in runs:
         print(
             f"{run.shape.name}: {run.shape.title}; capacity {capacity(run):.1f} messages/s, "
-            f"jobs of {job_seconds(run):g} s, scale {choose_scale(run)}",
+            f"jobs of {job_seconds(run):g} s, scale {choose_scale(run).k} (width {choose_scale(run).width})",
             file=sys.stderr,
         )
     results: dict[str, dict[str, Any]] = {run.shape.name: {} for run in runs}

@@ -32,7 +32,7 @@ from .deployfiles import Bake, Deployment, EcsService, ScaledJob
 from .deployfiles import Worker as WorkerSpec
 from .platform import JobPods, ReplicaSet, World, ecs_batch
 from .queue import STANDARD_INFLIGHT_LIMIT, FleetQueue
-from .traffic import Group, Shape, arrivals
+from .traffic import MAX_SPAN, Group, Shape, arrivals
 from .work import CAUSES, Downstream, Durations, Ledger, percentile
 
 # Typical time from "create" to a worker receiving (scheduling, image pull from a warm
@@ -59,6 +59,7 @@ class Options:
     drain_limit: float = 3 * 3600.0  # after the shape, how long the fleet may take to finish
     budget: int = 150_000  # simulated messages a run aims at when choosing its scale
     max_batch_seconds: float = 10.0  # the longest a simulated message's run may be (below heartbeats)
+    inflight_limit: int | None = None  # SQS's in-flight quota (None: 120,000 standard, 20,000 FIFO)
 
 
 @dataclass(frozen=True)
@@ -109,33 +110,72 @@ def job_seconds(run: Run) -> float:
     return 1.0
 
 
+def inflight_limit(run: Run) -> int:
+    if run.options.inflight_limit is not None:
+        return run.options.inflight_limit
+    return FIFO_INFLIGHT_LIMIT if run.spec().worker.fifo else STANDARD_INFLIGHT_LIMIT
+
+
 def start_seconds(run: Run) -> float:
     return run.options.start_seconds or START_SECONDS[run.platform]
 
 
-def choose_scale(run: Run) -> int:
-    """Real messages per simulated one: 1 unless the shape has more than the budget of
-    simulated messages, and never so many that a simulated message's run outlasts
-    `max_batch_seconds` (it would then need heartbeats a real job does not). A ScaledJob's
-    pod takes one message: always 1."""
+@dataclass(frozen=True)
+class Scale:
+    """How many real messages a simulated one stands for: `width` run side by side (the
+    simulated worker's concurrency is the real one / width), in `depth` waves one after
+    another. k = width x depth."""
+
+    width: int = 1
+    depth: int = 1
+
+    @property
+    def k(self) -> int:
+        return self.width * self.depth
+
+
+def choose_scale(run: Run) -> Scale:
+    """1 unless the shape has more than the budget of simulated messages; then first a
+    width (a divisor of the concurrency: no message waits for another), then a depth,
+    never so deep that a simulated message's run outlasts `max_batch_seconds` (a depth
+    makes members wait for the waves before theirs; a long run would need heartbeats a
+    real job does not). A ScaledJob's pod takes one message: always 1."""
+    spec = run.spec()
+    if isinstance(spec, ScaledJob):
+        return Scale()
+    concurrency = spec.worker.concurrency
     if run.options.scale is not None:
-        return run.options.scale
-    if isinstance(run.spec(), ScaledJob):
-        return 1
-    expected = run.shape.mean_rate(capacity(run)) * run.shape.seconds
-    wanted = math.ceil(expected / run.options.budget)
-    most = max(1, math.floor(run.options.max_batch_seconds / job_seconds(run)))
-    return max(1, min(wanted, most))
+        wanted = run.options.scale
+    else:
+        expected = run.shape.mean_rate(capacity(run)) * run.shape.seconds
+        wanted = math.ceil(expected / run.options.budget)
+    width = max(d for d in range(1, concurrency + 1) if concurrency % d == 0 and d <= max(1, wanted))
+    depth = math.ceil(wanted / width)
+    if run.options.scale is None:
+        depth = min(depth, max(1, math.floor(run.options.max_batch_seconds / job_seconds(run))))
+    return Scale(width, max(1, depth))
 
 
-def worker_config(worker: WorkerSpec, queue: str) -> WorkerConfig:
-    """The simulated worker's configuration: the deploy file's worker settings."""
+def group_span(run: Run, scale: Scale) -> float:
+    """How long a group's first message waits for the rest: long enough to fill the group
+    at the shape's mean rate, at most half the waves' time, never past MAX_SPAN."""
+    return min(MAX_SPAN, max(0.05, 0.5 * scale.depth * job_seconds(run)))
+
+
+def worker_config(worker: WorkerSpec, queue: str, width: int = 1) -> WorkerConfig:
+    """The simulated worker's configuration: the deploy file's worker settings, its
+    concurrency and prefetch divided by `width` (each simulated call runs `width` jobs)."""
     env = {
         k: v
         for k, v in worker.env.items()
         if k.startswith("WORKER_") and k not in NOT_SIMULATED and not k.startswith("WORKER_LARGE_PAYLOAD_")
     }
     env.update(WORKER_QUEUES=queue, WORKER_METRICS_PORT="0", AWS_REGION="us-east-1")
+    if width > 1:
+        concurrency = worker.concurrency
+        # The engine's default prefetch bound: the concurrency, at least 50 (engine README, "Prefetch").
+        prefetch = int(worker.env.get("WORKER_PREFETCH", max(concurrency, 50)))
+        env.update(WORKER_CONCURRENCY=str(concurrency // width), WORKER_PREFETCH=str(math.ceil(prefetch / width)))
     return load_settings(env, ServiceDefaults(name="fleet-simulation"))
 
 
@@ -167,7 +207,7 @@ async def _play(run: Run, progress: Progress | None) -> dict[str, Any]:
     per_replica, minimum, maximum = fleet_shape(spec)
     seconds_per_job = job_seconds(run)
     fleet_capacity = capacity(run)
-    k = choose_scale(run)
+    scale = choose_scale(run)
     start = start_seconds(run)
     rng = random.Random(options.seed)
     queue_name = worker.queue.removesuffix(".fifo")
@@ -176,6 +216,7 @@ async def _play(run: Run, progress: Progress | None) -> dict[str, Any]:
         Durations(seconds_per_job, longest=longest),
         Downstream(options.downstream or maximum * per_replica),
         seed=options.seed,
+        width=scale.width,
     )
     counts = Counts(lag=options.count_lag, delay=options.cloudwatch_delay, seed=options.seed)
     queue = FleetQueue(
@@ -184,18 +225,27 @@ async def _play(run: Run, progress: Progress | None) -> dict[str, Any]:
         max_receive_count=int(worker.number("WORKER_MAX_RECEIVE_COUNT", 5)),
         counts=counts.sqs_attributes,
         latency=options.sqs_latency,
-        inflight_limit=FIFO_INFLIGHT_LIMIT if worker.fifo else STANDARD_INFLIGHT_LIMIT,
+        inflight_limit=inflight_limit(run),
         on_deleted=ledger.deleted,
         on_dead_letter=ledger.dead_lettered_,
     )
     ledger.put = queue.put
     world = World(
-        queue, ledger, worker_config(worker, queue_name), start_seconds=start, grace=worker.grace, seed=options.seed
+        queue,
+        ledger,
+        worker_config(worker, queue_name, scale.width),
+        start_seconds=start,
+        grace=worker.grace,
+        seed=options.seed,
     )
     readers = keda.Readers(queue, counts)
 
+    def inflight() -> int:
+        """Real messages in flight: a simulated one in flight holds a wave of `width`."""
+        return min(ledger.outstanding, queue.inflight * scale.width)
+
     def visible() -> int:
-        return ledger.outstanding - min(queue.inflight, ledger.outstanding)
+        return ledger.outstanding - inflight()
 
     # The fleet at its minimum, every pod ready, before the shape begins.
     fleet: ReplicaSet | None = None
@@ -236,7 +286,7 @@ async def _play(run: Run, progress: Progress | None) -> dict[str, Any]:
             def idle() -> int:
                 return sum(1 for p in world.alive() if p.worker is None or not p.worker.active_job_count)
 
-            ahead = arrivals(shape, fleet_capacity, k, options.seed)
+            ahead = arrivals(shape, fleet_capacity, scale.k, options.seed, group_span(run, scale))
             tasks.append(
                 asyncio.ensure_future(oracle.start_jobs(ahead, jobs, start * 1.2, spec.maximum, visible, idle, t0))
             )
@@ -249,14 +299,14 @@ async def _play(run: Run, progress: Progress | None) -> dict[str, Any]:
         next_report = 0.0
         while True:
             now = clock.now()
-            inflight = min(queue.inflight, ledger.outstanding)
+            held = inflight()
             oldest = ledger.oldest_arrival()
             ready = sum(1 for p in world.pods if p.ready)
             counts.record(
                 Truth(
                     now,
-                    ledger.outstanding - inflight,
-                    inflight,
+                    ledger.outstanding - held,
+                    held,
                     max(0.0, now - oldest) if oldest is not None else 0.0,
                     ready,
                 )
@@ -267,8 +317,8 @@ async def _play(run: Run, progress: Progress | None) -> dict[str, Any]:
                     fleet.desired if fleet is not None else jobs.active() if jobs is not None else 0,
                     len(world.alive()),
                     ready,
-                    ledger.outstanding - inflight,
-                    inflight,
+                    ledger.outstanding - held,
+                    held,
                     max(0.0, now - oldest) if oldest is not None else 0.0,
                     ledger.completed,
                     queue.calls.total,
@@ -281,7 +331,7 @@ async def _play(run: Run, progress: Progress | None) -> dict[str, Any]:
             await asyncio.sleep(1.0)
 
     async def traffic() -> None:
-        for at, groups in arrivals(shape, fleet_capacity, k, options.seed):
+        for at, groups in arrivals(shape, fleet_capacity, scale.k, options.seed, group_span(run, scale)):
             delay = t0 + at - clock.now()
             if delay > 0:
                 await asyncio.sleep(delay)
@@ -319,7 +369,7 @@ async def _play(run: Run, progress: Progress | None) -> dict[str, Any]:
 
     return figures(
         run=run,
-        k=k,
+        scale=scale,
         start=start,
         ledger=ledger,
         queue=queue,
@@ -353,7 +403,7 @@ def thrash(decisions: list[tuple[float, int]], window: float) -> int:
 def figures(
     *,
     run: Run,
-    k: int,
+    scale: Scale,
     start: float,
     ledger: Ledger,
     queue: FleetQueue,
@@ -382,7 +432,7 @@ def figures(
     message_driven = (
         requests.get("ReceiveMessage", 0) - queue.calls.empty_receives + requests.get("DeleteMessageBatch", 0)
     )
-    estimated = total_requests + (k - 1) * message_driven
+    estimated = total_requests + (scale.k - 1) * message_driven
     messages = ledger.sent
     money = cost.costs(
         requests=estimated,
@@ -394,13 +444,15 @@ def figures(
         fifo=spec.worker.fifo,
     )
     inflight_peak = max((s.inflight for s in series), default=0)
-    limit = FIFO_INFLIGHT_LIMIT if spec.worker.fifo else STANDARD_INFLIGHT_LIMIT
+    limit = inflight_limit(run)
     result: dict[str, Any] = {
         "title": shape.title,
         "platform": run.platform,
         "autoscaler": "oracle" if run.oracle else _autoscaler(spec),
         "seconds": shape.seconds,
-        "scale": k,
+        "scale": scale.k,
+        "scale_width": scale.width,
+        "scale_depth": scale.depth,
         "job_seconds": job_seconds(run),
         "start_seconds": start,
         "capacity_per_second": round(capacity_rate, 2),

@@ -7,8 +7,8 @@ shape's rate, drawn from a seeded generator: the fleet and its oracle see the sa
 
 Each simulated message may stand for `k` real ones (the run's scale, see `Batch` in
 work.py): arrivals are grouped in order, k at a time, and a group is sent once its last
-member has arrived, or once its first has waited `MAX_SPAN` seconds (so a quiet spell
-does not hold messages back).
+member has arrived, or once its first has waited `span` seconds (at most MAX_SPAN: a
+quiet spell does not hold messages back).
 """
 
 from __future__ import annotations
@@ -186,9 +186,12 @@ def poisson(rng: random.Random, mean: float) -> int:
     return k
 
 
-def arrivals(shape: Shape, capacity: float, k: int, seed: int) -> Iterator[tuple[float, list[Group]]]:
+def arrivals(
+    shape: Shape, capacity: float, k: int, seed: int, span: float = MAX_SPAN
+) -> Iterator[tuple[float, list[Group]]]:
     """(time, groups to send then), step by step over the shape; every group has at most
-    `k` messages, and none is held past MAX_SPAN."""
+    `k` messages, and no message waits for the rest of its group more than `span` seconds
+    (plus a step)."""
     rng = random.Random(seed)
     pending, first, last = 0, 0.0, 0.0
     steps = math.ceil(shape.seconds / STEP)
@@ -210,7 +213,7 @@ def arrivals(shape: Shape, capacity: float, k: int, seed: int) -> Iterator[tuple
                 if pending == k:
                     groups.append(Group(k, first, last))
                     pending = 0
-        if pending and end - first >= MAX_SPAN:
+        if pending and end - first >= span:
             groups.append(Group(pending, first, last))
             pending = 0
         if groups:

@@ -1,20 +1,22 @@
 """What the simulated handlers do, and the ledger every message's life is checked against.
 
-Each simulated message is a `Batch` of real messages (one, at scale 1): the ones that
-arrived together (traffic.Group). A handler runs its members one after another, each for
-a job's duration (lognormal around the mean), slowed by the downstream past its knee
-(`Downstream`): so a replica clears what it would clear of real messages, and the fleet's
-replica count, its backlog and the autoscaler's view follow the real ones.
+Each simulated message is a `Batch` of real messages (one, at scale 1): ones that arrived
+together (traffic.Group). Its handler runs them in *waves* of `width`, side by side (the
+replica's real concurrency is `width` times its simulated one: simulation.worker_config),
+each wave for one job's duration (lognormal around the mean), slowed by the downstream
+past its knee (`Downstream`); waves run one after another. At scale k = width x depth a
+replica clears what it would of real messages, members of one wave finish together (as
+`width` real jobs of the same length would), and only a depth above 1 makes members wait
+for the waves before theirs (simulation.choose_scale says when).
 
-A batch is never more than the real messages would be:
-- on SIGTERM (`job.stopping`) its handler finishes the member it runs, then gives the
-  rest back as a new simulated message: the worker would have received none of them;
-- when its replica is killed (SIGKILL) the member it ran is cut off, and redone later:
-  a duplicate run; the members not yet started are visible again at once, as they would
-  have been; one prefetched and never started waits out its visibility timeout, as it
-  would have;
-- a batch finished whose delete never reached SQS before the kill is redelivered, and its
-  last member redone: the real worker's unsent delete.
+A batch is never more than its real messages would be:
+- on SIGTERM (`job.stopping`) its handler finishes the wave it runs, then gives the rest
+  back as a new simulated message: the worker would have received none of them;
+- when its replica is killed (SIGKILL) the wave it ran is cut off, and redone later:
+  duplicate runs; the waves not yet started are visible again at once, as they would have
+  been; a wave prefetched and never started waits out its visibility timeout, as it would;
+- a batch finished whose delete never reached SQS before the kill is redelivered and its
+  last wave redone: the real workers' unsent deletes.
 
 The ledger counts every member: sent, completed (first completions), dead-lettered,
 outstanding, the runs started, duplicate runs by what caused them, and the runs cut off by
@@ -126,19 +128,23 @@ class Batch:
     last: float  # when the last arrived (the rest evenly between)
     done: int = 0  # members completed
     runner: int | None = None  # the replica running it now
-    run_from: int = 0  # the member the current run began at
-    run_start: float = 0.0
-    run_total: float = 0.0  # seconds the current run's members take, before the downstream's slowing
-    cut: str | None = None  # a SIGKILL cut off the member at `done` (why): its next run is a duplicate
-    rerun_last: str | None = None  # done, but its delete never reached SQS before a SIGKILL (why)
+    wave: int = 0  # members in the wave running now
+    cut: str | None = None  # a SIGKILL cut off the wave at `done` (why): its next run repeats it
+    cut_members: int = 0
+    rerun: str | None = None  # done, but its delete never reached SQS before a SIGKILL (why)
+    rerun_members: int = 0  # the last wave, run again on its redelivery
 
     def arrival(self, member: int) -> float:
         return self.first + (self.last - self.first) * member / max(1, self.count - 1)
 
 
 class Ledger:
-    def __init__(self, durations: Durations, downstream: Downstream | None = None, seed: int = 0) -> None:
+    def __init__(
+        self, durations: Durations, downstream: Downstream | None = None, seed: int = 0, width: int = 1
+    ) -> None:
+        """`width`: real messages a simulated handler call runs side by side (a wave)."""
         self.durations = durations
+        self.width = width
         self.downstream = downstream or Downstream(None)
         self.batches: dict[int, Batch] = {}
         self.sent = 0
@@ -149,7 +155,7 @@ class Ledger:
         self.cut: dict[str, int] = {}
         self.calls = 0  # handler calls in flight across the fleet (the downstream's load)
         self.peak_calls = 0
-        self.waits = Histogram()  # arrival to first start, per message
+        self.waits = Histogram()  # per message: from arrival to the start of the run that completed it
         self.simulated = 0  # simulated messages sent (splits included)
         self._oldest: list[tuple[float, int]] = []
         self._ids = itertools.count(1)
@@ -214,82 +220,71 @@ class Ledger:
 
         return router
 
-    def _duplicate(self, cause: str) -> None:
-        self.duplicates[cause] = self.duplicates.get(cause, 0) + 1
-        self.runs += 1
+    def _duplicate(self, cause: str, members: int) -> None:
+        self.duplicates[cause] = self.duplicates.get(cause, 0) + members
 
     async def run(self, job: Job[str], replica: Replica) -> None:
         batch = self.batches.get(int(job.body))
         if batch is None:
             return
         if batch.runner is not None and batch.runner != replica.number:
-            self._duplicate("lease")  # its lease ran out while another replica ran it
-        if batch.rerun_last is not None:
-            self._duplicate(batch.rerun_last)
-            batch.rerun_last = None
-            await self._work(self.durations.total(self._rng, 1), replica)
+            self._duplicate("lease", batch.wave)  # its lease ran out while another replica ran it
+        if batch.rerun is not None:
+            self._duplicate(batch.rerun, batch.rerun_members)
+            members, batch.rerun = batch.rerun_members, None
+            self.runs += members
+            self.calls += members
+            try:
+                await asyncio.sleep(self.durations.total(self._rng, 1) * self.downstream.factor(self.calls))
+            finally:
+                self.calls -= members
             return
-        if batch.done >= batch.count:
-            return
-        if batch.cut is not None:
-            self._duplicate(batch.cut)
-            batch.cut = None
-        n = batch.count - batch.done
-        self.runs += n
-        batch.runner, batch.run_from, batch.run_start = replica.number, batch.done, clock.now()
-        batch.run_total = self.durations.total(self._rng, n)
-        self.calls += 1
-        self.peak_calls = max(self.peak_calls, self.calls)
+        batch.runner = replica.number
         try:
-            elapsed = 0.0
-            while elapsed < batch.run_total:
-                step = min(SLICE, batch.run_total - elapsed)
-                await asyncio.sleep(step * self.downstream.factor(self.calls))
-                if replica.killed or batch.runner != replica.number:
+            while batch.done < batch.count:
+                if not await self._wave(batch, replica):
                     return  # cut off by a SIGKILL, or redone elsewhere: the ledger counted it
-                elapsed += step
-                progress = elapsed / batch.run_total * n
-                if job.stopping and elapsed < batch.run_total:
-                    # SIGTERM: finish the member it runs, give the rest back untouched.
-                    rest = math.ceil(progress - 1e-9) - progress
-                    if rest > 0:
-                        await asyncio.sleep(rest * batch.run_total / n * self.downstream.factor(self.calls))
-                        if replica.killed or batch.runner != replica.number:
-                            return
-                    self._complete(batch, batch.run_from + math.ceil(progress - 1e-9))
-                    if batch.done < batch.count:
-                        self.split(batch, batch.done)
+                if job.stopping and batch.done < batch.count:
+                    self.split(batch, batch.done)  # SIGTERM: the rest goes back, never started
                     return
-                self._complete(batch, batch.run_from + int(progress + 1e-9))
-            self._complete(batch, batch.count)
         except asyncio.CancelledError:
-            # The job timeout (or its lease's loss) cancelled it: the member it ran is redone.
+            # The job timeout (or its lease's loss) cancelled it: the wave it ran is redone.
             if batch.runner == replica.number and not replica.killed and batch.done < batch.count:
-                batch.cut = "timeout"
+                batch.cut, batch.cut_members = "timeout", batch.wave
             raise
         finally:
-            self.calls -= 1
             if batch.runner == replica.number:
                 batch.runner = None
 
-    async def _work(self, seconds: float, replica: Replica) -> None:
-        self.calls += 1
+    async def _wave(self, batch: Batch, replica: Replica) -> bool:
+        """Run the next `width` members side by side; False if the run was cut off."""
+        members = min(self.width, batch.count - batch.done)
+        if batch.cut is not None:
+            self._duplicate(batch.cut, min(members, batch.cut_members))
+            batch.cut = None
+        batch.wave = members
+        self.runs += members
+        began = clock.now()
+        seconds = self.durations.total(self._rng, 1)
+        self.calls += members
+        self.peak_calls = max(self.peak_calls, self.calls)
         try:
-            await asyncio.sleep(seconds * self.downstream.factor(self.calls))
+            elapsed = 0.0
+            while elapsed < seconds:
+                step = min(SLICE, seconds - elapsed)
+                await asyncio.sleep(step * self.downstream.factor(self.calls))
+                if replica.killed or batch.runner != replica.number:
+                    return False
+                elapsed += step
         finally:
-            self.calls -= 1
-
-    def _complete(self, batch: Batch, upto: int) -> None:
-        upto = min(upto, batch.count)
-        if upto <= batch.done:
-            return
-        # Waits: each member started when the ones before it in this run were done.
-        per = batch.run_total / max(1, batch.count - batch.run_from)
-        start = batch.run_start + (batch.done - batch.run_from) * per
-        end = batch.run_start + (upto - 1 - batch.run_from) * per
-        self.waits.add_range(start - batch.arrival(batch.done), end - batch.arrival(upto - 1), upto - batch.done)
-        self.completed += upto - batch.done
-        batch.done = upto
+            self.calls -= members
+            batch.wave = 0
+        # Waits: from arrival to the start of the run that completed it.
+        first, last = batch.arrival(batch.done), batch.arrival(batch.done + members - 1)
+        self.waits.add_range(began - first, began - last, members)
+        self.completed += members
+        batch.done += members
+        return True
 
     def split(self, batch: Batch, at: int) -> None:
         """Members `at`.. of `batch` become a simulated message of their own, visible now."""
@@ -307,18 +302,19 @@ class Ledger:
             batch = self.batches.get(int(body))
             if batch is None:
                 continue
-            if batch.done >= batch.count:  # finished, its delete never sent
-                self.cut[cause] = self.cut.get(cause, 0) + 1
-                batch.rerun_last = cause
+            if batch.done >= batch.count:  # finished, its delete never sent: its last wave again
+                last = batch.count % self.width or min(self.width, batch.count)
+                self.cut[cause] = self.cut.get(cause, 0) + last
+                batch.rerun, batch.rerun_members = cause, last
                 continue
-            if batch.runner == replica.number:
-                batch.runner = None
-                self.cut[cause] = self.cut.get(cause, 0) + 1
-                batch.cut = cause
-            # What it had not started: the first waits out its lease with the dead replica,
+            if batch.runner == replica.number and batch.wave:
+                self.cut[cause] = self.cut.get(cause, 0) + batch.wave
+                batch.cut, batch.cut_members = cause, batch.wave
+            batch.runner = None
+            # What it had not started: one wave waits out its lease with the dead replica,
             # the rest was never received.
-            if batch.count - batch.done > 1:
-                self.split(batch, batch.done + 1)
+            if batch.count - batch.done > self.width:
+                self.split(batch, batch.done + self.width)
 
 
 class Replica:
