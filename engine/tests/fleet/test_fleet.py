@@ -103,8 +103,8 @@ def test_an_ecs_service_and_its_oracle_keep_every_message() -> None:
 
 
 def test_a_scaled_job_runs_each_message_in_a_pod_of_its_own() -> None:
-    env = {"WORKER_MAX_JOBS": "1", "WORKER_IDLE_EXIT_SECONDS": "60", "WORKER_DRAIN_POLLS": "true"}
-    spec = ScaledJob(worker(**env), 0, 6, 30, "accurate", ("Ready", "PodScheduled"), SqsTrigger(1, 0, False), 900.0)
+    runs_one = worker(WORKER_MAX_JOBS="1", WORKER_IDLE_EXIT_SECONDS="60", WORKER_DRAIN_POLLS="true")
+    spec = ScaledJob(runs_one, 0, 6, 30, "accurate", ("Ready", "PodScheduled"), SqsTrigger(1, 0, False), 900.0)
     shape = Shape("steady", "steady", 1800.0, Steady(0.5), events=(Event(900.0, "crash"),))
     for oracle in (False, True):
         result = simulate(Run(shape, "kubernetes", Bake(kubernetes=spec), Options(job_seconds=20.0), oracle=oracle))
@@ -136,7 +136,7 @@ def test_a_message_standing_for_k_gives_the_figures_of_one_for_one() -> None:
             runs[k].append(result)
 
     def mean(k: int, key: str) -> float:
-        return sum(r[key] for r in runs[k]) / len(runs[k])
+        return float(sum(r[key] for r in runs[k])) / len(runs[k])
 
     assert mean(4, "simulated_messages") < mean(1, "simulated_messages") / 2
     assert mean(4, "messages") == mean(1, "messages"), "the same traffic"
