@@ -156,6 +156,7 @@ class Answers:
     large: bool
     tracing: bool
     workload: str = "deployment"
+    fifo_throughput: str = "standard"
 
     @classmethod
     def of(cls, given: dict[str, str]) -> Answers:
@@ -179,6 +180,7 @@ class Answers:
             large=c["large_payloads"] == "yes",
             tracing=c["tracing"] == "yes",
             workload=c["kubernetes_workload"],
+            fifo_throughput=c["fifo_throughput"],
         )
 
     @property
@@ -1150,6 +1152,12 @@ def test_queues_template(projects: dict[str, Path], key: str) -> None:
     for props in (queue, dead):
         assert props.get("FifoQueue", False) is fifo
         assert props["SqsManagedSseEnabled"] is True
+    # fifo_throughput=high: the queue's limits per message group (its DLQ keeps the standard mode).
+    high = fifo and answers.fifo_throughput == "high"
+    assert (queue.get("DeduplicationScope"), queue.get("FifoThroughputLimit")) == (
+        ("messageGroup", "perMessageGroupId") if high else (None, None)
+    )
+    assert "FifoThroughputLimit" not in dead
     assert queue["VisibilityTimeout"] == answers.visibility
     assert queue["ReceiveMessageWaitTimeSeconds"] == LIMITS.MAX_WAIT_SECONDS
     assert queue["RedrivePolicy"] == {
