@@ -734,6 +734,7 @@ def test_ecs_service(projects: dict[str, Path], key: str) -> None:
     tracking = policy["TargetTrackingScalingPolicyConfiguration"]
     assert policy["PolicyType"] == "TargetTrackingScaling"
     assert tracking["ScaleInCooldown"] >= 300 > tracking["ScaleOutCooldown"]
+    # One round of work per task, visible and in flight.
     assert tracking["TargetValue"] == answers.concurrency
     metrics = {m["Id"]: m for m in tracking["CustomizedMetricSpecification"]["Metrics"]}
     stats = {
@@ -742,11 +743,13 @@ def test_ecs_service(projects: dict[str, Path], key: str) -> None:
         if "MetricStat" in m
     }
     visible = stats[("AWS/SQS", "ApproximateNumberOfMessagesVisible")]
-    assert visible["MetricStat"]["Metric"]["Dimensions"] == [{"Name": "QueueName", "Value": answers.queue}]
+    in_flight = stats[("AWS/SQS", "ApproximateNumberOfMessagesNotVisible")]
+    for counted in (visible, in_flight):
+        assert counted["MetricStat"]["Metric"]["Dimensions"] == [{"Name": "QueueName", "Value": answers.queue}]
     tasks = stats[("ECS/ContainerInsights", "RunningTaskCount")]
     returned = [m for m in metrics.values() if m.get("ReturnData")]
     assert len(returned) == 1
-    assert returned[0]["Expression"].replace(" ", "") == f"{visible['Id']}/{tasks['Id']}"
+    assert returned[0]["Expression"].replace(" ", "") == f"({visible['Id']}+{in_flight['Id']})/{tasks['Id']}"
 
     # Roles: ECS tasks of this account only may assume them. The task role grants exactly
     # the policy file's statements (built by the stack for its partition, region, account

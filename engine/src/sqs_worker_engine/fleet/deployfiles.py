@@ -130,6 +130,7 @@ class EcsService:
     scale_in_cooldown: int
     min_healthy_percent: int
     max_percent: int
+    in_flight: bool = False  # the policy's metric counts messages in flight (NotVisible), not only visible ones
 
 
 @dataclass(frozen=True)
@@ -367,6 +368,13 @@ def read_ecs(path: Path) -> EcsService:
     policy = kind("AWS::ApplicationAutoScaling::ScalingPolicy").get("TargetTrackingScalingPolicyConfiguration", {})
     if not policy:
         raise DeployFileError(f"{path}: the scaling policy is not target tracking")
+    counted = {
+        m["MetricStat"]["Metric"]["MetricName"]
+        for m in policy.get("CustomizedMetricSpecification", {}).get("Metrics", [])
+        if "MetricStat" in m
+    }
+    if "ApproximateNumberOfMessagesVisible" not in counted:
+        raise DeployFileError(f"{path}: the target tracking policy does not count the queue's visible messages")
     return EcsService(
         worker,
         minimum=_int(resolve(target.get("MinCapacity", 1)), "MinCapacity"),
@@ -377,6 +385,7 @@ def read_ecs(path: Path) -> EcsService:
         scale_in_cooldown=_int(resolve(policy.get("ScaleInCooldown", 300)), "ScaleInCooldown"),
         min_healthy_percent=_int(resolve(deployment.get("MinimumHealthyPercent", 100)), "MinimumHealthyPercent"),
         max_percent=_int(resolve(deployment.get("MaximumPercent", 200)), "MaximumPercent"),
+        in_flight="ApproximateNumberOfMessagesNotVisible" in counted,
     )
 
 

@@ -1,6 +1,7 @@
 """ECS service autoscaling as the generated stack sets it: an Application Auto Scaling
-target tracking policy on visible messages per running task (metric math over
-AWS/SQS ApproximateNumberOfMessagesVisible and ECS/ContainerInsights RunningTaskCount).
+target tracking policy on messages per running task (metric math over AWS/SQS
+ApproximateNumberOfMessagesVisible, plus ApproximateNumberOfMessagesNotVisible when the
+policy counts it, and ECS/ContainerInsights RunningTaskCount).
 
 The policy acts through the two CloudWatch alarms target tracking creates for it, on
 one-minute datapoints: the high alarm when 3 datapoints in a row are above the target,
@@ -29,9 +30,13 @@ LOW_DATAPOINTS = 15
 LOW_RATIO = 0.9
 
 
-def metric(point: Datapoint) -> float:
-    """visible / tasks: the stack's metric math (no tasks: as many messages as there are)."""
-    return point.visible / point.running if point.running else point.visible
+def messages(point: Datapoint, in_flight: bool) -> float:
+    return point.visible + (point.inflight if in_flight else 0)
+
+
+def metric(point: Datapoint, in_flight: bool = False) -> float:
+    """messages / tasks: the stack's metric math (no tasks: as many messages as there are)."""
+    return messages(point, in_flight) / point.running if point.running else messages(point, in_flight)
 
 
 @dataclass
@@ -43,9 +48,9 @@ class TargetTracking:
 
     def decide(self, now: float, points: list[Datapoint], current: int) -> int:
         """The desired count, given the latest datapoints (newest first)."""
-        target = self.spec.target
-        if len(points) >= HIGH_DATAPOINTS and all(metric(p) > target for p in points[:HIGH_DATAPOINTS]):
-            wanted = math.ceil(points[0].visible / target)
+        target, in_flight = self.spec.target, self.spec.in_flight
+        if len(points) >= HIGH_DATAPOINTS and all(metric(p, in_flight) > target for p in points[:HIGH_DATAPOINTS]):
+            wanted = math.ceil(messages(points[0], in_flight) / target)
             if now - self.last_out < self.spec.scale_out_cooldown:
                 wanted = max(wanted, self.out_to)  # what the last scale-out added still counts
             wanted = min(self.spec.maximum, wanted)
@@ -54,12 +59,12 @@ class TargetTracking:
                 return wanted
             return current
         low = target * LOW_RATIO
-        quiet = len(points) >= LOW_DATAPOINTS and all(metric(p) < low for p in points[:LOW_DATAPOINTS])
+        quiet = len(points) >= LOW_DATAPOINTS and all(metric(p, in_flight) < low for p in points[:LOW_DATAPOINTS])
         cooled = (
             now - self.last_in >= self.spec.scale_in_cooldown and now - self.last_out >= self.spec.scale_out_cooldown
         )
         if quiet and cooled:
-            wanted = max(self.spec.minimum, math.ceil(points[0].visible / target))
+            wanted = max(self.spec.minimum, math.ceil(messages(points[0], in_flight) / target))
             if wanted < current:
                 self.last_in = now
                 return wanted
