@@ -41,7 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--shapes", default=",".join(STANDARD), help=f"comma-separated, of: {', '.join(SHAPES)}")
     parser.add_argument(
-        "--job-seconds", type=float, help="mean job duration (default 1 s; a ScaledJob: job timeout / 4)"
+        "--job-seconds", type=float, help="mean job duration (default 5 s; a ScaledJob: job timeout / 4)"
     )
     parser.add_argument("--start-seconds", type=float, help="replica start latency (default 30 s pods, 60 s ECS tasks)")
     parser.add_argument("--scale", type=int, help="real messages per simulated one (default: chosen per shape)")

@@ -57,7 +57,7 @@ class Options:
     sqs_latency: float = 0.02  # each SQS request's round trip
     downstream: int | None = None  # calls in flight the downstream takes (None: the fleet's handler budget)
     drain_limit: float = 3 * 3600.0  # after the shape, how long the fleet may take to finish
-    budget: int = 150_000  # simulated messages a run aims at when choosing its scale
+    budget: int = 600_000  # simulated messages a run aims at when choosing its scale
     max_batch_seconds: float = 10.0  # the longest a simulated message's run may be (below heartbeats)
     inflight_limit: int | None = None  # SQS's in-flight quota (None: 120,000 standard, 20,000 FIFO)
 
@@ -97,9 +97,16 @@ def capacity(run: Run) -> float:
     return maximum * per_replica / seconds
 
 
+# The standard shapes' mean job. A fleet's replicas follow its load (rate x job time), so
+# shorter jobs at the same load give the same fleet with more messages, which cost the
+# simulator CPU and nothing else: 5 s keeps a simulated day near half a million messages,
+# run one for one (see choose_scale).
+DEFAULT_JOB_SECONDS = 5.0
+
+
 def job_seconds(run: Run) -> float:
-    """The mean job: the shape's, else the run's, else 1 s (a quarter of the job timeout
-    for a ScaledJob, whose jobs are long)."""
+    """The mean job: the shape's, else the run's, else DEFAULT_JOB_SECONDS (a quarter of
+    the job timeout for a ScaledJob, whose jobs are long)."""
     if run.shape.job_seconds is not None:
         return run.shape.job_seconds
     if run.options.job_seconds is not None:
@@ -107,7 +114,7 @@ def job_seconds(run: Run) -> float:
     spec = run.spec()
     if isinstance(spec, ScaledJob):
         return spec.worker.number("WORKER_JOB_TIMEOUT_MS", 60_000) / 1000 / 4
-    return 1.0
+    return DEFAULT_JOB_SECONDS
 
 
 def inflight_limit(run: Run) -> int:
