@@ -129,7 +129,12 @@ def test_a_message_standing_for_k_gives_the_figures_of_one_for_one() -> None:
     for seed in (1, 3):
         for k in runs:
             result = simulate(
-                Run(shape, "kubernetes", kubernetes(maximum=6), Options(scale=k, start_seconds=20.0, seed=seed))
+                Run(
+                    shape,
+                    "kubernetes",
+                    kubernetes(maximum=6),
+                    Options(scale=k, job_seconds=1.0, start_seconds=20.0, seed=seed),
+                )
             )
             check(result)
             assert result["scale"] == k

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import sqs_worker_engine
-from sqs_worker_engine.fleet import hpa, keda, oracle, traffic
+from sqs_worker_engine.fleet import deployfiles, hpa, keda, oracle, traffic
 from sqs_worker_engine.fleet.counts import Counts, Datapoint, Truth
 from sqs_worker_engine.fleet.deployfiles import (
     DEFAULT_SCALE_DOWN,
@@ -279,3 +279,135 @@ def test_the_simulator_sits_above_the_engine() -> None:
             if isinstance(node, ast.ImportFrom) and node.level == 2:
                 names = [node.module] if node.module else [alias.name for alias in node.names]
                 assert set(names) <= allowed, f"{path.name} imports {names} of the engine"
+
+
+# -- what the simulator reads ------------------------------------------------------------
+
+DEPLOYMENT = """
+apiVersion: apps/v1
+kind: Deployment
+spec:
+  strategy: {type: RollingUpdate, rollingUpdate: {maxSurge: 0, maxUnavailable: 1}}
+  template:
+    spec:
+      terminationGracePeriodSeconds: 105
+      containers:
+        - name: worker
+          env:
+            - {name: WORKER_QUEUES, value: "orders.fifo"}
+            - {name: WORKER_CONCURRENCY, value: "8"}
+            - name: FROM_A_SECRET
+              valueFrom: {secretKeyRef: {name: s, key: k}}
+          resources: {requests: {cpu: 250m, memory: 512Mi}}
+---
+apiVersion: keda.sh/v1alpha1
+kind: ScaledObject
+spec:
+  minReplicaCount: 1
+  maxReplicaCount: 10
+  advanced:
+    horizontalPodAutoscalerConfig:
+      behavior:
+        scaleDown:
+          stabilizationWindowSeconds: 300
+          selectPolicy: Min
+          policies: [{type: Pods, value: 1, periodSeconds: 60}]
+  triggers:
+    - type: aws-sqs-queue
+      metadata: {queueLength: "8", activationQueueLength: "0", scaleOnInFlight: "true"}
+    - type: aws-cloudwatch
+      metadata: {metricName: ApproximateAgeOfOldestMessage, targetMetricValue: "120"}
+"""
+
+SERVICE = """
+Parameters:
+  Target: {Type: Number, Default: 8}
+Resources:
+  Task:
+    Type: AWS::ECS::TaskDefinition
+    Properties:
+      Cpu: "512"
+      Memory: "1024"
+      ContainerDefinitions:
+        - Name: worker
+          StopTimeout: 105
+          Environment:
+            - {Name: WORKER_QUEUES, Value: "orders"}
+            - Name: WORKER_LARGE_PAYLOAD_BUCKET
+              Value: !Ref Bucket
+  Service:
+    Type: AWS::ECS::Service
+    Properties:
+      DeploymentConfiguration: {MaximumPercent: 100, MinimumHealthyPercent: 50}
+  Target2:
+    Type: AWS::ApplicationAutoScaling::ScalableTarget
+    Properties: {MinCapacity: 2, MaxCapacity: 10}
+  Policy:
+    Type: AWS::ApplicationAutoScaling::ScalingPolicy
+    Properties:
+      TargetTrackingScalingPolicyConfiguration:
+        TargetValue: !Ref Target
+        ScaleOutCooldown: 60
+        CustomizedMetricSpecification:
+          Metrics:
+            - Id: visible
+              MetricStat: {Metric: {MetricName: ApproximateNumberOfMessagesVisible}}
+            - Id: in_flight
+              MetricStat: {Metric: {MetricName: ApproximateNumberOfMessagesNotVisible}}
+            - Id: per_task
+              Expression: !Sub "(visible + in_flight) / tasks"
+"""
+
+
+def test_the_deploy_files_are_read_with_the_platforms_defaults_for_what_they_leave_out(tmp_path: Path) -> None:
+    (tmp_path / "k8s").mkdir()
+    (tmp_path / "k8s" / "worker.yaml").write_text(DEPLOYMENT)
+    (tmp_path / "ecs").mkdir()
+    (tmp_path / "ecs" / "service.yaml").write_text(SERVICE)
+    bake = deployfiles.read(tmp_path)
+    assert bake.platforms() == ["kubernetes", "ecs"]
+    k8s = bake.kubernetes
+    assert isinstance(k8s, deployfiles.Deployment)
+    assert (k8s.worker.queue, k8s.worker.fifo, k8s.worker.concurrency, k8s.worker.grace) == (
+        "orders.fifo",
+        True,
+        8,
+        105,
+    )
+    assert (k8s.worker.cpu, k8s.worker.memory_gib) == (0.25, 0.5)
+    assert "FROM_A_SECRET" not in k8s.worker.env
+    assert (k8s.max_surge, k8s.max_unavailable) == (0, 1)
+    scaling = k8s.scaling
+    assert (scaling.minimum, scaling.maximum, scaling.polling, scaling.cooldown) == (1, 10, 30, 300)
+    assert scaling.scale_up == DEFAULT_SCALE_UP, "no scaleUp: the HPA's default"
+    assert scaling.scale_down == Rules(300, "Min", (Policy("Pods", 1, 60),))
+    assert scaling.sqs == SqsTrigger(8, 0, True, False)
+    assert scaling.age is not None and scaling.age.target == 120.0
+    ecs = bake.ecs
+    assert ecs is not None
+    assert (ecs.minimum, ecs.maximum, ecs.target, ecs.scale_out_cooldown, ecs.scale_in_cooldown) == (
+        2,
+        10,
+        8.0,
+        60,
+        300,
+    )
+    assert (ecs.min_healthy_percent, ecs.max_percent, ecs.in_flight) == (50, 100, True)
+    assert (ecs.worker.cpu, ecs.worker.memory_gib, ecs.worker.grace) == (0.5, 1.0, 105.0)
+
+
+@pytest.mark.parametrize(
+    ("files", "fragment"),
+    [
+        ({}, "neither k8s/"),
+        ({"k8s/a.yaml": "kind: Deployment\nspec: {}\n"}, "without a KEDA ScaledObject"),
+        ({"k8s/a.yaml": "kind: [unclosed\n"}, "not YAML"),
+        ({"ecs/service.yaml": "Resources: {}\n"}, "no AWS::ECS::TaskDefinition"),
+    ],
+)
+def test_a_deploy_directory_the_simulator_cannot_play_is_named_with_why(tmp_path: Path, files, fragment) -> None:
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    with pytest.raises(deployfiles.DeployFileError, match=fragment):
+        deployfiles.read(tmp_path)

@@ -142,30 +142,39 @@ class Scale:
 
 
 def choose_scale(run: Run) -> Scale:
-    """1 unless the shape has more than the budget of simulated messages; then first a
-    width (a divisor of the concurrency: no message waits for another), then a depth,
-    never so deep that a simulated message's run outlasts `max_batch_seconds` (a depth
-    makes members wait for the waves before theirs; a long run would need heartbeats a
-    real job does not). A ScaledJob's pod takes one message: always 1."""
+    """1 unless the shape has more than the budget of simulated messages; then a width (a
+    divisor of the concurrency: no message waits for another) no wider than the quietest
+    moment of the shape fills within a group's span (a wave less than full would hold a
+    simulated slot that stands for `width` real ones), then a depth, never so deep that a
+    simulated message's run outlasts `max_batch_seconds` (a depth makes members wait for
+    the waves before theirs; a long run would need heartbeats a real job does not).
+    `--scale K` is taken as given. A ScaledJob's pod takes one message: always 1."""
     spec = run.spec()
     if isinstance(spec, ScaledJob):
         return Scale()
     concurrency = spec.worker.concurrency
     if run.options.scale is not None:
         wanted = run.options.scale
-    else:
-        expected = run.shape.mean_rate(capacity(run)) * run.shape.seconds
-        wanted = math.ceil(expected / run.options.budget)
-    width = max(d for d in range(1, concurrency + 1) if concurrency % d == 0 and d <= max(1, wanted))
-    depth = math.ceil(wanted / width)
-    if run.options.scale is None:
-        depth = min(depth, max(1, math.floor(run.options.max_batch_seconds / job_seconds(run))))
-    return Scale(width, max(1, depth))
+        width = max(d for d in range(1, concurrency + 1) if concurrency % d == 0 and d <= wanted)
+        return Scale(width, math.ceil(wanted / width))
+    expected = run.shape.mean_rate(capacity(run)) * run.shape.seconds
+    wanted = math.ceil(expected / run.options.budget)
+    deepest = max(1, math.floor(run.options.max_batch_seconds / job_seconds(run)))
+    quietest = min(run.shape.rate(t, capacity(run)) for t in _moments(run.shape.seconds))
+    for width in sorted((d for d in range(1, concurrency + 1) if concurrency % d == 0 and d <= wanted), reverse=True):
+        scale = Scale(width, min(deepest, math.ceil(wanted / width)))
+        if width == 1 or quietest * group_span(run, scale) >= width:
+            return scale
+    return Scale()
+
+
+def _moments(seconds: float, step: float = 60.0) -> list[float]:
+    return [i * step for i in range(max(1, int(seconds / step)))]
 
 
 def group_span(run: Run, scale: Scale) -> float:
-    """How long a group's first message waits for the rest: long enough to fill the group
-    at the shape's mean rate, at most half the waves' time, never past MAX_SPAN."""
+    """How long a group's first message waits for the rest: half the waves' time, at least
+    50 ms, never past MAX_SPAN."""
     return min(MAX_SPAN, max(0.05, 0.5 * scale.depth * job_seconds(run)))
 
 
@@ -202,192 +211,194 @@ class Sample:
 def simulate(run: Run, progress: Progress | None = None) -> dict[str, Any]:
     """Play `run` on virtual time; its figures (and `series`, one sample a second)."""
     wall, cpu = time.perf_counter(), time.process_time()
-    result = run_on_virtual_time(_play(run, progress))
+    result = run_on_virtual_time(Simulation(run, progress).play())
     result["wall_seconds"] = round(time.perf_counter() - wall, 1)
     result["cpu_seconds"] = round(time.process_time() - cpu, 1)
     return result
 
 
-async def _play(run: Run, progress: Progress | None) -> dict[str, Any]:
-    shape, options, spec = run.shape, run.options, run.spec()
-    worker = spec.worker
-    per_replica, minimum, maximum = fleet_shape(spec)
-    seconds_per_job = job_seconds(run)
-    fleet_capacity = capacity(run)
-    scale = choose_scale(run)
-    start = start_seconds(run)
-    rng = random.Random(options.seed)
-    queue_name = worker.queue.removesuffix(".fifo")
-    longest = 0.9 * worker.number("WORKER_JOB_TIMEOUT_MS", 60_000) / 1000
-    ledger = Ledger(
-        Durations(seconds_per_job, longest=longest),
-        Downstream(options.downstream or maximum * per_replica),
-        seed=options.seed,
-        width=scale.width,
-    )
-    counts = Counts(lag=options.count_lag, delay=options.cloudwatch_delay, seed=options.seed)
-    queue = FleetQueue(
-        queue_name,
-        visibility=int(worker.number("WORKER_VISIBILITY_TIMEOUT_SECONDS", 30)),
-        max_receive_count=int(worker.number("WORKER_MAX_RECEIVE_COUNT", 5)),
-        counts=counts.sqs_attributes,
-        latency=options.sqs_latency,
-        inflight_limit=inflight_limit(run),
-        on_deleted=ledger.deleted,
-        on_dead_letter=ledger.dead_lettered_,
-    )
-    ledger.put = queue.put
-    world = World(
-        queue,
-        ledger,
-        worker_config(worker, queue_name, scale.width),
-        start_seconds=start,
-        grace=worker.grace,
-        seed=options.seed,
-    )
-    readers = keda.Readers(queue, counts)
+class Simulation:
+    """One run's pieces, wired: the queue and its ledger, the counts readers see, the pods,
+    the autoscaler (or the oracle), the traffic, the platform's events and the sampler."""
 
-    def inflight() -> int:
+    def __init__(self, run: Run, progress: Progress | None) -> None:
+        self.run, self.progress = run, progress
+        self.spec = spec = run.spec()
+        worker, options = spec.worker, run.options
+        self.per_replica, self.minimum, self.maximum = fleet_shape(spec)
+        self.capacity = capacity(run)
+        self.scale = choose_scale(run)
+        self.start = start_seconds(run)
+        self.rng = random.Random(options.seed)
+        name = worker.queue.removesuffix(".fifo")
+        longest = 0.9 * worker.number("WORKER_JOB_TIMEOUT_MS", 60_000) / 1000
+        self.ledger = ledger = Ledger(
+            Durations(job_seconds(run), longest=longest),
+            Downstream(options.downstream or self.maximum * self.per_replica),
+            seed=options.seed,
+            width=self.scale.width,
+        )
+        self.counts = Counts(lag=options.count_lag, delay=options.cloudwatch_delay, seed=options.seed)
+        self.queue = FleetQueue(
+            name,
+            visibility=int(worker.number("WORKER_VISIBILITY_TIMEOUT_SECONDS", 30)),
+            max_receive_count=int(worker.number("WORKER_MAX_RECEIVE_COUNT", 5)),
+            counts=self.counts.sqs_attributes,
+            latency=options.sqs_latency,
+            inflight_limit=inflight_limit(run),
+            on_deleted=ledger.deleted,
+            on_dead_letter=ledger.dead_lettered_,
+        )
+        ledger.put = self.queue.put
+        self.world = World(
+            self.queue,
+            ledger,
+            worker_config(worker, name, self.scale.width),
+            start_seconds=self.start,
+            grace=worker.grace,
+            seed=options.seed,
+        )
+        self.readers = keda.Readers(self.queue, self.counts)
+        self.fleet: ReplicaSet | None = None
+        self.jobs: JobPods | None = None
+        self.series: list[Sample] = []
+        self.decisions: list[tuple[float, int]] = []
+        self.tasks: list[asyncio.Task[Any]] = []
+        self.t0 = 0.0
+
+    def inflight(self) -> int:
         """Real messages in flight: a simulated one in flight holds a wave of `width`."""
-        return min(ledger.outstanding, queue.inflight * scale.width)
+        return min(self.ledger.outstanding, self.queue.inflight * self.scale.width)
 
-    def visible() -> int:
-        return ledger.outstanding - inflight()
+    def visible(self) -> int:
+        return self.ledger.outstanding - self.inflight()
 
-    # The fleet at its minimum, every pod ready, before the shape begins.
-    fleet: ReplicaSet | None = None
-    jobs: JobPods | None = None
-    if isinstance(spec, ScaledJob):
-        jobs = JobPods(world, deadline=spec.deadline)
-    else:
+    def rate(self, t: float) -> float:
+        return self.run.shape.rate(t, self.capacity) if 0 <= t < self.run.shape.seconds else 0.0
+
+    def decided(self, desired: int) -> None:
+        if not self.decisions or self.decisions[-1][1] != desired:
+            self.decisions.append((clock.now() - self.t0, desired))
+
+    async def play(self) -> dict[str, Any]:
+        shape, options = self.run.shape, self.run.options
+        await self._stand_up()
+        self.t0 = clock.now()
+        self.tasks += [
+            asyncio.ensure_future(self._autoscaler()),
+            asyncio.ensure_future(self._sample()),
+            asyncio.ensure_future(self._events()),
+        ]
+        await self._traffic()
+        remaining = self.t0 + shape.seconds - clock.now()
+        if remaining > 0:
+            await asyncio.sleep(remaining)
+        end = clock.now()
+        while self.ledger.outstanding > 0 and clock.now() < end + options.drain_limit:  # noqa: ASYNC110 - virtual time
+            await asyncio.sleep(5.0)
+        drained = clock.now() - end
+        for task in self.tasks:
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+        await self.world.close()
+        await self.queue.settle()
+        if self.progress is not None:
+            self.progress(1.0, f"{self.ledger.completed:,} of {self.ledger.sent:,} messages done")
+        return figures(self, drained)
+
+    async def _stand_up(self) -> None:
+        """The fleet at its minimum, every pod ready, before the shape begins."""
+        spec = self.spec
+        if isinstance(spec, ScaledJob):
+            self.jobs = JobPods(self.world, deadline=spec.deadline)
+            return
         unavailable = spec.max_unavailable if isinstance(spec, Deployment) else _ecs_unavailable(spec)
-        fleet = ReplicaSet(world, minimum=minimum, max_unavailable=unavailable)
-        fleet.reconcile()
-        while fleet.ready() < minimum:  # noqa: ASYNC110 - virtual time: looking costs nothing
+        self.fleet = ReplicaSet(self.world, minimum=self.minimum, max_unavailable=unavailable)
+        self.fleet.reconcile()
+        while self.fleet.ready() < self.minimum:  # noqa: ASYNC110 - virtual time: looking costs nothing
             await asyncio.sleep(1.0)
-    t0 = clock.now()
-    decisions: list[tuple[float, int]] = []
 
-    def decided(desired: int) -> None:
-        if not decisions or decisions[-1][1] != desired:
-            decisions.append((clock.now() - t0, desired))
-
-    def rate(t: float) -> float:
-        return shape.rate(t, fleet_capacity) if 0 <= t < shape.seconds else 0.0
-
-    tasks: list[asyncio.Task[Any]] = []
-    if fleet is not None:
-        if run.oracle:
-            the_oracle = oracle.Oracle(rate, seconds_per_job, per_replica, start * 1.2, minimum, maximum)
-            tasks.append(asyncio.ensure_future(oracle.scale(the_oracle, fleet, visible, decided, t0)))
-        elif isinstance(spec, Deployment):
-            tasks.append(asyncio.ensure_future(keda.scale_object(spec.scaling, readers, fleet, decided)))
-        else:
-            assert isinstance(spec, EcsService)
-            tasks.append(asyncio.ensure_future(targettracking.track(spec, readers, fleet, decided)))
-    else:
-        assert jobs is not None
+    async def _autoscaler(self) -> None:
+        run, spec = self.run, self.spec
+        if self.fleet is not None:
+            if run.oracle:
+                the = oracle.Oracle(
+                    self.rate, job_seconds(run), self.per_replica, self.start * 1.2, self.minimum, self.maximum
+                )
+                await oracle.scale(the, self.fleet, self.visible, self.decided, self.t0)
+            elif isinstance(spec, Deployment):
+                await keda.scale_object(spec.scaling, self.readers, self.fleet, self.decided)
+            else:
+                assert isinstance(spec, EcsService)
+                await targettracking.track(spec, self.readers, self.fleet, self.decided)
+            return
+        assert self.jobs is not None
         assert isinstance(spec, ScaledJob)
-        if run.oracle:
+        if not run.oracle:
+            await keda.scale_jobs(spec, self.readers, self.jobs)
+            return
 
-            def idle() -> int:
-                return sum(1 for p in world.alive() if p.worker is None or not p.worker.active_job_count)
+        def idle() -> int:  # Jobs whose pod has no job yet
+            return sum(1 for p in self.world.alive() if p.worker is None or not p.worker.active_job_count)
 
-            ahead = arrivals(shape, fleet_capacity, scale.k, options.seed, group_span(run, scale))
-            tasks.append(
-                asyncio.ensure_future(oracle.start_jobs(ahead, jobs, start * 1.2, spec.maximum, visible, idle, t0))
-            )
-        else:
-            tasks.append(asyncio.ensure_future(keda.scale_jobs(spec, readers, jobs)))
+        ahead = arrivals(run.shape, self.capacity, self.scale.k, run.options.seed, group_span(run, self.scale))
+        await oracle.start_jobs(ahead, self.jobs, self.start * 1.2, spec.maximum, self.visible, idle, self.t0)
 
-    series: list[Sample] = []
-
-    async def sample() -> None:
-        next_report = 0.0
+    async def _sample(self) -> None:
+        """The truth once a simulated second: recorded for the readers of SQS's counts (which
+        lag it) and for the figures."""
+        next_report, shape, ledger, world = 0.0, self.run.shape, self.ledger, self.world
         while True:
             now = clock.now()
-            held = inflight()
+            held = self.inflight()
             oldest = ledger.oldest_arrival()
+            age = max(0.0, now - oldest) if oldest is not None else 0.0
             ready = sum(1 for p in world.pods if p.ready)
-            counts.record(
-                Truth(
-                    now,
-                    ledger.outstanding - held,
-                    held,
-                    max(0.0, now - oldest) if oldest is not None else 0.0,
-                    ready,
-                )
-            )
-            series.append(
+            self.counts.record(Truth(now, ledger.outstanding - held, held, age, ready))
+            desired = self.fleet.desired if self.fleet is not None else self.jobs.active() if self.jobs else 0
+            self.series.append(
                 Sample(
-                    now - t0,
-                    fleet.desired if fleet is not None else jobs.active() if jobs is not None else 0,
+                    now - self.t0,
+                    desired,
                     len(world.alive()),
                     ready,
                     ledger.outstanding - held,
                     held,
-                    max(0.0, now - oldest) if oldest is not None else 0.0,
+                    age,
                     ledger.completed,
-                    queue.calls.total,
+                    self.queue.calls.total,
                 )
             )
-            if progress is not None and now - t0 >= next_report:
+            if self.progress is not None and now - self.t0 >= next_report:
                 next_report += 600.0
-                done = min(1.0, (now - t0) / shape.seconds)
-                progress(done, f"{ledger.completed:,} of {ledger.sent:,} messages done, {len(world.alive())} replicas")
+                done = min(1.0, (now - self.t0) / shape.seconds)
+                self.progress(
+                    done, f"{ledger.completed:,} of {ledger.sent:,} messages done, {len(world.alive())} replicas"
+                )
             await asyncio.sleep(1.0)
 
-    async def traffic() -> None:
-        for at, groups in arrivals(shape, fleet_capacity, scale.k, options.seed, group_span(run, scale)):
+    async def _traffic(self) -> None:
+        run, t0 = self.run, self.t0
+        for at, groups in arrivals(
+            run.shape, self.capacity, self.scale.k, run.options.seed, group_span(run, self.scale)
+        ):
             delay = t0 + at - clock.now()
             if delay > 0:
                 await asyncio.sleep(delay)
             for group in groups:  # arrival times on the loop's clock, as everything else
-                queue.put(ledger.send(Group(group.count, t0 + group.first, t0 + group.last)))
+                self.queue.put(self.ledger.send(Group(group.count, t0 + group.first, t0 + group.last)))
 
-    async def events() -> None:
-        for event in sorted(shape.events, key=lambda e: e.at):
-            delay = t0 + event.at - clock.now()
+    async def _events(self) -> None:
+        for event in sorted(self.run.shape.events, key=lambda e: e.at):
+            delay = self.t0 + event.at - clock.now()
             if delay > 0:
                 await asyncio.sleep(delay)
-            if event.kind == "deploy" and fleet is not None:
-                tasks.append(asyncio.ensure_future(fleet.rollout()))
+            if event.kind == "deploy" and self.fleet is not None:
+                self.tasks.append(asyncio.ensure_future(self.fleet.rollout()))
             elif event.kind == "crash":
-                ready = [p for p in world.pods if p.ready]
+                ready = [p for p in self.world.pods if p.ready]
                 if ready:
-                    world.crash(rng.choice(ready))
-
-    tasks += [asyncio.ensure_future(sample()), asyncio.ensure_future(events())]
-    await traffic()
-    remaining = t0 + shape.seconds - clock.now()
-    if remaining > 0:
-        await asyncio.sleep(remaining)
-    end = clock.now()
-    while ledger.outstanding > 0 and clock.now() < end + options.drain_limit:  # noqa: ASYNC110 - virtual time
-        await asyncio.sleep(5.0)
-    drained = clock.now() - end
-    for task in tasks:
-        task.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)
-    await world.close()
-    await queue.settle()
-    if progress is not None:
-        progress(1.0, f"{ledger.completed:,} of {ledger.sent:,} messages done")
-
-    return figures(
-        run=run,
-        scale=scale,
-        start=start,
-        ledger=ledger,
-        queue=queue,
-        world=world,
-        readers=readers,
-        series=series,
-        decisions=decisions,
-        jobs=jobs,
-        drained=drained,
-        capacity_rate=fleet_capacity,
-    )
+                    self.world.crash(self.rng.choice(ready))
 
 
 def _ecs_unavailable(spec: EcsService) -> Callable[[int], int]:
@@ -407,21 +418,10 @@ def thrash(decisions: list[tuple[float, int]], window: float) -> int:
     return count
 
 
-def figures(
-    *,
-    run: Run,
-    scale: Scale,
-    start: float,
-    ledger: Ledger,
-    queue: FleetQueue,
-    world: World,
-    readers: keda.Readers,
-    series: list[Sample],
-    decisions: list[tuple[float, int]],
-    jobs: JobPods | None,
-    drained: float,
-    capacity_rate: float,
-) -> dict[str, Any]:
+def figures(sim: Simulation, drained: float) -> dict[str, Any]:
+    """What happened, as the report's figures (and the series, for the plots)."""
+    run, scale, ledger, queue, world = sim.run, sim.scale, sim.ledger, sim.queue, sim.world
+    series, decisions, jobs = sim.series, sim.decisions, sim.jobs
     spec = run.spec()
     shape = run.shape
     within = [s for s in series if 0 <= s.t < shape.seconds]
@@ -443,7 +443,7 @@ def figures(
     messages = ledger.sent
     money = cost.costs(
         requests=estimated,
-        metric_reads=readers.metric_reads,
+        metric_reads=sim.readers.metric_reads,
         replica_seconds=replica_seconds,
         cpu=spec.worker.cpu,
         memory_gib=spec.worker.memory_gib,
@@ -461,8 +461,8 @@ def figures(
         "scale_width": scale.width,
         "scale_depth": scale.depth,
         "job_seconds": job_seconds(run),
-        "start_seconds": start,
-        "capacity_per_second": round(capacity_rate, 2),
+        "start_seconds": sim.start,
+        "capacity_per_second": round(sim.capacity, 2),
         "messages": messages,
         "simulated_messages": ledger.simulated,
         "messages_lost": lost,
@@ -492,7 +492,7 @@ def figures(
         "sqs_requests": estimated,
         "sqs_requests_by_operation": requests,
         "empty_receives": queue.calls.empty_receives,
-        "metric_reads": readers.metric_reads,
+        "metric_reads": sim.readers.metric_reads,
         "requests_per_message": round(estimated / messages, 3) if messages else 0.0,
         "cost": money,
         "receipt_handle_misuses": queue.misuses,
