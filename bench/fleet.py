@@ -7,7 +7,7 @@ bake's deploy files: the standard shapes for every platform, and the day at a mi
 messages an hour for the Deployment. Each platform's report goes to its own directory
 (`report.md`, `report.json`, a plot per shape).
 
-    make simulate                                   # docs/scaling/{kubernetes,ecs,scaledjob}/
+    make simulate                                   # docs/scaling/{kubernetes,ecs,scaledjob,day-1m}/
     .venv/bin/python bench/fleet.py --only ecs --quick
 """
 
@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     failed = 0
     os.environ["SQS_WORKER_TEMPLATE_LOCK"] = "0"  # only the deploy files are read: no uv.lock needed
     with tempfile.TemporaryDirectory(prefix="fleet-bakes-") as tmp:
-        for name, answers, platform, shapes in RUNS:
+        for name, answers, platform, shapes, extra in RUNS:
             if args.only and name != args.only:
                 continue
             project = Path(
@@ -66,6 +66,7 @@ def main(argv: list[str] | None = None) -> int:
                 shapes,
                 "--processes",
                 str(args.processes),
+                *extra,
             ]
             if args.quick:
                 command.append("--quick")

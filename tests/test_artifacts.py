@@ -994,8 +994,12 @@ def test_kubernetes_objects(projects: dict[str, Path], key: str) -> None:
     if not answers.scaledjob:
         assert so["scaleTargetRef"]["name"] == workload["metadata"]["name"]
         assert so["minReplicaCount"] >= 1
-        scale_down = so["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]["scaleDown"]
+        behavior = so["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]
+        scale_down, scale_up = behavior["scaleDown"], behavior["scaleUp"]
         assert scale_down["stabilizationWindowSeconds"] >= 300 and scale_down["policies"]
+        # A minute of asking before a pod is added: one jittery read of SQS's counts adds none
+        # (docs/scaling.md: the simulated day's scale-ins followed by a scale-out).
+        assert 0 < scale_up["stabilizationWindowSeconds"] < scale_down["stabilizationWindowSeconds"]
     assert auth["spec"]["podIdentity"]["provider"] == "aws"
     assert auth["spec"]["podIdentity"]["roleArn"].startswith(f"arn:{partition}:iam::{PLACEHOLDER_ACCOUNT}:role/")
     known_metadata = {
@@ -1043,6 +1047,8 @@ def test_kubernetes_objects(projects: dict[str, Path], key: str) -> None:
     assert int(sqs["queueLength"]) >= 1 and "activationQueueLength" in sqs
     if answers.scaledjob:
         return
+    # One round of work per pod, visible and in flight (docs/scaling.md: two rounds thrash).
+    assert int(sqs["queueLength"]) == answers.concurrency and sqs["scaleOnInFlight"] == "true"
     age = triggers["aws-cloudwatch"]["metadata"]
     assert (age["namespace"], age["metricName"]) == ("AWS/SQS", "ApproximateAgeOfOldestMessage")
     assert (age["dimensionName"], age["dimensionValue"]) == ("QueueName", answers.queue)
