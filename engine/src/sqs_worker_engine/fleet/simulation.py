@@ -178,20 +178,23 @@ def group_span(run: Run, scale: Scale) -> float:
     return min(MAX_SPAN, max(0.05, 0.5 * scale.depth * job_seconds(run)))
 
 
-def worker_config(worker: WorkerSpec, queue: str, width: int = 1) -> WorkerConfig:
+def worker_config(worker: WorkerSpec, queue: str, scale: Scale | None = None) -> WorkerConfig:
     """The simulated worker's configuration: the deploy file's worker settings, its
-    concurrency and prefetch divided by `width` (each simulated call runs `width` jobs)."""
+    concurrency divided by the scale's width (each simulated call runs `width` jobs side by
+    side) and its prefetch bound by k (each simulated message stands for k real ones)."""
     env = {
         k: v
         for k, v in worker.env.items()
         if k.startswith("WORKER_") and k not in NOT_SIMULATED and not k.startswith("WORKER_LARGE_PAYLOAD_")
     }
     env.update(WORKER_QUEUES=queue, WORKER_METRICS_PORT="0", AWS_REGION="us-east-1")
-    if width > 1:
+    if scale is not None and scale.k > 1:
         concurrency = worker.concurrency
         # The engine's default prefetch bound: the concurrency, at least 50 (engine README, "Prefetch").
         prefetch = int(worker.env.get("WORKER_PREFETCH", max(concurrency, 50)))
-        env.update(WORKER_CONCURRENCY=str(concurrency // width), WORKER_PREFETCH=str(math.ceil(prefetch / width)))
+        env.update(
+            WORKER_CONCURRENCY=str(concurrency // scale.width), WORKER_PREFETCH=str(math.ceil(prefetch / scale.k))
+        )
     return load_settings(env, ServiceDefaults(name="fleet-simulation"))
 
 
@@ -253,7 +256,7 @@ class Simulation:
         self.world = World(
             self.queue,
             ledger,
-            worker_config(worker, name, self.scale.width),
+            worker_config(worker, name, self.scale),
             start_seconds=self.start,
             grace=worker.grace,
             seed=options.seed,
@@ -268,10 +271,10 @@ class Simulation:
 
     def inflight(self) -> int:
         """Real messages in flight: a simulated one in flight holds a wave of `width`."""
-        return min(self.ledger.outstanding, self.queue.inflight * self.scale.width)
+        return min(self.ledger.observed, self.queue.inflight * self.scale.width)
 
     def visible(self) -> int:
-        return self.ledger.outstanding - self.inflight()
+        return self.ledger.observed - self.inflight()
 
     def rate(self, t: float) -> float:
         return self.run.shape.rate(t, self.capacity) if 0 <= t < self.run.shape.seconds else 0.0
@@ -354,7 +357,7 @@ class Simulation:
             oldest = ledger.oldest_arrival()
             age = max(0.0, now - oldest) if oldest is not None else 0.0
             ready = sum(1 for p in world.pods if p.ready)
-            self.counts.record(Truth(now, ledger.outstanding - held, held, age, ready))
+            self.counts.record(Truth(now, ledger.observed - held, held, age, ready))
             desired = self.fleet.desired if self.fleet is not None else self.jobs.active() if self.jobs else 0
             self.series.append(
                 Sample(
@@ -362,7 +365,7 @@ class Simulation:
                     desired,
                     len(world.alive()),
                     ready,
-                    ledger.outstanding - held,
+                    ledger.observed - held,
                     held,
                     age,
                     ledger.completed,

@@ -133,6 +133,7 @@ class Batch:
     cut_members: int = 0
     rerun: str | None = None  # done, but its delete never reached SQS before a SIGKILL (why)
     rerun_members: int = 0  # the last wave, run again on its redelivery
+    behind: int = 0  # members waiting, while it runs, for the waves before theirs
 
     def arrival(self, member: int) -> float:
         return self.first + (self.last - self.first) * member / max(1, self.count - 1)
@@ -155,6 +156,10 @@ class Ledger:
         self.cut: dict[str, int] = {}
         self.calls = 0  # handler calls in flight across the fleet (the downstream's load)
         self.peak_calls = 0
+        # Members of running batches waiting for the waves before theirs. Real messages
+        # would not wait so: any free worker would have taken them. Readers of the counts
+        # are shown the queue without them (see `observed`).
+        self.behind = 0
         self.waits = Histogram()  # per message: from arrival to the start of the run that completed it
         self.simulated = 0  # simulated messages sent (splits included)
         self._oldest: list[tuple[float, int]] = []
@@ -200,6 +205,16 @@ class Ledger:
                 return batch.arrival(batch.done)
             heapq.heappop(heap)
         return None
+
+    @property
+    def observed(self) -> int:
+        """Outstanding as SQS would count it: less the members a simulated message keeps
+        waiting behind its own earlier waves (none at a depth of 1)."""
+        return self.outstanding - self.behind
+
+    def _behind(self, batch: Batch, members: int) -> None:
+        self.behind += members - batch.behind
+        batch.behind = members
 
     @property
     def duplicate_runs(self) -> int:
@@ -255,6 +270,7 @@ class Ledger:
         finally:
             if batch.runner == replica.number:
                 batch.runner = None
+                self._behind(batch, 0)
 
     async def _wave(self, batch: Batch, replica: Replica) -> bool:
         """Run the next `width` members side by side; False if the run was cut off."""
@@ -263,6 +279,7 @@ class Ledger:
             self._duplicate(batch.cut, min(members, batch.cut_members))
             batch.cut = None
         batch.wave = members
+        self._behind(batch, batch.count - batch.done - members)
         self.runs += members
         began = clock.now()
         seconds = self.durations.total(self._rng, 1)
@@ -311,6 +328,7 @@ class Ledger:
                 self.cut[cause] = self.cut.get(cause, 0) + batch.wave
                 batch.cut, batch.cut_members = cause, batch.wave
             batch.runner = None
+            self._behind(batch, 0)
             # What it had not started: one wave waits out its lease with the dead replica,
             # the rest was never received.
             if batch.count - batch.done > self.width:
