@@ -8,7 +8,10 @@ cookiecutter.json) for every render, `cookiecutter` and `cruft` alike.
   is generated and what runs state each fact once. The hooks load the same file through
   `limits_file`.
 - `engine_source(cookiecutter)`: the `[tool.uv.sources]` entry the service installs the
-  engine from (`engine_source_for` decides; see its docstring).
+  engine from (`engine_source_for` decides; see its docstring), and `engine_index`, the
+  index it is pinned to when that is an index.
+- `engine_link(cookiecutter)`: the engine named in the generated README, linked to the
+  repository the service was baked from (or the checkout's path, for a local bake).
 - `git_credential_helper`: the git credential helper the Dockerfile and CI of a service with
   the engine as a git source use to read the template repository with a token.
 - `partition` / `dns_suffix` (filters on a region): the AWS partition an ARN names and the
@@ -18,6 +21,10 @@ cookiecutter.json) for every render, `cookiecutter` and `cruft` alike.
   (literal ARNs) and for the ECS stack's task role (ARNs the stack builds itself).
 - `to_yaml(indent)`, `to_json` (filters): a value as block YAML indented to sit under a key,
   or as pretty JSON, keys in the order given.
+- `alerts(cookiecutter)`, `dashboard(cookiecutter)`, `emf_metrics(cookiecutter)`: the bake's
+  alerts and dashboard panels, one table each (observability.py).
+- `secret_parameter` (filter): the ECS stack's parameter for an owner secret's ARN
+  (DATABASE_URL -> DatabaseUrlSecretArn); `secrets(cookiecutter)`: the `secrets` answer as a list.
 """
 
 from __future__ import annotations
@@ -79,6 +86,11 @@ ENGINE_SOURCES = ("git", "index")  # the `engine_source` answer (cookiecutter.js
 OVERRIDES = ("path", "git", "index")  # the `_engine_source` extra-context answer
 
 
+# The name of the index the engine is pinned to (`[[tool.uv.index]]`): uv reads its
+# credentials from UV_INDEX_ENGINE_USERNAME and UV_INDEX_ENGINE_PASSWORD.
+ENGINE_INDEX = "engine"
+
+
 def engine_source_for(
     answer: str,
     override: str,
@@ -86,8 +98,9 @@ def engine_source_for(
     origin: str | None,
     commit: str | None,
     engine_dir: Path,
+    index_url: str = "",
 ) -> dict[str, str]:
-    """Where the baked service installs its engine from ({} = the package index, the pin alone).
+    """Where the baked service installs its engine from: its `[tool.uv.sources]` entry.
 
     - `override` (the `_engine_source` extra-context answer) wins: "path" (this checkout's
       engine/), "index" or "git".
@@ -95,9 +108,10 @@ def engine_source_for(
       own tests and demo): that checkout's engine/, by path, whatever `answer` says: its
       version may not be on any index yet, and the checkout is what the files were
       generated from.
-    - Otherwise the `engine_source` answer: "index" (the version pin resolves from the
-      package index, so Dependabot and Renovate move it), or "git" (the template's
-      repository at the exact commit baked from, for forks without an index).
+    - Otherwise the `engine_source` answer: "index" (the version pin, from the index
+      `index_url` names and from no other: `engine_index_for` writes it as uv's explicit
+      index; Dependabot and Renovate move the pin), or "git" (the template's repository at
+      the exact commit baked from, for forks without an index).
     """
     if override and override not in OVERRIDES:
         raise ValueError(f"_engine_source must be one of {', '.join(OVERRIDES)} (or empty), got {override!r}")
@@ -105,7 +119,10 @@ def engine_source_for(
         raise ValueError(f"engine_source must be one of {', '.join(ENGINE_SOURCES)}, got {answer!r}")
     choice = override or ("path" if rendered_in_place(template) else answer)
     if choice == "index":
-        return {}
+        if not index_url:
+            # The pre-generation hook refuses this first, saying why (dependency confusion).
+            raise ValueError("engine_source=index needs engine_index_url: the index the engine is published to")
+        return {"index": ENGINE_INDEX}
     if choice == "path":
         return {"path": str(engine_dir)}
     if not (origin and commit):
@@ -117,17 +134,34 @@ def toml_inline(table: dict[str, str]) -> str:
     return "{ " + ", ".join(f"{key} = {json.dumps(value)}" for key, value in table.items()) + " }"
 
 
-def engine_source(cookiecutter: dict[str, Any]) -> str:
-    """The TOML for `sqs-worker-engine = ...` under [tool.uv.sources], or "" for the index."""
-    table = engine_source_for(
+def _engine_source_table(cookiecutter: dict[str, Any]) -> dict[str, str]:
+    return engine_source_for(
         str(cookiecutter.get("engine_source") or ""),
         str(cookiecutter.get("_engine_source") or ""),
         cookiecutter.get("_template"),
         _git("remote", "get-url", "origin"),
         _git("rev-parse", "HEAD"),
         ENGINE_DIR,
+        str(cookiecutter.get("engine_index_url") or ""),
     )
-    return toml_inline(table) if table else ""
+
+
+def engine_source(cookiecutter: dict[str, Any]) -> str:
+    """The TOML for `sqs-worker-engine = ...` under [tool.uv.sources]."""
+    return toml_inline(_engine_source_table(cookiecutter))
+
+
+def engine_index(cookiecutter: dict[str, Any]) -> str:
+    """The URL of the index the service installs its engine from, or "" when the engine comes
+    from git or a path (the post-generation hook says what must be published there first),
+    or when the answers cannot say (the hook renders this too, and must not fail)."""
+    try:
+        table = _engine_source_table(cookiecutter)
+    except ValueError:
+        return ""
+    if table.get("index") != ENGINE_INDEX:
+        return ""
+    return str(cookiecutter.get("engine_index_url") or "")
 
 
 # How git, asked for the template repository's credentials (a git source of the engine, a
@@ -148,6 +182,34 @@ def template_origin(cookiecutter: dict[str, Any]) -> str:
         return str(ROOT)
     origin = _git("remote", "get-url", "origin")
     return as_url(origin) if origin else str(template or ROOT)
+
+
+def web_url(origin: str, commit: str) -> str | None:
+    """The page of the template's engine/ at `commit`, for a repository on a host that serves
+    one (https, or ssh to the same host); None for a checkout or a file:// clone on this
+    machine, which has no page."""
+    url = as_url(origin)
+    scheme, _, rest = url.partition("://")
+    if scheme not in ("https", "http", "ssh") or "/" not in rest:
+        return None
+    host, path = rest.split("/", 1)
+    host = host.rsplit("@", 1)[-1].split(":", 1)[0]  # no user, no port (ssh's is not the web's)
+    path = path.removesuffix("/").removesuffix(".git")
+    if not host or not path:
+        return None
+    # GitHub's and Gitea's page of a folder at a commit; GitLab takes the same with a `/-`.
+    return f"https://{host}/{path}/tree/{commit or 'HEAD'}/engine"
+
+
+def engine_link(cookiecutter: dict[str, Any]) -> str:
+    """Markdown naming the engine where its source is: a link to the template repository's
+    engine/ at the commit baked from, or, for a bake from a checkout on this machine, the
+    checkout's path (a README must not point at a repository the service was not made from)."""
+    origin = template_origin(cookiecutter)
+    page = web_url(origin, _git("rev-parse", "HEAD") or "")
+    if page:
+        return f"[`sqs-worker-engine`]({page})"
+    return f"`sqs-worker-engine` (`engine/` of the template checkout `{origin.removeprefix('file://')}`)"
 
 
 def engine_version() -> str:
@@ -195,8 +257,15 @@ PLACEHOLDER_ACCOUNT = "123456789012"
 # lower case, unlike the other placeholders: it must stay a valid bucket name, which the
 # worker's settings insist on.
 PAYLOAD_BUCKET_PLACEHOLDER = "change-me-payload-bucket"
-# What the ADOT collector's X-Ray exporter calls (AWS's AWSXrayWriteOnlyAccess policy).
-XRAY_ACTIONS = ["xray:GetSamplingRules", "xray:GetSamplingTargets", "xray:PutTelemetryRecords", "xray:PutTraceSegments"]
+# What the ADOT collector's X-Ray exporter calls (AWS's AWSXrayWriteOnlyAccess policy), and
+# xray:PutSpans: the worker's own spans straight to X-Ray's OTLP endpoint, the other route.
+XRAY_ACTIONS = [
+    "xray:GetSamplingRules",
+    "xray:GetSamplingTargets",
+    "xray:PutSpans",
+    "xray:PutTelemetryRecords",
+    "xray:PutTraceSegments",
+]
 
 
 def worker_policy(cookiecutter: dict[str, Any], cfn: bool = False) -> dict[str, Any]:
@@ -290,22 +359,50 @@ def to_json(value: Any) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False)
 
 
+class _Plain(yaml.SafeDumper):
+    """Every value written out where it stands: no anchors and aliases for repeated ones."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
 def to_yaml(value: Any, indent: int = 0) -> str:
     """Block YAML, every line after the first indented by `indent` spaces (the first sits
     where the template puts it)."""
-    text = yaml.safe_dump(value, sort_keys=False, default_flow_style=False, width=1000, allow_unicode=True)
+    text = yaml.dump(value, Dumper=_Plain, sort_keys=False, default_flow_style=False, width=1000, allow_unicode=True)
     return text.rstrip("\n").replace("\n", "\n" + " " * indent)
+
+
+def secrets(cookiecutter: dict[str, Any]) -> list[str]:
+    """The owner's secrets (the `secrets` answer: names separated by commas or spaces)."""
+    return [name for name in str(cookiecutter.get("secrets") or "").replace(",", " ").split() if name]
+
+
+def secret_parameter(name: str) -> str:
+    """The ECS stack's parameter holding a secret's ARN: DATABASE_URL -> DatabaseUrlSecretArn."""
+    return "".join(part.capitalize() for part in name.split("_") if part) + "SecretArn"
+
+
+def secret_path(cookiecutter: dict[str, Any], name: str) -> str:
+    """Where a secret lives in Secrets Manager by the deploy docs' convention:
+    `<slug>/<name in lower case, hyphens>` (DATABASE_URL -> orders-worker/database-url)."""
+    return f"{cookiecutter['project_slug']}/{name.lower().replace('_', '-')}"
 
 
 class EngineExtension(Extension):
     def __init__(self, environment: Any) -> None:
         super().__init__(environment)
+        import observability  # beside this module; it reads limits through load_limits
+
         limits = load_limits()
         environment.globals["limits"] = limits
         environment.globals["limits_file"] = str(LIMITS_FILE)
         environment.globals["engine_source"] = engine_source
+        environment.globals["engine_index"] = engine_index
+        environment.globals["engine_index_name"] = ENGINE_INDEX
         environment.globals["engine_version"] = engine_version()
         environment.globals["template_origin"] = template_origin
+        environment.globals["engine_link"] = engine_link
         environment.globals["git_credential_helper"] = GIT_CREDENTIAL_HELPER
         environment.globals["template_commit"] = lambda: _git("rev-parse", "HEAD") or ""
         environment.globals["worker_policy"] = worker_policy
@@ -315,3 +412,10 @@ class EngineExtension(Extension):
         environment.filters["dns_suffix"] = dns_suffix
         environment.filters["to_yaml"] = to_yaml
         environment.filters["to_json"] = to_json
+        environment.globals["alerts"] = observability.alerts
+        environment.globals["dashboard"] = observability.dashboard
+        environment.globals["emf_metrics"] = observability.emf_metrics
+        environment.globals["emf_dimensions"] = observability.EMF_DIMENSIONS
+        environment.globals["secrets"] = secrets
+        environment.globals["secret_path"] = secret_path
+        environment.filters["secret_parameter"] = secret_parameter

@@ -22,6 +22,10 @@ ENCODED_ANSWERS = "{{ cookiecutter | tojson | urlencode }}"
 # Where this bake came from, for `cruft update` (rendered by the template's Jinja extension).
 TEMPLATE_ORIGIN = unquote("{{ template_origin(cookiecutter) | urlencode }}")
 TEMPLATE_COMMIT = "{{ template_commit() }}"
+# The index the engine is pinned to ("" when it comes from git or a path), and its version.
+ENGINE_INDEX = unquote("{{ engine_index(cookiecutter) | urlencode }}")
+ENGINE_INDEX_NAME = "{{ engine_index_name }}"
+ENGINE_VERSION = "{{ engine_version }}"
 # Answers that describe this machine, not the service: kept out of .cruft.json.
 LOCAL_KEYS = ("_output_dir", "_repo_dir", "_checkout", "_template")
 
@@ -84,26 +88,46 @@ def record_origin(root: Path, answers: dict[str, object]) -> None:
     path.write_text(json.dumps(state, indent=2) + "\n")
 
 
-def lock_dependencies(root: Path) -> None:
+def lock_dependencies(root: Path) -> bool:
     """Pin every dependency in uv.lock now, so the first build is reproducible (the Dockerfile
     and `make install` then install exactly it). Needs uv and the package index; skipped
-    without them (saying so), or with SQS_WORKER_TEMPLATE_LOCK=0."""
+    without them (saying so), or with SQS_WORKER_TEMPLATE_LOCK=0. True when uv.lock was written."""
     uv = shutil.which("uv")
     if os.environ.get("SQS_WORKER_TEMPLATE_LOCK") == "0" or not (root / "pyproject.toml").is_file():
-        return
+        return False
     if uv is None:
         warn("uv is not on PATH, so no uv.lock was written: `make install` installs uv and writes it")
-        return
+        return False
     result = subprocess.run([uv, "lock", "--quiet"], cwd=root, capture_output=True, text=True, timeout=300, check=False)
     if result.returncode != 0:
         warn(f"`uv lock` failed, so no uv.lock was written: {result.stderr.strip()[-500:]}")
+        return False
+    return True
 
 
-def next_steps(root: Path, answers: dict[str, object]) -> str:
+def before_install(locked: bool) -> list[str]:
+    """What must hold before `make install` can work, when the engine comes from a named index
+    and no lock has shown it there yet: said first, so the steps after it do not fail."""
+    if not ENGINE_INDEX or locked:
+        return []
+    name = ENGINE_INDEX_NAME.upper()
+    return [
+        f"The engine comes from the index {ENGINE_INDEX} alone (pyproject.toml, [[tool.uv.index]]),",
+        "and no uv.lock shows it there yet. Before the steps below:",
+        f"  publish sqs-worker-engine=={ENGINE_VERSION} to that index (the template's engine/README.md, 'Releasing')",
+        f"  if the index asks for credentials, export UV_INDEX_{name}_USERNAME and UV_INDEX_{name}_PASSWORD",
+    ]
+
+
+def next_steps(root: Path, answers: dict[str, object], locked: bool = True) -> str:
+    first = before_install(locked)
     lines = [
         "",
-        f"Created {answers.get('project_slug', root.name)}. Next steps:",
+        f"Created {answers.get('project_slug', root.name)}.",
+        *first,
+        "Then:" if first else "Next steps:",
         f"  cd {root}",
+        *(["  make lock      # uv.lock: the engine from that index, by hash"] if first else []),
         "  make install   # .venv with the service and its dev tools (installs uv if it is missing)",
         "  make test      # lint, types, unit and integration tests (LocalStack is started automatically)",
         "  make dev       # LocalStack + queue bootstrap + the worker",
@@ -142,12 +166,13 @@ def main() -> int:
         record_origin(root, answers)
     except Exception as exc:  # noqa: BLE001
         warn(f"could not write .cruft.json ({exc!r}); `cruft link` can add it later")
+    locked = False
     try:
-        lock_dependencies(root)
+        locked = lock_dependencies(root)
     except Exception as exc:  # noqa: BLE001
         warn(f"could not write uv.lock ({exc!r}); `uv lock` in the project does it")
     try:
-        print(next_steps(root, answers))
+        print(next_steps(root, answers, locked))
     except Exception as exc:  # noqa: BLE001
         warn(f"could not print next steps ({exc!r})")
     return 0

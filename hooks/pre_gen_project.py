@@ -46,7 +46,7 @@ GRACE_MARGIN = LIMITS.GRACE_MARGIN_SECONDS
 # A non-root container cannot bind below 1024; LocalStack owns 4566 in `make dev`/`make up`.
 LOCALSTACK_PORT = 4566
 
-PYTHON_VERSIONS = ("3.11", "3.12", "3.13")
+PYTHON_VERSIONS = ("3.11", "3.12", "3.13", "3.14")
 DEPLOY_TARGETS = ("ecs-and-eks", "ecs", "eks")
 ECS_TARGETS = ("ecs-and-eks", "ecs")
 WORKLOADS = ("deployment", "scaledjob")  # kubernetes_workload
@@ -388,6 +388,84 @@ def check_fifo_throughput(problems: Problems, answers: dict[str, object]) -> Non
         )
 
 
+# An index URL as uv reads it from pyproject.toml: https (file:// for an index on this machine),
+# nothing a TOML string, a shell word or a template could trip on.
+INDEX_URL_RE = re.compile(r"(?:https|file)://[^\s\"'`\\<>{}]+")
+INDEX_URL_MAX = 500
+
+
+def check_engine_index(problems: Problems, answers: dict[str, object]) -> None:
+    """With the engine from an index, which index is asked, never assumed: the service
+    installs the engine from that one alone (uv's explicit index). `sqs-worker-engine` is
+    not claimed on the public index, where anyone could publish a package of that name, and a
+    service resolving it from the default index would install theirs (dependency confusion)."""
+    value = answers.get("engine_index_url") or ""  # absent from answers recorded before it was asked
+    chosen = answers.get("_engine_source") or answers.get("engine_source")
+    if not isinstance(value, str):
+        problem(problems, "engine_index_url", value, "must be text (a URL, or empty with engine_source=git)")
+        return
+    if not value:
+        if chosen == "index":
+            problem(
+                problems,
+                "engine_index_url",
+                value,
+                "engine_source=index needs the simple API URL of the index the engine is published to (a "
+                "CodeArtifact or Artifactory repository's .../simple/, or the public index once this template's "
+                "release workflow has published sqs-worker-engine there): the service installs the engine from "
+                "that index alone. None is assumed, because a package of that name published on the public "
+                "index by anyone else would be installed instead. Publish the engine first (the template's "
+                "engine/README.md, 'Releasing'), or answer engine_source=git",
+            )
+        return
+    if len(value) > INDEX_URL_MAX or not INDEX_URL_RE.fullmatch(value):
+        problem(
+            problems,
+            "engine_index_url",
+            value,
+            "must be an https:// URL (file:// for an index on this machine) of an index's simple API, without "
+            "spaces, quotes or braces",
+        )
+    elif "@" in value.split("://", 1)[1].split("/", 1)[0]:
+        problem(
+            problems,
+            "engine_index_url",
+            value,
+            "must not hold credentials (they would be written into pyproject.toml and .cruft.json): give uv "
+            "UV_INDEX_ENGINE_USERNAME and UV_INDEX_ENGINE_PASSWORD in the environment instead",
+        )
+
+
+def check_secrets(problems: Problems, answers: dict[str, object]) -> None:
+    """The owner's secrets: environment variable names, each once, none the engine's own
+    (the rule is the engine's, in limits.py; the engine holds ServiceDefaults to it too)."""
+    value = answers.get("secrets", "")
+    if not isinstance(value, str):
+        problem(problems, "secrets", value, "must be text: variable names separated by commas")
+        return
+    names = value.replace(",", " ").split()
+    for name in names:
+        if not re.match(LIMITS.SECRET_NAME_PATTERN, name):
+            problem(
+                problems,
+                "secrets",
+                value,
+                f"{name!r} is not an environment variable name (A-Z, 0-9 and _, starting with a letter, "
+                "at most 128 characters), e.g. API_TOKEN",
+            )
+        elif name.startswith(LIMITS.RESERVED_PREFIXES) or name in LIMITS.UNPREFIXED_SETTINGS:
+            problem(
+                problems,
+                "secrets",
+                value,
+                f"{name!r} is a setting of the engine or an SDK (prefixes {', '.join(LIMITS.RESERVED_PREFIXES)}), "
+                "not a secret of the service's own",
+            )
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        problem(problems, "secrets", value, f"names {', '.join(repeated)} more than once")
+
+
 CHECKS: tuple[Callable[[Problems, dict[str, object]], None], ...] = (
     check_project_name,
     check_project_slug,
@@ -401,6 +479,8 @@ CHECKS: tuple[Callable[[Problems, dict[str, object]], None], ...] = (
     check_metrics_port,
     check_choices,
     check_fifo_throughput,
+    check_engine_index,
+    check_secrets,
 )
 
 

@@ -96,8 +96,8 @@ def run_demo(python: str, package: str, project: Path, env: dict[str, str], coun
             90,
             "purge",
         )
-    say(f"python -m {package} send --count {count} --work-ms 300")
-    print(cli("send", "--count", str(count), "--work-ms", "300"))
+    say(f"python -m {package} send --count {count}  (the examples the handler's payload model declares, in turn)")
+    print(cli("send", "--count", str(count)))
 
     say(f"python -m {package} run  (JSON logs, shortened here)")
     worker = subprocess.Popen(
@@ -139,7 +139,9 @@ def run_demo(python: str, package: str, project: Path, env: dict[str, str], coun
     wait_until(lambda: scrape_metrics(port).get(series, 0.0) >= count, 30, "the success counter")
     succeeded = scrape_metrics(port, show=True).get(series, 0.0)
     say(f"all {count} processed; now 6 slower jobs (3 s each), and a SIGTERM while they run")
-    print(cli("send", "--count", "6", "--work-ms", "3000"))
+    slow = json.dumps({"task_id": "slow", "work_ms": 3000})
+    say(f"python -m {package} send --count 6 --body '{slow}'")
+    print(cli("send", "--count", "6", "--body", slow))
     time.sleep(1.5)
     before = len(done)
     print("   (sending SIGTERM to the worker)")

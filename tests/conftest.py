@@ -113,6 +113,27 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         ls.stop()
 
 
+class Baked(dict[str, Path]):
+    """Projects by supported answer set (tests/matrix.py), each baked on first use and then
+    shared by every test of the session in this process (test_artifacts, test_readmes)."""
+
+    def __init__(self, out: Path) -> None:
+        super().__init__()
+        self.out = out
+
+    def __missing__(self, key: str) -> Path:
+        from matrix import SUPPORTED  # the template's root must be on the path first
+
+        path = bake(self.out / key, **SUPPORTED[key].answers)
+        self[key] = path
+        return path
+
+
+@pytest.fixture(scope="session")
+def projects(tmp_path_factory: pytest.TempPathFactory) -> Baked:
+    return Baked(tmp_path_factory.mktemp("bakes"))
+
+
 @pytest.fixture(scope="session")
 def localstack_endpoint() -> str:
     endpoint = os.environ.get("AWS_ENDPOINT_URL")

@@ -67,6 +67,7 @@ SUPPORTED: dict[str, Combination] = {
         {
             "deploy_target": "ecs",
             "python_version": "3.11",
+            "secrets": "DATABASE_URL, PARTNER_API_TOKEN",
             "queue_name": "billing_events",
             "worker_concurrency": "3",
             "visibility_timeout_seconds": "7",
@@ -77,7 +78,7 @@ SUPPORTED: dict[str, Combination] = {
             "aws_region": "eu-west-2",
         },
         "checked",
-        "ECS only, the oldest Python, snake_case queue, small non-default numbers",
+        "ECS only, the oldest Python, snake_case queue, small non-default numbers, two owner secrets",
     ),
     "idempotency-long-names": Combination(
         {
@@ -181,6 +182,7 @@ SUPPORTED: dict[str, Combination] = {
         {
             "deploy_target": "eks",
             "kubernetes_workload": "scaledjob",
+            "secrets": "BILLING_DATABASE_URL,PARTNER_API_TOKEN",
             "job_timeout_seconds": "3600",
             "shutdown_timeout_seconds": "3700",
             "visibility_timeout_seconds": "300",
@@ -188,12 +190,17 @@ SUPPORTED: dict[str, Combination] = {
             "tracing": "yes",
         },
         "artifacts",
-        "long jobs as a KEDA ScaledJob: one Job per message that exits after it, with the collector sidecar",
+        "long jobs as a KEDA ScaledJob: one Job per message that exits after it, with the collector sidecar, two owner secrets",
+    ),
+    "py314": Combination(
+        {"python_version": "3.14"},
+        "artifacts",
+        "the newest Python: its images, CI and tooling (no 3.14 interpreter here to lock it; the template's CI bakes it)",
     ),
     "engine-from-index": Combination(
-        {"engine_source": "index"},
+        {"engine_source": "index", "engine_index_url": "https://packages.example.com/simple/"},
         "artifacts",
-        "the engine from a package index: the version pin alone, moved by Dependabot (git, the default, is every other row)",
+        "the engine from the package index it names, and from no other: the version pin, moved by Dependabot (git, the default, is every other row)",
     ),
     "china-idempotency": Combination(
         {"aws_region": "cn-northwest-1", "use_idempotency": "yes"},
@@ -330,11 +337,33 @@ _ON_COMMAND_LINE: list[tuple[dict[str, Any], str, str]] = [
     ({"metrics_port": "65536"}, "metrics_port", "from 1024 to 65535"),
     ({"metrics_port": "4566"}, "metrics_port", "LocalStack's port"),
     ({"fifo_throughput": "high"}, "fifo_throughput", "high-throughput mode is for FIFO queues"),
+    # The engine from an index: which one is asked, never assumed (dependency confusion).
+    (
+        {"engine_index_url": "", "engine_source": "index"},
+        "engine_index_url",
+        "engine_source=index needs the simple API",
+    ),
+    ({"engine_index_url": "", "engine_source": "index"}, "engine_index_url", "published on the public index by anyone"),
+    (
+        {"engine_index_url": "http://packages.example.com/simple/", "engine_source": "index"},
+        "engine_index_url",
+        "must be an https:// URL",
+    ),
+    (
+        {"engine_index_url": "https://me:secret@packages.example.com/simple/", "engine_source": "index"},
+        "engine_index_url",
+        "must not hold credentials",
+    ),
+    ({"secrets": "api_token"}, "secrets", "not an environment variable name"),
+    ({"secrets": "API-TOKEN"}, "secrets", "not an environment variable name"),
+    ({"secrets": "WORKER_TOKEN"}, "secrets", "a setting of the engine or an SDK"),
+    ({"secrets": "LOG_LEVEL"}, "secrets", "a setting of the engine or an SDK"),
+    ({"secrets": "API_TOKEN,API_TOKEN"}, "secrets", "names API_TOKEN more than once"),
 ]
 # Values only a replay file (or another cookiecutter front end) can hand over unrendered.
 _FROM_REPLAY: list[tuple[dict[str, Any], str, str]] = [
-    ({"python_version": "3.10"}, "python_version", "must be one of 3.11, 3.12, 3.13"),
-    ({"python_version": "3.14"}, "python_version", "must be one of 3.11, 3.12, 3.13"),
+    ({"python_version": "3.10"}, "python_version", "must be one of 3.11, 3.12, 3.13, 3.14"),
+    ({"python_version": "3.15"}, "python_version", "must be one of 3.11, 3.12, 3.13, 3.14"),
     ({"deploy_target": "k8s"}, "deploy_target", "must be one of ecs-and-eks, ecs, eks"),
     ({"use_idempotency": "maybe"}, "use_idempotency", "must be one of yes, no"),
     ({"use_idempotency": True}, "use_idempotency", "must be one of yes, no"),

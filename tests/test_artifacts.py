@@ -2,7 +2,7 @@
 and all of them checked against the answers and against each other.
 
 Every answer set tests/matrix.py checks at depth "full" or "checked" is baked once per
-module and every validator runs on every deploy target it applies to; every supported set
+test process (conftest's `projects`, shared with test_readmes) and every validator runs on every deploy target it applies to; every supported set
 is baked to show that the files of a target that was not chosen do not exist. The
 validators (tests/validators.py) are shown to reject a broken artifact
 (`test_validators_reject_defects`), so a green run means the checks looked, not that they
@@ -28,7 +28,7 @@ from typing import Any
 import jinja2
 import pytest
 import yaml
-from conftest import ROOT, bake, run
+from conftest import ROOT, run
 from matrix import COOKIECUTTER, LIMITS, SUPPORTED, names
 from sqs_worker_engine import emulators as engine_emulators
 from sqs_worker_engine.settings import _ALIASES, ServiceDefaults, load_settings
@@ -47,6 +47,7 @@ from validators import (
     dockerfile_instructions,
     dockerfile_stages,
     ecs_problems,
+    engine_metric_labels,
     engine_metrics,
     env_list,
     hadolint_problems,
@@ -64,6 +65,8 @@ from validators import (
     unknown_metrics,
 )
 
+import local_extensions
+import observability
 from local_extensions import PAYLOAD_BUCKET_PLACEHOLDER
 
 LOCALSTACK_IMAGE = COOKIECUTTER["_localstack_image"]
@@ -85,6 +88,7 @@ COMMON_FILES = {
     ".github/workflows/template-update.yml",
     ".github/workflows/release.yml",
     ".github/dependabot.yml",
+    "renovate.json",
     "deploy/README.md",
     "deploy/aws/queues.yaml",
     "deploy/aws/release-roles.yaml",
@@ -157,6 +161,7 @@ class Answers:
     tracing: bool
     workload: str = "deployment"
     fifo_throughput: str = "standard"
+    secrets: tuple[str, ...] = ("DATABASE_URL",)
 
     @classmethod
     def of(cls, given: dict[str, str]) -> Answers:
@@ -181,6 +186,7 @@ class Answers:
             tracing=c["tracing"] == "yes",
             workload=c["kubernetes_workload"],
             fifo_throughput=c["fifo_throughput"],
+            secrets=tuple(local_extensions.secrets(c)),
         )
 
     @property
@@ -233,9 +239,10 @@ class Answers:
 
     @property
     def variables(self) -> set[str]:
-        """Every environment variable the worker reads."""
+        """Every environment variable the worker reads (its owner's secrets among them)."""
         return (
             set(_ALIASES)
+            | set(self.secrets)
             | SDK_VARIABLES
             | (IDEMPOTENCY_VARIABLES if self.idempotency else set())
             | (OTEL_VARIABLES if self.tracing else set())
@@ -294,30 +301,11 @@ assert {ANSWERS[key].workload for key in EKS_SETS} == set(COOKIECUTTER["kubernet
 )
 
 
-class Baked(dict[str, Path]):
-    """Projects by answer set, each baked on first use and then shared by the module's tests."""
-
-    def __init__(self, out: Path) -> None:
-        super().__init__()
-        self.out = out
-
-    def __missing__(self, key: str) -> Path:
-        path = bake(self.out / key, **SUPPORTED[key].answers)
-        assert path.name == ANSWERS[key].slug
-        self[key] = path
-        return path
-
-
-@pytest.fixture(scope="module")
-def projects(tmp_path_factory: pytest.TempPathFactory) -> Baked:
-    return Baked(tmp_path_factory.mktemp("artifacts"))
-
-
 _SERVICE_SCRIPT = """
 import json
 from {package}.handlers import router
 from {package}.service import SERVICE
-print(json.dumps({{"name": SERVICE.name, "environ": dict(SERVICE.environ), "queues": router.queues}}))
+print(json.dumps({{"name": SERVICE.name, "environ": dict(SERVICE.environ), "secrets": SERVICE.secrets, "queues": router.queues}}))
 """
 
 
@@ -331,7 +319,8 @@ def baked_service(project: Path, answers: Answers) -> tuple[ServiceDefaults, lis
     )
     assert result.returncode == 0, result.stderr[-3000:]
     data = json.loads(result.stdout)
-    return ServiceDefaults(name=data["name"], environ=data["environ"]), data["queues"]
+    service = ServiceDefaults(name=data["name"], environ=data["environ"], secrets=tuple(data["secrets"]))
+    return service, data["queues"]
 
 
 # --- every artifact, per answer set ----------------------------------------------------------
@@ -340,6 +329,7 @@ def baked_service(project: Path, answers: Answers) -> tuple[ServiceDefaults, lis
 @pytest.mark.parametrize("key", list(SUPPORTED))
 def test_files_follow_deploy_target(projects: dict[str, Path], key: str) -> None:
     project, answers = projects[key], ANSWERS[key]
+    assert project.name == answers.slug
     expected = set(COMMON_FILES)
     if answers.ecs:
         expected |= ECS_FILES
@@ -442,7 +432,9 @@ def test_compose(projects: dict[str, Path], key: str) -> None:
     assert worker["depends_on"]["bootstrap"]["condition"] == "service_completed_successfully"
     assert worker["init"] is True
     assert seconds(worker["stop_grace_period"]) > answers.shutdown
-    assert f"{answers.port}:{answers.port}" in [str(p) for p in worker["ports"]]
+    # Published for this machine only, never for every interface of the host.
+    assert [str(p) for p in worker["ports"]] == [f"127.0.0.1:{answers.port}:{answers.port}"]
+    assert [str(p) for p in localstack["ports"]] == ["127.0.0.1:${LOCALSTACK_PORT:-4566}:4566"]
     assert worker["read_only"] is True and "/tmp" in worker["tmpfs"]
     for service in (bootstrap, worker):
         assert image_repository(service["image"]) == answers.slug
@@ -503,7 +495,7 @@ class EcsStack:
         resources: dict[str, dict[str, Any]] = {}
         for resource in template["Resources"].values():
             # Two roles and two log groups (the worker's logs first, then its EMF metrics).
-            repeatable = ("AWS::IAM::", "AWS::Logs::LogGroup")
+            repeatable = ("AWS::IAM::", "AWS::Logs::LogGroup", "AWS::CloudWatch::Alarm")
             assert resource["Type"] not in resources or resource["Type"].startswith(repeatable), resource["Type"]
             resources.setdefault(resource["Type"], resource["Properties"])
         api = {kind: cfn_resolve(props, names) for kind, props in resources.items()}
@@ -666,12 +658,40 @@ def test_ecs_collector(projects: dict[str, Path], key: str) -> None:
     assert emf["region"] == answers.region and emf["namespace"] == answers.slug
     metrics_group = stack.template["Resources"]["MetricsLogGroup"]["Properties"]
     assert emf["log_group_name"] == metrics_group["LogGroupName"]
-    # CloudWatch metrics for every metric the alert rules read, and only engine metrics.
-    alerts = yaml.safe_load((project / "deploy" / "prometheus" / "alerts.yaml").read_text())
-    alerted = {name for g in alerts["groups"] for r in g["rules"] for name in promql_metric_names(r["expr"])}
-    (declaration,) = emf["metric_declarations"]
-    declared = {selector.strip("^$") for selector in declaration["metric_name_selectors"]}
-    assert declared == alerted and declared <= set(engine_metrics())
+    # CloudWatch metrics for every worker metric the stack's alarms and dashboard read, only
+    # engine metrics, each under the label sets it carries (none: a dimensionless metric).
+    template = stack.template["Resources"]
+    read = {
+        m["MetricStat"]["Metric"]["MetricName"]
+        for r in template.values()
+        if r["Type"] == "AWS::CloudWatch::Alarm"
+        for m in r["Properties"].get("Metrics", [])
+        if "MetricStat" in m and m["MetricStat"]["Metric"]["Namespace"] == answers.slug
+    }
+    read |= {
+        name
+        for r in template.values()
+        if r["Type"] == "AWS::CloudWatch::Alarm"
+        for m in r["Properties"].get("Metrics", [])
+        for name in re.findall(r"SELECT \w+\((\w+)\)", str(m.get("Expression", "")))
+    }
+    read |= set(re.findall(r"SELECT \w+\((\w+)\)", json.dumps(template["Dashboard"]["Properties"]["DashboardBody"])))
+    read |= set(
+        re.findall(
+            r'"' + re.escape(answers.slug) + r'", "(\w+)"',
+            json.dumps(template["Dashboard"]["Properties"]["DashboardBody"]),
+        )
+    )
+    labelled, plain = emf["metric_declarations"]
+    declared = {s.strip("^$") for d in (labelled, plain) for s in d["metric_name_selectors"]}
+    assert declared == read and declared <= set(engine_metrics()), declared ^ read
+    assert plain["dimensions"] == [[]]
+    labels = engine_metric_labels()
+    dimension_sets = {tuple(sorted(d)) for d in labelled["dimensions"]}
+    for name in declared:
+        assert (name in {s.strip("^$") for s in plain["metric_name_selectors"]}) is (not labels[name]), name
+        if labels[name]:
+            assert tuple(sorted(labels[name])) in dimension_sets, f"{name}: no dimension set for {labels[name]}"
     pipelines = config["service"]["pipelines"]
     assert pipelines["metrics"] == {
         "receivers": ["prometheus"],
@@ -800,16 +820,27 @@ SECRET_ARNS = [
 @pytest.mark.parametrize("key", ECS_SETS)
 @pytest.mark.parametrize("secret", SECRET_ARNS, ids=["secretsmanager", "ssm"])
 def test_ecs_secrets(projects: dict[str, Path], key: str, secret: str) -> None:
-    """DATABASE_URL reaches the worker as an ECS secret from the ARN the stack is given, and
-    the execution role may read that ARN and nothing else; without one, neither exists."""
+    """Each of the service's secrets (the `secrets` answer) reaches the worker as an ECS
+    secret from the ARN the stack is given, and the execution role may read the ARNs given
+    and nothing else; one given alone reaches the worker alone; with none, neither exists."""
     project, answers = projects[key], ANSWERS[key]
+    assert answers.secrets, "a set without secrets has nothing to check here"
     stack = EcsStack.load(project, answers.region)
-    arn = secret.format(partition=aws_partition(answers.region)[0], region=answers.region)
-    parameter = stack.template["Parameters"]["DatabaseUrlSecretArn"]
-    assert re.fullmatch(parameter["AllowedPattern"], arn) and re.fullmatch(parameter["AllowedPattern"], "")
-    assert not re.fullmatch(parameter["AllowedPattern"], "arn:aws:s3:::bucket/key"), "only the two secret stores"
-    for given in ("", arn):
-        names = cfn_names(stack.template, answers.region, ECS_RESOURCES) | {"DatabaseUrlSecretArn": given}
+    partition = aws_partition(answers.region)[0]
+    arns = {
+        name: secret.format(partition=partition, region=answers.region).replace("database-url", name.lower())
+        for name in answers.secrets
+    }
+    parameters = {name: local_extensions.secret_parameter(name) for name in answers.secrets}
+    for name, parameter in parameters.items():
+        rule = stack.template["Parameters"][parameter]["AllowedPattern"]
+        assert re.fullmatch(rule, arns[name]) and re.fullmatch(rule, ""), parameter
+        assert not re.fullmatch(rule, "arn:aws:s3:::bucket/key"), "only the two secret stores"
+    choices = [{}, arns, dict(list(arns.items())[:1])]
+    for given in choices:
+        names = cfn_names(stack.template, answers.region, ECS_RESOURCES) | {
+            parameters[name]: given.get(name, "") for name in answers.secrets
+        }
         task = api_shape(cfn_resolve(stack.resources["AWS::ECS::TaskDefinition"], names))
         assert ecs_problems(task) == []
         worker = next(c for c in task["containerDefinitions"] if c["name"] == "worker")
@@ -818,12 +849,16 @@ def test_ecs_secrets(projects: dict[str, Path], key: str, secret: str) -> None:
         if not given:
             assert "secrets" not in worker and reads == []
             continue
-        assert worker["secrets"] == [{"name": "DATABASE_URL", "valueFrom": arn}]
-        assert "DATABASE_URL" not in env_list(worker["environment"]), "a secret is never a plain value"
+        assert worker["secrets"] == [{"name": name, "valueFrom": arn} for name, arn in given.items()]
+        environment = env_list(worker["environment"])
+        assert not set(answers.secrets) & set(environment), "a secret is never a plain value"
         (read,) = reads
-        assert read["Resource"] == [arn] and read["Effect"] == "Allow"
+        assert read["Resource"] == list(given.values()) and read["Effect"] == "Allow"
         assert sorted(read["Action"]) == ["secretsmanager:GetSecretValue", "ssm:GetParameters"]
-    assert "DATABASE_URL" in answers.variables, "a setting the worker reads"
+    assert set(answers.secrets) <= answers.variables
+    # The service tells the engine its secrets: `config` shows them set or unset.
+    service, _ = baked_service(project, answers)
+    assert service.secrets == answers.secrets
 
 
 def worker_pod(objects: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -1084,6 +1119,16 @@ def test_kubernetes_settings_and_secrets(projects: dict[str, Path], key: str) ->
     assert account["metadata"]["name"] != worker_pod(objects)["spec"]["serviceAccountName"]
     assert external["spec"]["secretStoreRef"] == {"kind": "SecretStore", "name": store["metadata"]["name"]}
     assert external["spec"]["target"]["name"] == secret
+    # Each of the service's secrets: a Secrets Manager secret of its own (named as on ECS), a
+    # key of the Secret, and an entry of the worker's env that names it.
+    assert external["spec"]["data"] == [
+        {"secretKey": name, "remoteRef": {"key": local_extensions.secret_path({"project_slug": answers.slug}, name)}}
+        for name in answers.secrets
+    ]
+    named = {
+        e["name"]: e["valueFrom"]["secretKeyRef"] for e in container["env"] if "secretKeyRef" in e.get("valueFrom", {})
+    }
+    assert named == {name: {"name": secret, "key": name, "optional": True} for name in answers.secrets}
     schemas = crd_schema_dir("external-secrets")
     for obj in (store, external):
         assert crd_problems(obj, schemas, check_schema=False) == [], obj["kind"]
@@ -1182,15 +1227,24 @@ def test_queues_template(projects: dict[str, Path], key: str) -> None:
     (source,) = allow["sourceQueueArns"]
     assert source["Fn::Sub"].endswith(f":{answers.queue}")
 
+    # The alarms on SQS's own metrics: the queue's age and in-flight count, the DLQ's inflow
+    # (a rise of its depth: SQS's own moves included).
     alarms = {
-        (r["Properties"]["MetricName"], json.dumps(r["Properties"]["Dimensions"][0]["Value"])): r["Properties"]
+        (metric["MetricName"], json.dumps(metric["Dimensions"][0]["Value"])): r["Properties"]
         for r in resources.values()
         if r["Type"] == "AWS::CloudWatch::Alarm"
+        for metric in [r["Properties"]]
+        + [m["MetricStat"]["Metric"] for m in r["Properties"].get("Metrics", []) if "MetricStat" in m]
+        if "MetricName" in metric
     }
     age = alarms[("ApproximateAgeOfOldestMessage", json.dumps({"Fn::GetAtt": [queue_id, "QueueName"]}))]
     assert age["Namespace"] == "AWS/SQS" and age["ComparisonOperator"] == "GreaterThanThreshold"
-    depth = alarms[("ApproximateNumberOfMessagesVisible", json.dumps({"Fn::GetAtt": [dlq_id, "QueueName"]}))]
-    assert depth["Threshold"] == 0 and depth["ComparisonOperator"] == "GreaterThanThreshold"
+    assert template["Parameters"]["OldestMessageAgeThresholdSeconds"]["Default"] == observability.OLDEST_AGE_SECONDS
+    inflow = alarms[("ApproximateNumberOfMessagesVisible", json.dumps({"Fn::GetAtt": [dlq_id, "QueueName"]}))]
+    assert inflow["Threshold"] == 0 and inflow["ComparisonOperator"] == "GreaterThanThreshold"
+    assert [m["Expression"] for m in inflow["Metrics"] if m.get("ReturnData")] == ["DIFF(depth)"]
+    inflight = alarms[("ApproximateNumberOfMessagesNotVisible", json.dumps({"Fn::GetAtt": [queue_id, "QueueName"]}))]
+    assert inflight["Threshold"] == LIMITS.inflight_alert_threshold(answers.queue)
 
     # With idempotency: the table the code and the policy name, keyed and expired as
     # Powertools writes it, kept and recoverable.
@@ -1245,6 +1299,101 @@ def test_prometheus_rules(projects: dict[str, Path], key: str) -> None:
     assert float(stalled.rsplit(">", 1)[1]) == answers.stalled_after
     ratio = one(r"jobs_processed_total\{[^}]*outcome=~\"retry\|dead_letter\|timeout\"")
     assert "/" in ratio
+
+
+@pytest.mark.parametrize("key", CHECKED)
+def test_every_alert_exists_on_each_platform_the_bake_targets(projects: dict[str, Path], key: str) -> None:
+    """The one table of alerts: on EKS a rule each (in the PrometheusRule too), on ECS a
+    CloudWatch alarm each (SQS's metrics in the queues stack, the worker's in the service
+    stack), each with its runbook heading in deploy/README.md; and nothing a bake does not
+    render named by its alerts (an ECS-only bake has no deploy/k8s)."""
+    project, answers = projects[key], ANSWERS[key]
+    table = observability.alerts(context(SUPPORTED[key].answers))
+    names = [alert.name for alert in table]
+    assert len(set(names)) == len(names)
+    rules = yaml.safe_load((project / "deploy" / "prometheus" / "alerts.yaml").read_text())
+    by_name = {r["alert"]: r for g in rules["groups"] for r in g["rules"]}
+    assert list(by_name) == names
+    readme = (project / "deploy" / "README.md").read_text()
+    anchors = {h.strip().lower() for h in re.findall(r"^### (\S+)$", readme, re.MULTILINE)}
+    for alert in table:
+        assert by_name[alert.name]["annotations"]["runbook_url"] == f"deploy/README.md#{alert.anchor}"
+        assert alert.anchor in anchors, f"no runbook heading for {alert.name}"
+        assert alert.severity in observability.SEVERITIES
+    if answers.eks:
+        operator = load_k8s(project)["PrometheusRule"]
+        assert [r["alert"] for g in operator["spec"]["groups"] for r in g["rules"]] == names
+    if answers.ecs:
+        queues = load_cfn(project / "deploy" / "aws" / "queues.yaml")["Resources"]
+        service = load_cfn(project / "deploy" / "ecs" / "service.yaml")["Resources"]
+        alarms = {
+            name: resource
+            for stack in (queues, service)
+            for name, resource in stack.items()
+            if resource["Type"] == "AWS::CloudWatch::Alarm"
+        }
+        assert sorted(alarms) == sorted(f"{name}Alarm" for name in names)
+        topic = "arn:aws:sns:us-east-1:123456789012:alarms"
+        for alert in table:
+            alarm = alarms[f"{alert.name}Alarm"]["Properties"]
+            # What CloudFormation sends, against botocore's model of PutMetricAlarm, with and
+            # without a topic to notify.
+            for given in ("", topic):
+                stack = load_cfn(
+                    project / "deploy" / ("aws/queues.yaml" if alert.stack == "queues" else "ecs/service.yaml")
+                )
+                resources = ECS_RESOURCES | {"Queue.QueueName": answers.queue, "DeadLetterQueue.QueueName": answers.dlq}
+                resolved = cfn_resolve(alarm, cfn_names(stack, answers.region, resources) | {"AlarmTopicArn": given})
+                assert api_problems("cloudwatch", "PutMetricAlarm", {"AlarmName": alert.name, **resolved}) == []
+                assert resolved.get("AlarmActions", []) == ([topic] if given else [])
+            assert alert.runbook in alarm["AlarmDescription"]
+            assert alarm["AlarmActions"] == alarm["OKActions"]
+            assert (f"{alert.name}Alarm" in queues) is (alert.stack == "queues")
+            returned = [m for m in alarm.get("Metrics", []) if m.get("ReturnData")]
+            assert len(returned) == (1 if "Metrics" in alarm else 0), alert.name
+    rendered = {str(p.relative_to(project)) for p in project.rglob("*") if p.is_file()}
+    for path in ("deploy/prometheus/alerts.yaml", "deploy/README.md", "deploy/aws/queues.yaml"):
+        text = (project / path).read_text()
+        for named in set(re.findall(r"deploy/[\w./-]+\.(?:ya?ml|json|md)", text)) | {
+            "deploy/" + n for n in re.findall(r"\b(k8s/[\w./-]+\.yaml)", text)
+        }:
+            assert named in rendered, f"{path} names {named}, which this bake does not render"
+    # The in-flight alert: 80 % of SQS's quota for the queue's kind.
+    inflight = next(a for a in table if a.name == "SQSInFlightNearLimit")
+    if answers.ecs:
+        assert alarms["SQSInFlightNearLimitAlarm"]["Properties"]["Threshold"] == LIMITS.inflight_alert_threshold(
+            answers.queue
+        )
+    assert "96000" in inflight.expr and "16000" in inflight.expr
+
+
+@pytest.mark.parametrize("key", ECS_SETS)
+def test_cloudwatch_dashboard_has_the_grafana_panels(projects: dict[str, Path], key: str) -> None:
+    """The ECS stack's dashboard: the Grafana dashboard's panels, title for title, each over
+    the same metrics, every query against the collector's namespace."""
+    project, answers = projects[key], ANSWERS[key]
+    grafana = json.loads((project / "deploy" / "grafana" / "dashboard.json").read_text())
+    resource = load_cfn(project / "deploy" / "ecs" / "service.yaml")["Resources"]["Dashboard"]["Properties"]
+    assert resource["DashboardName"] == answers.slug
+    body = json.loads(resource["DashboardBody"]["Fn::Sub"].replace("${AWS::Region}", answers.region))
+    assert (
+        api_problems("cloudwatch", "PutDashboard", {"DashboardName": answers.slug, "DashboardBody": json.dumps(body)})
+        == []
+    )
+    widgets = {w["properties"]["title"]: w for w in body["widgets"]}
+    assert list(widgets) == [p["title"] for p in grafana["panels"]]
+    for panel in grafana["panels"]:
+        wanted = {
+            re.sub(r"_(bucket|sum|count)$", "", n) for t in panel["targets"] for n in promql_metric_names(t["expr"])
+        }
+        metrics = widgets[panel["title"]]["properties"]["metrics"]
+        queries = [m[0]["expression"] for m in metrics if isinstance(m[0], dict)]
+        shown = {name for q in queries for name in re.findall(r"SELECT \w+\((\w+)\)", q)}
+        shown |= {m[1] for m in metrics if isinstance(m[0], str)}
+        assert shown == wanted, (panel["title"], shown, wanted)
+        for query in queries:
+            assert f'SCHEMA("{answers.slug}"' in query or not query.startswith("SELECT"), query
+        assert widgets[panel["title"]]["properties"]["region"] == answers.region
 
 
 @pytest.mark.parametrize("key", CHECKED)
@@ -1305,6 +1454,12 @@ def test_template_workflow() -> None:
     assert "bash .ci/run" in runs
     matrix = workflow["jobs"]["generated"]["strategy"]["matrix"]["deploy_target"]
     assert sorted(matrix) == sorted(COOKIECUTTER["deploy_target"])
+    # Every Python the template offers is installed for the suite's bakes, and the newest is
+    # also baked and tested as a user would.
+    offered = sorted(COOKIECUTTER["python_version"], key=lambda v: tuple(map(int, v.split("."))))
+    assert f"uv python install {' '.join(offered)}" in runs
+    include = workflow["jobs"]["generated"]["strategy"]["matrix"]["include"]
+    assert {"deploy_target": "ecs-and-eks", "python_version": offered[-1]} in include
 
 
 @pytest.mark.parametrize("key", CHECKED)

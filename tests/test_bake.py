@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 from conftest import ROOT, bake, run
 from matrix import SUPPORTED, names
 from sqs_worker_engine import emulators
@@ -76,6 +77,9 @@ def test_generated_project_passes_its_own_checks(name: str, tmp_path: Path, loca
     fmt = run(["uv", "run", "--quiet", "ruff", "format", "--diff", "."], project)
     assert fmt.returncode == 0, f"formatting changes the generated code:\n{fmt.stdout[-3000:]}"
 
+    if combo.depth == "full":
+        assert_pre_commit_runs_the_makefiles_checks(project, package, tmp_path)
+
     REPORT.parent.mkdir(exist_ok=True)
     with REPORT.open("a") as handle:
         record = {
@@ -86,6 +90,28 @@ def test_generated_project_passes_its_own_checks(name: str, tmp_path: Path, loca
             "seconds": round(seconds),
         }
         handle.write(json.dumps(record) + "\n")
+
+
+def assert_pre_commit_runs_the_makefiles_checks(project: Path, package: Path, tmp_path: Path) -> None:
+    """`.pre-commit-config.yaml`: valid for pre-commit itself; its hooks are the Makefile's
+    `lint` and `typecheck`, so they run the ruff and mypy uv.lock pins (never a copy at
+    another version); and they pass on the bake and catch what `make lint` catches."""
+    config = yaml.safe_load((project / ".pre-commit-config.yaml").read_text())
+    hooks = [(repo["repo"], hook["entry"]) for repo in config["repos"] for hook in repo["hooks"]]
+    assert hooks == [("local", "make --no-print-directory lint"), ("local", "make --no-print-directory typecheck")]
+    env = {"PRE_COMMIT_HOME": str(tmp_path / "pre-commit")}
+    valid = run(["uv", "run", "--quiet", "pre-commit", "validate-config"], project, **env)
+    assert valid.returncode == 0, valid.stdout + valid.stderr
+    assert run(["git", "init", "-q"], project).returncode == 0
+    assert run(["git", "add", "-A"], project).returncode == 0
+    passed = run(["uv", "run", "--quiet", "pre-commit", "run", "--all-files"], project, **env)
+    assert passed.returncode == 0 and "Passed" in passed.stdout, passed.stdout + passed.stderr
+    unused = package / "unused_import.py"
+    unused.write_text("import os\n")
+    assert run(["git", "add", "-A"], project).returncode == 0
+    caught = run(["uv", "run", "--quiet", "pre-commit", "run", "--all-files"], project, **env)
+    unused.unlink()
+    assert caught.returncode != 0 and "F401" in caught.stdout, caught.stdout + caught.stderr
 
 
 def test_a_fresh_bake_passes_make_test_against_motos_server(tmp_path: Path) -> None:

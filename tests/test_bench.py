@@ -80,13 +80,15 @@ def test_bench_smoke_reports_every_contender_and_figure(tmp_path: Path, localsta
 
 
 def test_tracing_bench_reports_both_sides(tmp_path: Path) -> None:
-    """`make bench-tracing` with tiny counts: both columns measured in one run, one span per
-    job on the traced side (the figures are timings and are never asserted)."""
+    """`make bench-tracing` with tiny counts: both columns measured in one run, on the traced
+    side one `process` span per job plus a `receive` and a settle span per SQS call, which
+    carry up to 10 messages each (the figures are timings and are never asserted)."""
     import tracing
 
     result = tracing.measure(messages=200, rounds=1, concurrency=4)
     assert result["cpu_us_per_message_off"] > 0 and result["cpu_us_per_message_on"] > 0
-    assert result["spans_per_message"] == 1.0 and result["otlp_bytes_per_message"] > 0
+    # At most a receive and a settle call of its own per message: 3 spans; batches make fewer.
+    assert 1.0 < result["spans_per_message"] <= 3.0 and result["otlp_bytes_per_message"] > 0
     assert "ratio on / off" in tracing.markdown(result)
 
 

@@ -1,8 +1,9 @@
 """The CloudFormation stacks deployed to LocalStack's CloudFormation, as an operator would:
 deploy/aws/queues.yaml, then the parts of deploy/ecs/service.yaml that LocalStack's free
-edition can create (IAM roles, the log group, security groups). What it cannot create (the
-ECS service and task definition, Application Auto Scaling) is held to botocore's models of
-those APIs in test_artifacts.py instead.
+edition can create (IAM roles, the log groups, security groups, the CloudWatch alarms). What
+it cannot create (the ECS service and task definition, Application Auto Scaling) is held to
+botocore's models of those APIs in test_artifacts.py instead; the dashboard, which its
+CloudFormation does not create, goes through CloudWatch's own PutDashboard.
 
 Each stack goes to an account of its own (LocalStack takes a 12-digit access key id as the
 account), so the baked queue names cannot meet another test's queues.
@@ -23,11 +24,13 @@ from matrix import LIMITS, SUPPORTED
 from test_artifacts import ANSWERS, Answers
 from validators import PLACEHOLDER_ACCOUNT, load_cfn
 
+import observability
+
 # LocalStack's DynamoDB needs a download at first use, so sets with the idempotency table
 # deploy the queues stack without it (cfn-lint checks the table).
 DEPLOYED = ["defaults", "eks-py313-fifo"]  # both targets; a standard and a FIFO queue
 # Left out of the service stack: what LocalStack's free edition does not create.
-NOT_IN_LOCALSTACK = ("AWS::ECS::", "AWS::ApplicationAutoScaling::", "AWS::EKS::")
+NOT_IN_LOCALSTACK = ("AWS::ECS::", "AWS::ApplicationAutoScaling::", "AWS::EKS::", "AWS::CloudWatch::Dashboard")
 
 
 def client(service: str, endpoint: str, region: str, account: str) -> Any:
@@ -87,7 +90,7 @@ def test_stacks_deploy_and_create_what_they_promise(baked: dict[str, Path], key:
     account = f"{100000000000 + DEPLOYED.index(key) + int(time.time()) % 10**9:012d}"
     aws = {
         s: client(s, localstack_endpoint, answers.region, account)
-        for s in ("cloudformation", "sqs", "iam", "logs", "ec2", "s3")
+        for s in ("cloudformation", "sqs", "iam", "logs", "ec2", "s3", "cloudwatch")
     }
 
     queues = load_cfn(project / "deploy" / "aws" / "queues.yaml")
@@ -95,6 +98,7 @@ def test_stacks_deploy_and_create_what_they_promise(baked: dict[str, Path], key:
     queues["Outputs"] = {k: o for k, o in queues["Outputs"].items() if k != "IdempotencyTableName"}
     created = deploy(aws["cloudformation"], f"{answers.slug}-queues", queues)
     assert_queues(aws["sqs"], created, answers)
+    assert_alarms(aws["cloudwatch"], created, queues)
     if answers.large:
         assert_payload_bucket(aws["s3"], created["PayloadBucket"], queues)
 
@@ -105,7 +109,8 @@ def test_stacks_deploy_and_create_what_they_promise(baked: dict[str, Path], key:
     vpc = aws["ec2"].describe_vpcs(Filters=[{"Name": "isDefault", "Values": ["true"]}])["Vpcs"][0]["VpcId"]
     subnet = aws["ec2"].describe_subnets(Filters=[{"Name": "vpc-id", "Values": [vpc]}])["Subnets"][0]["SubnetId"]
     prometheus = aws["ec2"].create_security_group(GroupName="prometheus", Description="scraper", VpcId=vpc)["GroupId"]
-    service = localstack_part(load_cfn(project / "deploy" / "ecs" / "service.yaml"))
+    full = load_cfn(project / "deploy" / "ecs" / "service.yaml")
+    service = localstack_part(full)
     parameters = {
         "VpcId": vpc,
         "SubnetIds": subnet,
@@ -114,6 +119,33 @@ def test_stacks_deploy_and_create_what_they_promise(baked: dict[str, Path], key:
     }
     created = deploy(aws["cloudformation"], f"{answers.slug}-service", service, parameters)
     assert_service_parts(aws, created, project, answers, account, vpc)
+    assert_alarms(aws["cloudwatch"], created, service)
+    # The dashboard as the stack would create it (its body, the stack's region in it).
+    resource = full["Resources"]["Dashboard"]["Properties"]
+    body = resource["DashboardBody"]["Fn::Sub"].replace("${AWS::Region}", answers.region)
+    aws["cloudwatch"].put_dashboard(DashboardName=resource["DashboardName"], DashboardBody=body)
+    dashboard = aws["cloudwatch"].get_dashboard(DashboardName=resource["DashboardName"])
+    widgets = json.loads(dashboard["DashboardBody"])["widgets"]
+    assert [w["properties"]["title"] for w in widgets] == [p.title for p in observability.PANELS]
+    assert {w["properties"]["region"] for w in widgets} == {answers.region}
+
+
+def assert_alarms(cloudwatch: Any, created: dict[str, str], template: dict[str, Any]) -> None:
+    """Every alarm of the stack exists under the name CloudFormation gave it, on the metric
+    (or the metric math) the template says."""
+    logical = [name for name, r in template["Resources"].items() if r["Type"] == "AWS::CloudWatch::Alarm"]
+    assert logical, "the stack holds no alarm"
+    names = [created[name] for name in logical]
+    found = {a["AlarmName"]: a for a in cloudwatch.describe_alarms(AlarmNames=names)["MetricAlarms"]}
+    assert sorted(found) == sorted(names)
+    for name in logical:
+        alarm, wanted = found[created[name]], template["Resources"][name]["Properties"]
+        assert alarm["AlarmDescription"].endswith(wanted["AlarmDescription"].rsplit("Runbook: ", 1)[1])
+        if "MetricName" in wanted:
+            assert alarm["MetricName"] == wanted["MetricName"]
+        else:
+            expressions = [m.get("Expression") for m in alarm["Metrics"] if m.get("ReturnData")]
+            assert expressions == [m["Expression"] for m in wanted["Metrics"] if m.get("ReturnData")]
 
 
 def assert_release_roles(aws: dict[str, Any], project: Path, answers: Answers, account: str) -> None:

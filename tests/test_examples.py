@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, bake, run
 
-BLOCK = re.compile(r"^```python\n(.*?)^```", re.DOTALL | re.MULTILINE)
+# ```python, or ```python notest for a listing of several files (test_readmes.py runs the rest).
+BLOCK = re.compile(r"^```python[^\n]*\n(.*?)^```", re.DOTALL | re.MULTILINE)
 # One bake with the defaults, one with every option that adds an example to the README.
 ANSWERS = {
     "defaults": {},

@@ -147,7 +147,7 @@ def test_replaced_handlers_keep_make_test_green_on_a_machine_without_uv(owned: P
     output = result.stdout + result.stderr
     assert result.returncode == 0, f"`make test` failed after the owner's edits:\n{output[-6000:]}"
     counts = pytest_summary(output)
-    assert counts == {"passed": 3}, counts  # the owner's two tests and the end-to-end check
+    assert counts == {"passed": 5}, counts  # the owner's two tests, the own-settings two and the end-to-end check
 
 
 def test_ctrl_c_under_make_run_drains_the_running_job(owned: Path, localstack_endpoint: str) -> None:

@@ -41,41 +41,67 @@ SHA_PIN = re.compile(r"uses: ([\w.-]+/[\w./-]+)@([0-9a-f]{40}) # (v\d+\.\d+\.\d+
 ENGINE_DIR = Path("/checkout/engine")
 ORIGIN, COMMIT = "https://git.example.com/org/sqs-worker-template.git", "a" * 40
 GIT = {"git": ORIGIN, "subdirectory": "engine", "rev": COMMIT}
+INDEX_URL = "https://packages.example.com/simple/"
+INDEX = {"index": local_extensions.ENGINE_INDEX}
 
 
 @pytest.mark.parametrize(
     ("answer", "override", "template", "expected"),
     [
-        ("index", "", "gh:org/sqs-worker-template", {}),
+        ("index", "", "gh:org/sqs-worker-template", INDEX),
         ("git", "", "gh:org/sqs-worker-template", GIT),
         ("git", "", None, GIT),  # `cruft create` clones and gives no _template
         ("index", "", str(local_extensions.ROOT), {"path": str(ENGINE_DIR)}),
         ("git", "", str(local_extensions.ROOT), {"path": str(ENGINE_DIR)}),
         ("index", "path", "gh:org/sqs-worker-template", {"path": str(ENGINE_DIR)}),
         ("index", "git", "gh:org/sqs-worker-template", GIT),
-        ("git", "index", str(local_extensions.ROOT), {}),
+        ("git", "index", str(local_extensions.ROOT), INDEX),
     ],
     ids=["index", "git", "git-cruft", "in-place", "in-place-git", "override-path", "override-git", "override-index"],
 )
 def test_the_engine_comes_from_where_the_answer_says_unless_rendered_in_place(
     answer: str, override: str, template: str | None, expected: dict[str, str]
 ) -> None:
-    assert engine_source_for(answer, override, template, ORIGIN, COMMIT, ENGINE_DIR) == expected
+    assert engine_source_for(answer, override, template, ORIGIN, COMMIT, ENGINE_DIR, INDEX_URL) == expected
 
 
 @pytest.mark.parametrize(
-    ("answer", "override", "origin", "fragment"),
+    ("answer", "override", "origin", "index_url", "fragment"),
     [
-        ("pypi", "", ORIGIN, "engine_source must be one of git, index, got 'pypi'"),
-        ("index", "wheel", ORIGIN, "_engine_source must be one of path, git, index"),
-        ("git", "", None, "engine_source=git needs the template to be a git clone"),
+        ("pypi", "", ORIGIN, INDEX_URL, "engine_source must be one of git, index, got 'pypi'"),
+        ("index", "wheel", ORIGIN, INDEX_URL, "_engine_source must be one of path, git, index"),
+        ("git", "", None, INDEX_URL, "engine_source=git needs the template to be a git clone"),
+        # Never the default index: a name nobody has claimed there could be anyone's.
+        ("index", "", ORIGIN, "", "engine_source=index needs engine_index_url"),
     ],
 )
 def test_an_engine_source_that_cannot_be_honoured_is_refused(
-    answer: str, override: str, origin: str | None, fragment: str
+    answer: str, override: str, origin: str | None, index_url: str, fragment: str
 ) -> None:
     with pytest.raises(ValueError, match=re.escape(fragment)):
-        engine_source_for(answer, override, "gh:org/t", origin, COMMIT, ENGINE_DIR)
+        engine_source_for(answer, override, "gh:org/t", origin, COMMIT, ENGINE_DIR, index_url)
+
+
+@pytest.mark.parametrize(
+    ("origin", "page"),
+    [
+        (
+            "https://github.com/acme/sqs-worker-template.git",
+            f"https://github.com/acme/sqs-worker-template/tree/{COMMIT}/engine",
+        ),
+        (
+            "git@github.com:acme/sqs-worker-template.git",
+            f"https://github.com/acme/sqs-worker-template/tree/{COMMIT}/engine",
+        ),
+        ("ssh://git@git.example.com:2222/team/tpl", f"https://git.example.com/team/tpl/tree/{COMMIT}/engine"),
+        ("file:///srv/git/sqs-worker-template", None),
+        ("/home/me/sqs-worker-template", None),
+    ],
+)
+def test_the_readme_links_the_engine_where_the_service_was_baked_from(origin: str, page: str | None) -> None:
+    """Not a placeholder: the repository the bake came from, at its commit; a local
+    checkout has no page, and the README names its path instead."""
+    assert local_extensions.web_url(origin, COMMIT) == page
 
 
 # --- the index route, end to end ---------------------------------------------------------------
@@ -105,14 +131,15 @@ def test_a_service_installs_and_tests_the_engine_from_a_package_index(tmp_path: 
     built = run(["uv", "build", "--quiet", "--out-dir", str(tmp_path / "dist")], ROOT / "engine", timeout=600)
     assert built.returncode == 0, built.stdout + built.stderr
     index = local_index(tmp_path / "dist", tmp_path / "index")
-    # The engine's index first, then the default one for everything else (uv's
-    # first-index rule), as `[[tool.uv.index]]` or UV_INDEX set it for a team's own index.
-    env = {"UV_INDEX": f"engine={index}", "AWS_ENDPOINT_URL": localstack_endpoint}
+    env = {"AWS_ENDPOINT_URL": localstack_endpoint}
 
-    project = bake(tmp_path / "out", _engine_source="index")
+    # The index the bake is given, and the only one the engine may come from (uv's explicit
+    # index); everything else from the default index.
+    project = bake(tmp_path / "out", _engine_source="index", engine_source="index", engine_index_url=index)
     pyproject = tomllib.loads((project / "pyproject.toml").read_text())
     assert f"sqs-worker-engine=={ENGINE_VERSION}" in pyproject["project"]["dependencies"]
-    assert "sources" not in pyproject["tool"].get("uv", {}), "the index route needs no [tool.uv.sources]"
+    assert pyproject["tool"]["uv"]["index"] == [{"name": "engine", "url": index, "explicit": True}]
+    assert pyproject["tool"]["uv"]["sources"] == {"sqs-worker-engine": {"index": "engine"}}
 
     locked = run(["make", "lock"], project, timeout=600, **env)
     assert locked.returncode == 0, locked.stdout + locked.stderr
@@ -129,8 +156,9 @@ def test_a_service_installs_and_tests_the_engine_from_a_package_index(tmp_path: 
     assert installed.stdout.startswith(str(project / ".venv")), installed.stdout + installed.stderr
     dist_info = next((project / ".venv").glob("lib/python*/site-packages/sqs_worker_engine-*.dist-info"))
     assert not (dist_info / "direct_url.json").exists(), "installed from the index, not from a path or git"
+    # An index in a folder on this machine serves `make install`, not an image build.
     guard = run(["make", "engine-source"], project)
-    assert guard.returncode == 0, guard.stdout + guard.stderr
+    assert guard.returncode != 0 and "a container build cannot reach" in guard.stdout, guard.stdout + guard.stderr
 
 
 # --- the git route: credentials for the image build and CI ------------------------------------
@@ -139,7 +167,10 @@ def test_a_service_installs_and_tests_the_engine_from_a_package_index(tmp_path: 
 @pytest.fixture(scope="module")
 def bakes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     out = tmp_path_factory.mktemp("engine-sources")
-    return {source: bake(out / source, engine_source=source) for source in ("index", "git")}
+    return {
+        "index": bake(out / "index", engine_source="index", engine_index_url=INDEX_URL),
+        "git": bake(out / "git", engine_source="git"),
+    }
 
 
 def dependency_runs(project: Path) -> list[str]:

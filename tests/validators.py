@@ -30,7 +30,13 @@ from conftest import ROOT, run
 
 PLACEHOLDER_ACCOUNT = "123456789012"
 # What the ADOT collector's X-Ray exporter calls (AWS's AWSXrayWriteOnlyAccess managed policy).
-XRAY_ACTIONS = ("xray:PutTraceSegments", "xray:PutTelemetryRecords", "xray:GetSamplingRules", "xray:GetSamplingTargets")
+XRAY_ACTIONS = (
+    "xray:PutTraceSegments",
+    "xray:PutTelemetryRecords",
+    "xray:GetSamplingRules",
+    "xray:GetSamplingTargets",
+    "xray:PutSpans",  # the worker's spans straight to X-Ray's OTLP endpoint
+)
 KEDA_SCHEMA_DIR = Path(os.environ.get("KEDA_SCHEMA_DIR") or ROOT.parent / "shared" / "schemas" / "keda")
 # The other operators' CRD schemas (prometheus-operator, external-secrets), one folder each.
 CRD_SCHEMA_DIR = Path(os.environ.get("CRD_SCHEMA_DIR") or ROOT.parent / "shared" / "schemas")
@@ -129,11 +135,16 @@ def seconds(duration: str | int) -> float:
     return hours * 3600 + minutes * 60 + secs
 
 
-def env_list(items: list[dict[str, str]]) -> dict[str, str]:
-    out = {}
+def env_list(items: list[dict[str, Any]]) -> dict[str, str]:
+    """The plain values of a container's environment, by name. An entry read from a Secret
+    (`valueFrom`) is no plain value: left out (the tests of secrets read those)."""
+    out: dict[str, str] = {}
+    seen: set[str] = set()
     for item in items:
-        assert item["name"] not in out, f"{item['name']} set twice"
-        out[item["name"]] = item["value"]
+        assert item["name"] not in seen, f"{item['name']} set twice"
+        seen.add(item["name"])
+        if "valueFrom" not in item:
+            out[item["name"]] = item["value"]
     return out
 
 
@@ -160,6 +171,19 @@ def engine_metrics() -> dict[str, str]:
     assert result.returncode == 0, result.stderr
     suffix = {"counter": "_total", "info": "_info"}
     return {name + suffix.get(kind, ""): kind for name, kind in json.loads(result.stdout).items()}
+
+
+@functools.cache
+def engine_metric_labels() -> dict[str, tuple[str, ...]]:
+    """Each engine metric's labels, by its name as engine_metrics() gives it."""
+    script = _METRICS_SCRIPT.replace(
+        "print(json.dumps({m.name: m.type for c in collectors for m in c.describe()}))",
+        "print(json.dumps({m.name: [m.type, list(c._labelnames)] for c in collectors for m in c.describe()}))",
+    )
+    result = run([sys.executable, "-c", script], ROOT, timeout=60)
+    assert result.returncode == 0, result.stderr
+    suffix = {"counter": "_total", "info": "_info"}
+    return {name + suffix.get(kind, ""): tuple(labels) for name, (kind, labels) in json.loads(result.stdout).items()}
 
 
 def metric_series() -> set[str]:
@@ -255,8 +279,8 @@ def cfn_resolve(value: Any, names: dict[str, Any]) -> Any:
 
 def cfn_condition(expression: Any, names: dict[str, Any]) -> bool:
     """A condition of the template's Conditions section, over `names`."""
-    if set(expression) == {"Condition"}:
-        return cfn_condition(names[f"Condition:{expression['Condition']}"], names)
+    if set(expression) in ({"Condition"}, {"Fn::Condition"}):  # the long form, and the `!Condition` tag
+        return cfn_condition(names[f"Condition:{next(iter(expression.values()))}"], names)
     (function, args), *_ = expression.items()
     if function == "Fn::Not":
         return not cfn_condition(args[0], names)

@@ -5,7 +5,10 @@ Copy these for your own handlers."""
 
 from __future__ import annotations
 
-from sqs_worker_engine.testing import run_handler
+import asyncio
+
+import pytest
+from sqs_worker_engine.testing import run_handler, run_handler_async
 
 from {{ cookiecutter.package_name }}.handlers import QUEUE, Task, router
 
@@ -42,3 +45,13 @@ def test_a_job_over_its_timeout_is_cancelled_and_retried() -> None:
 
 def test_a_draining_worker_still_lets_a_short_task_finish() -> None:
     assert run_handler(router, QUEUE, Task(task_id="t-5", work_ms=10), stopping=True).outcome == "success"
+
+
+@pytest.mark.asyncio
+async def test_resources_made_on_the_tests_own_event_loop_reach_the_handler() -> None:
+    # An async stand-in made here, on this test's loop (a client, a pool): run_handler_async
+    # runs the handler on the same loop, where such objects work (run_handler starts its own).
+    shared = asyncio.Event()
+    result = await run_handler_async(router, QUEUE, Task(task_id="t-6"), resources=shared)
+    assert result.outcome == "success", result.reason
+    assert result.job is not None and result.job.resources is shared

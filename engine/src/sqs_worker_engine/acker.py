@@ -151,11 +151,9 @@ class Acker:
             raise
         except Exception as exc:
             code = "Timeout" if isinstance(exc, TimeoutError) else error_code(exc)
-            metrics.SQS_CALLS.labels(operation, code).inc()
             self.on_sqs(False)
             log.warning("%s failed: %s", operation, code, extra={"queue": self.queue})
             return self._retry_or_give_up(batch, f"{operation} failed: {code}")
-        metrics.SQS_CALLS.labels(operation, "ok").inc()
         self.on_sqs(True)
         for ok in resp.get("Successful", []):
             entry = ids[ok["Id"]]

@@ -8,7 +8,8 @@ Every protection that limits what is received or started answers here, from one 
   places, and while fewer than the measured prefetch target wait ahead of the slots;
 - handler slots: at most the limit in use run (the concurrency, or below it what the
   adaptive limit allows: adaptive.py), started in the order they were received;
-- the rate limit (throttle.StartWindow): starts, counted in every window of its length;
+- the rate limit (throttle.StartWindow): starts spaced on its grid, never more than its
+  count in a window; receiving keeps at most a window's worth of starts waiting;
 - the pause (throttle.Breaker) and its probe: while paused nothing starts and nothing is
   received; once the pause has run its time exactly one message starts as the probe, a
   held one first, received for the purpose only when none is held;
@@ -67,6 +68,7 @@ class Ticket:
     decided: bool = True  # its latest ending was read: the slot may go
     probe: bool = False  # its latest start is the pause's probe
     counted: bool = True  # counts in `in_use` (received, waiting or running; not parked or settling)
+    late: bool = False  # cancelled past its timeout, its work still going (`overdue`)
     closed: bool = False
     promised: bool = False  # holds a place of the jobs left (completion.py) until its handler is called
     arrived: bool = True  # False from its receive until it first asks to start (or closes)
@@ -121,6 +123,7 @@ class Admission:
         self.in_use = 0  # places reserved, waiting or running: what the prefetch target bounds
         self.held = 0  # places held in all, settling included: what the hard bound bounds
         self.running = 0  # handler slots taken
+        self.overdue_running = 0  # of them, held by work cancelled that goes on all the same
         self.tenants: dict[str, int] = {}  # group -> jobs of it holding a slot
         self.stopping = False
         self.sqs_ok = True  # the latest delete or lease extension reached SQS
@@ -169,7 +172,9 @@ class Admission:
             return 0
         # Places for the limit in use, not the ceiling: a shrunken limit holds no more waiting;
         # and with a shared budget, for the slots it may give this queue.
-        slots = self.limit if self.budget is None else min(self.limit, self.budget.entitled(self, now))
+        # (A job whose work goes on past its cancellation holds a place beyond the limit.)
+        limit = min(self.capacity, self.limit + self.overdue_running)
+        slots = limit if self.budget is None else min(limit, self.budget.entitled(self, now))
         n = min(most, slots + self.prefetch - self.in_use, self.held_limit - self.held)
         if not self.sqs_ok and self.held:
             return 0  # what is held could not be settled: receive more once SQS answers
@@ -180,7 +185,7 @@ class Admission:
                 return 0  # a held message will be the probe: no receive for it
             n = min(n, 1)
         if self.window is not None:
-            n = min(n, self.window.room(now) - len(self._line))
+            n = min(n, self.window.count - len(self._line))  # at most a window's worth of starts waits
         return max(0, n)
 
     async def reserve(self, most: int) -> Grant:
@@ -199,7 +204,8 @@ class Admission:
                 if self.stopping:
                     return Grant(0)
                 began = loop.time()
-                rate_bound = self.window is not None and self.window.room(clock.now()) <= len(self._line)
+                # The rate limit, not the slots, holds the line (it keeps it full).
+                rate_bound = bool(self._line) and self._blocked(self._line[0], clock.now(), budget=False) == "rate"
                 await self._change(loop, self._wake_at())
                 if rate_bound and self.report is not None:
                     self.report.throttled(loop.time() - began)
@@ -259,12 +265,27 @@ class Admission:
     def at_cap(self, ticket: Ticket) -> bool:
         return self._tenant_full(ticket.group)
 
+    def _slots_full(self) -> bool:
+        """Every slot taken: of the limit in use, by jobs still within their time; of the
+        concurrency, by any (work that ignores its cancellation holds its slot until it
+        returns, but a hung job must not halt an adaptive limit that only grows from jobs
+        that end)."""
+        return self.running - self.overdue_running >= self.limit or self.running >= self.capacity
+
+    def resting(self, backing_off: bool = False) -> bool:
+        """Waiting by design, not stuck (health.py): stopping, or a slot is free and a
+        poller waits for admission's word (a pause, the rate limit, the shared budget, SQS
+        unreachable, nothing to receive) or, `backing_off`, to ask SQS again after a
+        failed receive. Every slot held is the case liveness is for: then only a job's end
+        is progress."""
+        return self.stopping or (not self._slots_full() and (bool(self._pollers) or backing_off))
+
     def _blocked(self, ticket: Ticket, now: float, *, budget: bool = True) -> Block | None:
         """Why `ticket` may not start now, or None: the whole decision, from the state.
         `budget=False`: everything but the shared budget (what the budget asks)."""
-        if self.stopping:
+        if self.stopping or (self.budget is not None and self.budget.stopping):
             return "stopping"
-        if self.running >= self.limit:
+        if self._slots_full():
             return "slots"
         if not self.sqs_ok:
             return "sqs"
@@ -272,7 +293,7 @@ class Admission:
             return "tenant"
         if self.breaker.paused and (now < self.breaker.until or self._probe is not None):
             return "paused"
-        if self.window is not None and self.window.room(now) <= 0:
+        if self.window is not None and not self.window.may_start(now):
             return "rate"
         if budget and self.budget is not None and not self.budget.may_start(self, now):
             return "budget"
@@ -384,6 +405,14 @@ class Admission:
         ticket.returned = True
         self._free_slot(ticket)
 
+    def overdue(self, ticket: Ticket) -> None:
+        """Its job was cancelled (timeout, lease lost) and its work goes on all the same: it
+        keeps its slot of the concurrency, and gives back its place in the limit in use."""
+        if ticket.running and not ticket.late:
+            ticket.late = True
+            self.overdue_running += 1
+            self._kick()
+
     def decide(self, ticket: Ticket, duration: float = 0.0, outcome: Outcome | None = None) -> None:
         """Its ending was read (the pause's decisions made): the slot may go once its work
         ended. A handler that ran (`duration`) tells the adaptive limit first, so that a
@@ -402,6 +431,9 @@ class Admission:
             return
         ticket.running = False
         self.running -= 1
+        if ticket.late:
+            ticket.late = False
+            self.overdue_running -= 1
         if ticket.counted:  # settling from now on: the next job's place
             ticket.counted = False
             self.in_use -= 1
@@ -453,7 +485,10 @@ class Admission:
                 self.report.paused(self.breaker.until - now, error)
             ending = dataclasses.replace(ending, requested_delay=self.breaker.until - now + error.seconds)
         elif (
-            self.answered(ticket, handled=ending.outcome not in ("released", "lease_lost")) and self.report is not None
+            # Only a handler that ran to an end answers for the downstream: not a message
+            # that never reached it (a body that does not parse), released or lost.
+            self.answered(ticket, handled=ending.called and ending.outcome not in ("released", "lease_lost"))
+            and self.report is not None
         ):
             self.report.resumed()
         self.decide(ticket, ending.duration, ending.outcome)
@@ -497,7 +532,11 @@ class Admission:
             self._kick()
 
     def stop(self) -> None:
-        """No more receives or starts: the waits end (their messages are let go)."""
+        """No more receives or starts: the waits end (their messages are let go). A shared
+        budget stops first, for every queue on it: the pools stop one after another, and a
+        slot this one leaves must not start another queue's job meanwhile."""
+        if self.budget is not None:
+            self.budget.stopping = True
         self.stopping = True
         for ticket in list(self._line):
             self._leave_line(ticket)
@@ -563,7 +602,7 @@ class Admission:
         times = []
         if self.breaker.paused and now < self.breaker.until:
             times.append(self.breaker.until - now)
-        if self.window is not None and self.window.room(now) <= 0:
+        if self.window is not None and not self.window.may_start(now):
             times.append(self.window.wait(now))
         return max(0.001, min(times)) if times else None
 

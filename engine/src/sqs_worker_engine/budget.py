@@ -100,6 +100,7 @@ class SharedBudget:
     credit: tuple[int, ...] = ()
     _pending: tuple[Member, tuple[int, ...]] | None = None  # the latest pick, applied when taken
     _busy: bool = False  # the lines are admitting: a change meanwhile is seen by this pass
+    stopping: bool = False  # the process stops: no queue on the budget starts a job (Admission.stop)
 
     def join(self, member: Member, weight: int = 1) -> None:
         """A queue's admission joins, in the order of WORKER_QUEUES (strict's order)."""

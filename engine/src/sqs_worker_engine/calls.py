@@ -22,6 +22,7 @@ from .batches import Collector
 from .errors import RetryLater
 from .job import Job
 from .outcomes import Ending, classify
+from .processes import ProcessPool
 from .reporting import QueueReport
 from .router import HandlerSpec, call_sync
 from .tracing import JobSpan
@@ -41,13 +42,14 @@ class HandlerCalls:
         spec: HandlerSpec,
         concurrency: int,
         report: QueueReport,
-        process_pool: concurrent.futures.Executor | None,
+        process_pool: ProcessPool | None,
         lease_held: Callable[[str], bool],
     ) -> None:
         """`lease_held(job_id)`: may a job that waited for company in a batch still run."""
         self.spec = spec
         self.report = report
         self.process_pool = process_pool
+        self.lease_held = lease_held
         self.running = 0  # handler calls whose work has not ended, settled or not
         self.threads = (
             concurrent.futures.ThreadPoolExecutor(concurrency, thread_name_prefix=f"job-{report.queue}")
@@ -92,7 +94,7 @@ class HandlerCalls:
             cf = self.threads.submit(contextvars.copy_context().run, call_sync, self.spec.fn, job)
         else:
             assert self.process_pool is not None
-            cf = self.process_pool.submit(call_sync, self.spec.fn, job)
+            cf = self.process_pool.run(call_sync, self.spec.fn, job, may_run_again=lambda: self.lease_held(job.id))
         cf.add_done_callback(lambda _f: loop.call_soon_threadsafe(finished))
         return asyncio.wrap_future(cf, loop=loop), ended
 
@@ -121,11 +123,14 @@ class HandlerCalls:
         lease_gone: Callable[[], bool],
         span: JobSpan | None,
         on_ended: Callable[[], None],
+        on_overdue: Callable[[], None] = lambda: None,
     ) -> Ending:
         """Run the handler until it ends, its `job_timeout`, its lease is `lost` or the shutdown
         `cut`; `lease_gone()`: is the lease lost now. A job that cannot be interrupted keeps
         its lease and slot until its work returns: released earlier, it could run twice at
-        once. Only the shutdown cut stops that wait (its message is released at exit)."""
+        once. Only the shutdown cut stops that wait (its message is released at exit).
+        `on_overdue()`: it was cancelled (its timeout, its lease lost) and its work goes on
+        all the same: it holds a slot of the concurrency, not one of the adaptive limit."""
         started = clock.now()
         with span or contextlib.nullcontext():  # the span is current in the handler's task or thread
             work, ended = self.start(job, on_ended)
@@ -145,10 +150,13 @@ class HandlerCalls:
         if reason == "shutdown":
             await asyncio.wait({ended}, timeout=CUT_GRACE)
         elif not ended.done():
-            either: set[asyncio.Future[Any]] = {ended, cut}
-            await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait({ended}, timeout=CUT_GRACE)  # a handler that heeds its cancellation ends here
             if not ended.done():
-                await asyncio.wait({ended}, timeout=CUT_GRACE)
+                on_overdue()
+                either: set[asyncio.Future[Any]] = {ended, cut}
+                await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+                if not ended.done():
+                    await asyncio.wait({ended}, timeout=CUT_GRACE)
         duration = clock.now() - started
         if reason == "timeout" and not lease_gone():
             if not ended.done():  # cut off at shutdown while its work still runs

@@ -6,7 +6,7 @@ environment). What `--help` shows is written for the people who operate the serv
 (`DESCRIPTION`), not this docstring.
 
 run          run the worker until SIGTERM/SIGINT
-send         enqueue test messages
+send         enqueue messages: a body, or the payload model's own examples
 bootstrap    create the queues and their DLQs (idempotent)
 config       print the validated effective configuration (secrets redacted)
 healthcheck  liveness as an exit code (for ECS health checks and exec probes)
@@ -26,20 +26,19 @@ import os
 import sys
 import threading
 import time
-import uuid
 from collections.abc import Coroutine, Sequence
 from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
 from . import signals
-from .health import check_file
+from .health import check
 from .loops import EventLoop, new_loop
 from .settings import ConfigError, ServiceDefaults, WorkerConfig, load_settings
 
 EXIT_CONFIG = 2
 EXIT_STARTUP = 3
-DEMO_COUNT = 10  # `send` without a body: this many demo tasks
+LEFTOVER_GRACE_SECONDS = 1.0  # at exit, what a stop left running gets this long to end once cancelled
 
 DESCRIPTION = """\
 Run and operate {name}: the worker, messages for its queues, the queues themselves, its
@@ -104,15 +103,18 @@ def build_parser(prog: str, name: str = "this service") -> argparse.ArgumentPars
     send = sub.add_parser(
         "send",
         help="send messages to a queue",
-        description="Send messages to a queue: the --body (or --body-file) message once, or demo tasks\n"
-        '({"task_id": ..., "work_ms": ...}) when no body is given.',
+        description="Send messages to a queue: the --body (or --body-file) message once, or, with no body,\n"
+        "the examples its handler's payload model declares (json_schema_extra={'examples': [...]}, what\n"
+        "the end-to-end test sends), wrapped as the handler's envelope receives them.",
     )
     send.add_argument("--queue", help="queue name (default: the first of WORKER_QUEUES)")
     send.add_argument(
-        "--count", type=int, help=f"how many copies to send (default: 1 with --body or --body-file, else {DEMO_COUNT})"
+        "--count",
+        type=int,
+        help="how many messages to send, taking the examples in turn "
+        "(default: 1 with --body or --body-file, else each example once)",
     )
-    send.add_argument("--body", help="the message body (default: a demo task as JSON)")
-    send.add_argument("--work-ms", type=int, default=200, help="the demo task's duration")
+    send.add_argument("--body", help="the message body (default: the payload model's examples)")
     send.add_argument("--body-file", help="read the message body from this file (large payloads go through S3)")
     send.add_argument(
         "--group", help="MessageGroupId: required on a FIFO queue; on a standard queue, the tenant (fair queues)"
@@ -124,17 +126,25 @@ def build_parser(prog: str, name: str = "this service") -> argparse.ArgumentPars
     boot = sub.add_parser("bootstrap", help="create the queues and their DLQs (idempotent)")
     boot.add_argument("--max-receive-count", type=int, help="default: WORKER_MAX_RECEIVE_COUNT")
     sub.add_parser("config", help="print the effective configuration")
-    health = sub.add_parser("healthcheck", help="exit 0 if the worker makes progress, 1 if stalled")
+    health = sub.add_parser(
+        "healthcheck",
+        help="exit 0 if the worker makes progress, 1 if stalled",
+        description="Liveness as an exit code, from the progress file each worker process writes once a\n"
+        "second (WORKER_HEALTH_FILE, with the process id before its suffix): 0 if every running worker\n"
+        "with a file there (or the one --pid names) made progress within --stalled-after seconds.",
+    )
     health.add_argument("--stalled-after", type=float, help="seconds; default: WORKER_STALLED_AFTER_SECONDS")
+    health.add_argument("--pid", type=int, help="judge this worker process only (default: every running one)")
     redrive = sub.add_parser(
         "redrive",
         help="move DLQ messages back to their source queue",
         description="Move dead-lettered messages back to the queue they came from. By default SQS "
-        "moves them itself (StartMessageMoveTask): fast and resumable, but each message comes back "
-        "as it is in the DLQ, with the x-error-* attributes and without the attributes the worker "
-        "had to set aside. --copy (or --id) copies them instead, as they were first sent: every "
-        "attribute, AWSTraceHeader and MessageGroupId restored, with a journal so that an "
-        "interrupted run resumes without losing or duplicating a message.",
+        "moves them itself (StartMessageMoveTask): fast and resumable; each message comes back as "
+        "it is in the DLQ, the worker's record (x-error-*) on it, and the worker unfolds that record, "
+        "so its handler sees the message as first sent. --copy (or --id) copies them instead, as "
+        "they were first sent on the wire too: every attribute, AWSTraceHeader and MessageGroupId "
+        "restored, with a journal (in REDRIVE_JOURNAL_DIR, else $XDG_STATE_HOME, else $TMPDIR) so "
+        "that an interrupted run resumes without losing or duplicating a message.",
     )
     redrive.add_argument("--queue", help="the source queue (default: the first of WORKER_QUEUES)")
     redrive.add_argument("--rate", type=int, help="messages per second, 1-500 (default: as fast as SQS allows)")
@@ -184,12 +194,13 @@ def build_parser(prog: str, name: str = "this service") -> argparse.ArgumentPars
 
 
 def cmd_run(config: WorkerConfig, args: argparse.Namespace) -> int:
-    from . import logs, tracing
+    from . import logs, otlp_metrics, tracing
     from .worker import StartupError, Worker, load_router
 
     handlers = _handlers(config)
-    logs.configure(config.settings.service_name, config.settings.log_level)
+    logs.configure(config.settings.service_name, config.settings.log_level, config.settings.log_format)
     provider = tracing.configure(config.settings.service_name)
+    pushed = otlp_metrics.configure(config.settings.metrics_exporter, config.settings.service_name)
     router = load_router(handlers)
     worker = Worker(config, router)
     try:
@@ -200,6 +211,8 @@ def cmd_run(config: WorkerConfig, args: argparse.Namespace) -> int:
     finally:
         if provider is not None:
             provider.shutdown()  # the last spans, exported before the process ends
+        if pushed is not None:
+            pushed.shutdown()  # the drain's counts, exported before the process ends
     lingering = lingering_threads()
     if lingering:
         # A thread cannot be interrupted (a sync handler, or one an async handler started
@@ -231,7 +244,16 @@ def run_until_stopped(main: Coroutine[Any, Any, None], event_loop: EventLoop = "
         pending = asyncio.all_tasks(loop)
         for task in pending:
             task.cancel()
-        loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+        if pending:
+            # What the worker left behind (a lifespan's close that swallowed its cancellation)
+            # is waited for briefly, never for ever: the drain is over.
+            loop.run_until_complete(asyncio.wait(pending, timeout=LEFTOVER_GRACE_SECONDS))
+            if stuck := [task for task in pending if not task.done()]:
+                logging.getLogger(__name__).warning(
+                    "exiting with %d task(s) that ignored their cancellation: %s",
+                    len(stuck),
+                    ", ".join(task.get_name() for task in stuck),
+                )
         loop.run_until_complete(loop.shutdown_asyncgens())
     finally:
         asyncio.set_event_loop(None)
@@ -249,7 +271,6 @@ def lingering_threads(grace: float = 1.0) -> list[threading.Thread]:
 
 
 def cmd_send(config: WorkerConfig, args: argparse.Namespace) -> int:
-    from . import tracing
     from .producer import Message, Producer, open_producer
 
     queue = args.queue or config.queues[0].name
@@ -258,15 +279,16 @@ def cmd_send(config: WorkerConfig, args: argparse.Namespace) -> int:
     if fifo and not args.group:
         raise ConfigError([("--group", f"{queue} is a FIFO queue: name the MessageGroupId its messages go in")])
     given = args.body is not None or args.body_file is not None
-    count = args.count if args.count is not None else (1 if given else DEMO_COUNT)
-    if count < 1:
-        raise ConfigError([("--count", f"must be at least 1, got {count}")])
     if args.body_file:
         with open(args.body_file, encoding="utf-8") as f:
             args.body = f.read()
     attributes = dict(_attribute(text) for text in args.attribute)
-
-    provider = tracing.configure(s.service_name)
+    if args.count is not None and args.count < 1:
+        raise ConfigError([("--count", f"must be at least 1, got {args.count}")])
+    bodies = [args.body] if given else _examples(config, queue)
+    count = args.count if args.count is not None else len(bodies)
+    # No tracing here: only `run` exports. A command on a laptop has no collector beside it,
+    # and its exporter would retry for seconds, saying so, before the command could exit.
 
     async def send() -> int:
         producer: Producer[Any]
@@ -278,13 +300,7 @@ def cmd_send(config: WorkerConfig, args: argparse.Namespace) -> int:
             threshold=s.large_payload_threshold_bytes,
         ) as producer:
             messages = [
-                Message(
-                    args.body if given else {"task_id": f"demo-{i}", "work_ms": args.work_ms},
-                    group_id=args.group,
-                    dedup_id=uuid.uuid4().hex if fifo else None,
-                    delay=args.delay,
-                    attributes=attributes,
-                )
+                Message(bodies[i % len(bodies)], group_id=args.group, delay=args.delay, attributes=attributes)
                 for i in range(count)
             ]
             result = await producer.send_batch(messages)
@@ -298,9 +314,31 @@ def cmd_send(config: WorkerConfig, args: argparse.Namespace) -> int:
     except (ValueError, TypeError) as exc:  # refused before sending: say what is wrong
         print(f"{config.service.command} send: {exc}", file=sys.stderr)
         return EXIT_CONFIG
-    finally:
-        if provider is not None:
-            provider.shutdown()
+
+
+def _examples(config: WorkerConfig, queue: str) -> list[str]:
+    """What `send` sends without a body: the examples of `queue`'s handler's payload model,
+    as the queue receives them (examples.py)."""
+    from .examples import example_bodies
+    from .worker import load_router
+
+    handlers = _handlers(config)
+    spec = load_router(handlers).get(queue)
+    if spec is None:
+        raise ConfigError([("--queue", f"{queue} has no handler in {handlers}: give a --body to send")])
+    bodies = example_bodies(spec, config.settings.aws_region)
+    if not bodies:
+        model = getattr(spec.payload, "__name__", repr(spec.payload))
+        raise ConfigError(
+            [
+                (
+                    "--body",
+                    f"{queue}'s payload model ({model}) declares no examples to send: give a --body, or declare "
+                    'some on the model (model_config = ConfigDict(json_schema_extra={"examples": [...]}))',
+                )
+            ]
+        )
+    return bodies
 
 
 def _attribute(text: str) -> tuple[str, str]:
@@ -329,7 +367,7 @@ def cmd_config(config: WorkerConfig, args: argparse.Namespace) -> int:
 
 
 def cmd_healthcheck(config: WorkerConfig, args: argparse.Namespace) -> int:
-    ok, message = check_file(config.health_file, args.stalled_after or config.stalled_after)
+    ok, message = check(config.health_file, args.stalled_after or config.stalled_after, args.pid)
     print(message, file=sys.stdout if ok else sys.stderr)
     return 0 if ok else 1
 
@@ -363,7 +401,11 @@ def cmd_redrive(config: WorkerConfig, args: argparse.Namespace) -> int:
                 else:
                     final = await redrive.wait_move(client, dlq_arn, redrive.print_progress)
                     return 0 if final.status == "COMPLETED" else 1
-            journal = redrive.Journal(redrive.journal_path(dlq_name))
+            # Before the first send: a journal that cannot be written would lose the run's
+            # place after the copies went (and a rerun would send them again).
+            path, private = redrive.journal_place(dlq_name)
+            journal = redrive.Journal.ready(path, private)
+            print(f"journal: {path} (set {redrive.JOURNAL_DIR_VARIABLE} to keep it elsewhere)")
             if journal.sent:
                 print(f"resuming: {len(journal.sent)} message(s) were copied by an interrupted run")
             refusals: list[str] = []
@@ -394,7 +436,11 @@ def cmd_redrive(config: WorkerConfig, args: argparse.Namespace) -> int:
                 print(f"left in {dlq_name}: {reason}")
             return 1 if refusals else 0
 
-    return asyncio.run(go())
+    try:
+        return asyncio.run(go())
+    except redrive.JournalError as exc:
+        print(f"{config.service.command} redrive: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
 
 
 def cmd_dlq(config: WorkerConfig, args: argparse.Namespace) -> int:

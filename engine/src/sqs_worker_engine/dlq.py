@@ -12,6 +12,15 @@ with them untouched. Two rules keep the worker's record unforgeable without a ke
   carry it. A DLQ message with it is SQS's: every attribute on it is the producer's.
 So only a principal allowed to SendMessage to the DLQ itself (the worker's role) can write
 what `dlq peek` shows as the worker's reason.
+
+A message the worker dead-lettered comes back as it was first sent, whichever route moves
+it: `redrive --copy` unfolds the record on the way back; SQS's move task brings the copy
+back as it is, and the worker unfolds it for the handler (`original_attributes`, which
+`job.message_attributes` is). A producer can forge a record as well as the worker can
+write one, so unfolding must give it nothing it could not set directly: a record is read
+only where what it unfolds is what SQS lets a message carry (at most 10 attributes, names
+and types SQS takes), and the worker's own reading of a message (its trace parent, a
+payload pointer's size attribute) is of the attributes it carries, never of a record.
 """
 
 from __future__ import annotations
@@ -20,6 +29,7 @@ import base64
 import binascii
 import json
 import math
+import re
 import time
 from typing import Any
 
@@ -33,6 +43,12 @@ ERROR_ATTRIBUTES = ("x-error-type", "x-error-message", "x-error-context")
 MAX_ATTRIBUTES = 10
 MAX_ERROR_MESSAGE = 1024
 WRITER = "sqs-worker-engine"  # the context's `written_by`: a copy in this layout
+# SQS's rules for a message attribute (SendMessage API reference): a name of 1-256 of
+# A-Z a-z 0-9 _ - ., not starting or ending with ".", no "..", not "AWS." or "Amazon."
+# in any case; a type of String, Number or Binary, with a custom label after a "."
+ATTRIBUTE_NAME = re.compile(r"(?!\.)(?!.*\.\.)(?!.*\.$)(?!(?i:aws|amazon)\.)[A-Za-z0-9_.-]{1,256}")
+ATTRIBUTE_TYPE = re.compile(r"(String|Number|Binary)(\.[\x21-\x7e]+)?")
+MAX_ATTRIBUTE_TYPE = 256
 MOVED_BY_SQS = "DeadLetterQueueSourceArn"  # set by SQS alone, on messages it dead-letters
 
 
@@ -153,6 +169,10 @@ def _context(attributes: dict[str, Any]) -> dict[str, Any] | None:
     moved = context.get("attributes", {})
     if not isinstance(moved, dict) or not all(decode_attribute(v) is not None for v in moved.values()):
         return None
+    # What it unfolds must be what a message can carry: a record folding more is no worker's.
+    originals = {name for name in attributes if name not in ERROR_ATTRIBUTES} | set(moved)
+    if len(originals) > MAX_ATTRIBUTES or not all(ATTRIBUTE_NAME.fullmatch(name) for name in moved):
+        return None
     return context
 
 
@@ -184,8 +204,11 @@ def encode_attribute(value: dict[str, Any]) -> dict[str, str]:
 
 
 def decode_attribute(value: Any) -> dict[str, Any] | None:
-    """`encode_attribute`'s inverse, or None for anything it did not write."""
-    if not isinstance(value, dict) or not isinstance(value.get("DataType"), str) or not value["DataType"]:
+    """`encode_attribute`'s inverse, or None for anything it did not write (or SQS would
+    not take: a type that is none of SQS's)."""
+    if not isinstance(value, dict) or not isinstance(value.get("DataType"), str):
+        return None
+    if len(value["DataType"]) > MAX_ATTRIBUTE_TYPE or not ATTRIBUTE_TYPE.fullmatch(value["DataType"]):
         return None
     if isinstance(value.get("StringValue"), str) and value["StringValue"]:
         return {"DataType": value["DataType"], "StringValue": value["StringValue"]}

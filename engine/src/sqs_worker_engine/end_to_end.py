@@ -27,7 +27,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import json
 import os
 import re
 import shlex
@@ -44,11 +43,11 @@ from pathlib import Path
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
-from pydantic import BaseModel
 
 from .emulators import free_port
 from .envelopes import ControlMessage, read_payload
 from .errors import PayloadError
+from .examples import example_bodies
 from .limits import dlq_name
 from .producer import Producer, open_producer
 from .router import HandlerSpec, Router
@@ -71,39 +70,6 @@ RUN_ENV = {
 
 class NoExamples(UserWarning):
     """A handler declares no examples: only a probe shows that its queue is served."""
-
-
-def examples_of(model: type[Any] | None) -> list[Any]:
-    """The examples a payload model declares (`json_schema_extra={"examples": [...]}`)."""
-    if not (isinstance(model, type) and issubclass(model, BaseModel)):
-        return []
-    extra = model.model_config.get("json_schema_extra")
-    # A callable json_schema_extra edits the schema: read what it produced.
-    found = extra.get("examples") if isinstance(extra, dict) else model.model_json_schema().get("examples")
-    return list(found) if isinstance(found, list) else []
-
-
-def message_body(spec: HandlerSpec, example: Any, region: str = "us-east-1") -> str:
-    """What the queue receives for `example` under the handler's envelope (SNS's raw
-    delivery is the payload itself; EventBridge and S3 wrap it as they do)."""
-    inner = spec.envelope.removeprefix("sns+").removeprefix("sns")
-    if inner == "eventbridge":
-        value: Any = {
-            "version": "0",
-            "id": str(uuid.uuid4()),
-            "detail-type": "end-to-end example",
-            "source": "sqs_worker_engine.testing",
-            "account": "000000000000",
-            "time": "2024-01-01T00:00:00Z",
-            "region": region,
-            "resources": [],
-            "detail": example,
-        }
-    elif inner == "s3":
-        value = {"Records": [example]}
-    else:
-        value = example
-    return value if isinstance(value, str) else json.dumps(value)
 
 
 def example_problem(spec: HandlerSpec, body: str) -> str | None:
@@ -207,7 +173,7 @@ class _Check:
         spec = self.router.get(name)
         if spec is None:
             raise AssertionError(f"no handler for queue {name!r} in {self.config.settings.handlers}")
-        bodies = [message_body(spec, example, self.region) for example in examples_of(spec.payload)]
+        bodies = example_bodies(spec, self.region)
         for i, body in enumerate(bodies):
             problem = example_problem(spec, body)
             if problem:
@@ -335,9 +301,7 @@ class _Check:
         ):
             for i, body in enumerate(bodies):
                 await (offloading if offload_first and i == 0 else producer).send(
-                    body,
-                    group_id=f"e2e-{i}" if queue.fifo else None,
-                    dedup_id=uuid.uuid4().hex if queue.fifo else None,
+                    body, group_id=f"e2e-{i}" if queue.fifo else None
                 )
 
     async def _settled(self, client: SQSClient, queue: QueueRun) -> bool:

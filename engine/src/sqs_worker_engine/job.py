@@ -47,6 +47,8 @@ class Job(Generic[P]):
     body: str
     payload: P
     attributes: dict[str, str]
+    # As the producer sent them: on a message the worker dead-lettered and a redrive brought
+    # back, its record (x-error-*) taken off and what it folded restored (dlq.py).
     message_attributes: dict[str, Any]
     receive_count: int
     max_retries: int | None

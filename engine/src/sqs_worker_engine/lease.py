@@ -2,7 +2,11 @@
 
 Each tick it first gives up every lease whose deadline has come (the book marks it lost,
 and its job is cancelled), then extends those due, in ChangeMessageVisibilityBatch calls
-of ten, at `heartbeat_fraction` of the visibility timeout. Each call runs as its own task
+of ten, at `heartbeat_fraction` of the visibility timeout. While SQS cannot be reached (a
+settling call or an extension failed, and nothing has answered since), nothing held may
+start (admission.py); so the keeper asks SQS again sooner than any lease falls due: one
+extension call, of leases not due yet, every PROBE_BASE..PROBE_CAP seconds (backing off),
+and held messages start as soon as SQS answers again, not a half visibility later. Each call runs as its own task
 with its own short timeout (half the time left before its nearest lease would be given
 up, at most CALL_TIMEOUT), so one slow or hung
 call never stops the ticks: the deadline check goes on, and a lease whose extension is
@@ -16,13 +20,15 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from . import clock, metrics
+from . import clock
+from .backoff import Backoff
 from .delivery import Delivery, LeaseBook, extension_seconds, lease_timing
 from .limits import MAX_RECEIVE_BATCH
-from .sqs import SqsApi, entry_gone, error_code
+from .sqs import SqsApi, entry_gone, error_code, lease_client
 
 log = logging.getLogger(__name__)
 CALL_TIMEOUT = 5.0  # seconds an extension call may take at most, however far its deadline
+PROBE_BASE, PROBE_CAP = 0.5, 4.0  # seconds between extension calls that ask a down SQS again
 
 
 def heartbeat_problem(visibility: int, fraction: float) -> str | None:
@@ -47,12 +53,24 @@ def heartbeat_problem(visibility: int, fraction: float) -> str | None:
 
 
 class LeaseKeeper:
-    def __init__(self, book: LeaseBook, client: SqsApi, queue_url: str, on_sqs: Callable[[bool], None]) -> None:
+    def __init__(
+        self,
+        book: LeaseBook,
+        client: SqsApi,
+        queue_url: str,
+        on_sqs: Callable[[bool], None],
+        sqs_ok: Callable[[], bool] = lambda: True,
+    ) -> None:
+        """`on_sqs(ok)`: told whether each extension call reached SQS; `sqs_ok()`: whether
+        SQS answers now, as the pool knows it (admission's fact, not a copy)."""
         self.book = book
-        self.client = client
+        self.client = lease_client(client)  # its visibility changes extend, never settle (no span)
         self.queue_url = queue_url
         self.on_sqs = on_sqs
+        self.sqs_ok = sqs_ok
         self._calls: set[asyncio.Task[None]] = set()
+        self._probes = Backoff(PROBE_BASE, PROBE_CAP)
+        self._next_probe = 0.0
 
     async def run(self) -> None:
         try:
@@ -67,6 +85,12 @@ class LeaseKeeper:
         now = clock.now()
         self.book.expired(now)
         due = self.book.due(now)
+        if self.sqs_ok():
+            self._probes.reset()
+            self._next_probe = 0.0
+        elif not due and not self._calls and now >= self._next_probe:
+            due = self.book.due(now + self.book.visibility)[:MAX_RECEIVE_BATCH]  # asks SQS again, early
+            self._next_probe = now + self._probes.next_delay()
         for i in range(0, len(due), MAX_RECEIVE_BATCH):
             batch = due[i : i + MAX_RECEIVE_BATCH]
             call = asyncio.create_task(self._extend(batch, now))
@@ -97,11 +121,9 @@ class LeaseKeeper:
             raise
         except Exception as exc:  # a timeout too: the deadlines stay, the next tick tries again
             code = "Timeout" if isinstance(exc, TimeoutError) else error_code(exc)
-            metrics.SQS_CALLS.labels("ChangeMessageVisibilityBatch", code).inc()
             self.on_sqs(False)
             log.warning("lease extension failed: %s", code, extra={"queue": self.book.queue})
             return
-        metrics.SQS_CALLS.labels("ChangeMessageVisibilityBatch", "ok").inc()
         self.on_sqs(True)
         for ok in resp.get("Successful", []):
             delivery, seconds = by_id[ok["Id"]]

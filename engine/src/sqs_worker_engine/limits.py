@@ -19,6 +19,12 @@ MAX_MESSAGE_BYTES = 1_048_576  # one message (body and attributes), and one batc
 LARGE_PAYLOAD_MAX_BYTES = 4 * MAX_MESSAGE_BYTES
 MAX_RECEIVE_COUNT = 1000  # RedrivePolicy's maxReceiveCount ceiling
 MAX_RETENTION_SECONDS = 14 * 24 * 3600
+# Messages in flight (received, neither deleted nor visible again) a queue holds at most
+# (SQS quotas). Past it a short poll answers OverLimit and a long poll nothing, silently:
+# the alerts fire at INFLIGHT_ALERT_FRACTION of it.
+MAX_INFLIGHT_STANDARD = 120_000
+MAX_INFLIGHT_FIFO = 20_000
+INFLIGHT_ALERT_FRACTION = 0.8
 FIFO_SUFFIX = ".fifo"
 DLQ_SUFFIX = "-dlq"
 
@@ -30,6 +36,20 @@ GRACE_MARGIN_SECONDS = 15
 # Handlers in flight across a whole fleet that the scaling caps are sized against by default
 # (replicas x concurrency stays within it): a downstream's capacity, not the queue's.
 FLEET_CONCURRENCY_BUDGET = 80
+
+
+# The owner's secrets (the `secrets` answer; settings.ServiceDefaults.secrets): environment
+# variable names in upper case, none the engine's or an SDK's own.
+SECRET_NAME_PATTERN = r"^[A-Z][A-Z0-9_]{0,127}$"  # noqa: S105 - a rule for names, no secret
+RESERVED_PREFIXES = ("WORKER_", "OTEL_", "AWS_")
+# The engine's settings without one of those prefixes (settings.py holds this list to its own).
+UNPREFIXED_SETTINGS = ("DB_POOL_SIZE", "ECS_AGENT_URI", "LOG_FORMAT", "LOG_LEVEL", "LOG_PAYLOADS")
+
+
+def inflight_alert_threshold(queue: str) -> int:
+    """The in-flight count at which a queue is near SQS's limit."""
+    limit = MAX_INFLIGHT_FIFO if queue.endswith(FIFO_SUFFIX) else MAX_INFLIGHT_STANDARD
+    return int(limit * INFLIGHT_ALERT_FRACTION)
 
 
 def dlq_name(queue: str) -> str:

@@ -7,17 +7,18 @@ from __future__ import annotations
 import sys
 
 from sqs_worker_engine.emulators import (
+    DEFAULT_PORT,
     DEFAULT_URL,
     HOST_PACKAGES,
     IMAGE,
     SOURCES,
-    STATE_FILE,
     VERSION,
     Emulator,
     EmulatorError,
     LocalStack,
     LocalStackError,
     chosen,
+    chosen_port,
     ensure,
     healthy,
     host_python,
@@ -28,17 +29,18 @@ from sqs_worker_engine.emulators import (
 )
 
 __all__ = [
+    "DEFAULT_PORT",
     "DEFAULT_URL",
     "HOST_PACKAGES",
     "IMAGE",
     "SOURCES",
-    "STATE_FILE",
     "VERSION",
     "Emulator",
     "EmulatorError",
     "LocalStack",
     "LocalStackError",
     "chosen",
+    "chosen_port",
     "ensure",
     "healthy",
     "host_python",

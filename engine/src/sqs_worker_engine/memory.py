@@ -34,13 +34,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from botocore.exceptions import ClientError
+from botocore.exceptions import ClientError, EndpointConnectionError
 
 from . import clock
 from .dlq import attributes_size
 from .limits import DLQ_SUFFIX, FIFO_SUFFIX, MAX_RECEIVE_BATCH, MAX_VISIBILITY_SECONDS
 
 DEDUP_WINDOW = 300.0  # seconds a FIFO queue remembers a MessageDeduplicationId
+RECEIVE_ATTEMPT_SECONDS = 300.0  # ... and a ReceiveRequestAttemptId
 DEFAULT_MAX_SIZE = 262_144
 
 
@@ -59,6 +60,7 @@ class Fault:
     after: float = 0.0
     error: str | None = None
     times: int | None = None
+    lost: bool = False  # SQS acts, but its answer never reaches the caller (a dropped connection)
 
 
 @dataclass(eq=False)
@@ -137,6 +139,8 @@ class MemorySQS:
         self._ids = itertools.count(1)
         self._servers: set[asyncio.Task[Any]] = set()
         self._refused: dict[str, str] = {}  # message id -> error code for its visibility changes
+        # FIFO ReceiveRequestAttemptId -> (until when it is remembered, what that receive gave)
+        self._attempts: dict[tuple[str, str], tuple[float, list[dict[str, Any]]]] = {}
 
     # -- set-up and inspection (not SQS calls) ---------------------------------
 
@@ -233,6 +237,7 @@ class MemorySQS:
         MaxNumberOfMessages: int = 1,  # noqa: N803
         WaitTimeSeconds: int = 0,  # noqa: N803
         VisibilityTimeout: int | None = None,  # noqa: N803
+        ReceiveRequestAttemptId: str | None = None,  # noqa: N803
         **_: Any,
     ) -> dict[str, Any]:
         queue = self._queue(QueueUrl, "ReceiveMessage")
@@ -240,6 +245,14 @@ class MemorySQS:
             raise sqs_error("InvalidParameterValue", "MaxNumberOfMessages must be 1-10", "ReceiveMessage")
         fault = self._fault("ReceiveMessage")
         visibility = queue.visibility if VisibilityTimeout is None else VisibilityTimeout
+        attempt = (queue.name, ReceiveRequestAttemptId) if queue.fifo and ReceiveRequestAttemptId else None
+        again = self._attempts.get(attempt) if attempt is not None else None
+        if again is not None and again[0] > clock.now():
+            # A FIFO receive retried with its attempt id, within 5 minutes: the same
+            # messages with the same receipt handles, those still in flight (SQS's rule).
+            messages = [m for m in again[1] if m["ReceiptHandle"] in self._handles]
+            await asyncio.sleep(fault.before + fault.after)
+            return {"Messages": messages} if messages else {}
         # Once sent, a request reaches SQS and is served whether or not its caller still
         # waits: an abandoned long poll takes messages all the same.
         server = asyncio.ensure_future(
@@ -248,7 +261,11 @@ class MemorySQS:
         self._servers.add(server)
         server.add_done_callback(self._served)
         messages = await asyncio.shield(server)
+        if attempt is not None:
+            self._attempts[attempt] = (clock.now() + RECEIVE_ATTEMPT_SECONDS, messages)
         await asyncio.sleep(fault.after)
+        if fault.lost:
+            raise EndpointConnectionError(endpoint_url=queue.url)
         return {"Messages": messages} if messages else {}
 
     async def delete_message_batch(self, *, QueueUrl: str, Entries: list[dict[str, Any]]) -> dict[str, Any]:  # noqa: N803

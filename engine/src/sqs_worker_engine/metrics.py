@@ -24,6 +24,11 @@ CONCURRENCY_LIMIT = Gauge(
     "the adaptive limit between its floor and that concurrency.",
     ["queue"],
 )
+CONCURRENCY_FLOOR = Gauge(
+    "worker_concurrency_floor",
+    "With WORKER_ADAPTIVE_CONCURRENCY, the fewest handler slots the adaptive limit keeps, by queue.",
+    ["queue"],
+)
 OLDEST_MESSAGE = Gauge(
     "queue_oldest_message_seconds",
     "Age of the oldest message received in the last sampling window (0 when the queue is empty). "
@@ -58,7 +63,17 @@ SETTLE_FAILURES = Counter(
     ["queue", "action"],
 )
 SQS_CALLS = Counter(
-    "sqs_api_calls", "SQS API calls, by operation and outcome (ok or error code).", ["operation", "outcome"]
+    "sqs_api_calls",
+    "SQS API calls, by operation and outcome (ok, SQS's error code, or cancelled: given up before SQS answered).",
+    ["operation", "outcome"],
+)
+# What tells "SQS is slow" from "the handler is slow" (job_duration_seconds). ReceiveMessage
+# is a long poll: up to WORKER_WAIT_TIME_SECONDS on an empty queue, hence the top buckets.
+SQS_REQUEST_DURATION = Histogram(
+    "sqs_request_duration_seconds",
+    "SQS API request time, by operation and outcome (as sqs_api_calls_total).",
+    ["operation", "outcome"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30),
 )
 POLL_ERRORS = Counter("worker_poll_errors", "ReceiveMessage failures, by queue and error code.", ["queue", "code"])
 PAUSED = Gauge(
@@ -130,6 +145,12 @@ def enable_jobs_left_gauge(registry: CollectorRegistry = REGISTRY) -> Gauge:
             registry=registry,
         )
     return _jobs_left
+
+
+def sqs_call(operation: str, outcome: str, seconds: float) -> None:
+    """One SQS call, counted and timed (the client wrapper, sqs.ObservedSqs, calls this)."""
+    SQS_CALLS.labels(operation, outcome).inc()
+    SQS_REQUEST_DURATION.labels(operation, outcome).observe(seconds)
 
 
 def set_db_pool_in_use(value: int) -> None:

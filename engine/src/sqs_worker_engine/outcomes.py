@@ -21,12 +21,15 @@ OUTCOMES: tuple[Outcome, ...] = get_args(Outcome)
 
 @dataclass(frozen=True)
 class Ending:
-    """How one handler call ended."""
+    """How one attempt ended: its handler's call, or (`called` False) a message that never
+    reached its handler (a payload that does not parse, a control message, a lost lease
+    during the payload's read), which says nothing about what the handler calls."""
 
     outcome: Outcome
     error: BaseException | None
     duration: float
     requested_delay: float | None = None
+    called: bool = True
 
 
 def describe(error: BaseException | None) -> str:

@@ -28,7 +28,6 @@ get `job.stopping`; settling.py holds releases back while a poll of ours is stil
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import logging
 import time
 from collections.abc import Coroutine
@@ -63,6 +62,7 @@ from .offload import PayloadStore
 from .outcomes import Ending, describe
 from .prefetch import Pace, prefetch_target
 from .preparing import Payload, Preparer
+from .processes import ProcessPool
 from .receiving import Receiver
 from .reporting import QueueReport
 from .router import HandlerSpec
@@ -91,6 +91,7 @@ class PoolOptions:
     delete_large_payloads: bool = False  # WORKER_LARGE_PAYLOAD_DELETE (see offload.py)
     trace_parent: bool = True  # WORKER_TRACE_PARENT: the producer's span parents the job's (see tracing.py)
     rate_limit: float | None = None  # jobs started per second (see throttle.py)
+    rate_burst: int = 1  # starts the rate limit lets go together (WORKER_RATE_BURST)
     group_concurrency: int | None = None  # standard queues: jobs of one group at once (see tenants.py)
     prefetch: int = 0  # WORKER_PREFETCH: most messages held beyond the concurrency (see prefetch.py)
     adaptive: bool = False  # WORKER_ADAPTIVE_CONCURRENCY: the concurrency is a ceiling (see adaptive.py)
@@ -123,7 +124,7 @@ class QueuePool:
         worker_id: str,
         events: Events,
         health: Health,
-        process_pool: concurrent.futures.Executor | None,
+        process_pool: ProcessPool | None,
         control: SqsApi | None = None,
         payloads: PayloadStore | None = None,
         signatures: SnsSignatures | None = None,
@@ -148,7 +149,7 @@ class QueuePool:
         self.admission = Admission(
             options.concurrency,
             options.prefetch,
-            window=None if options.rate_limit is None else StartWindow(options.rate_limit),
+            window=None if options.rate_limit is None else StartWindow(options.rate_limit, options.rate_burst),
             breaker=Breaker(cap=options.retry_max),
             tenant_cap=cap,
             report=self.report,
@@ -161,7 +162,9 @@ class QueuePool:
         self.tenants = None if cap is None else Tenants(cap)
         self.pace = Pace()  # receive round trips and job durations, for the prefetch
         self.book = LeaseBook(info.name, options.visibility, options.heartbeat_fraction)
-        self.keeper = LeaseKeeper(self.book, control or client, info.url, self._sqs_answered)
+        self.keeper = LeaseKeeper(
+            self.book, control or client, info.url, self._sqs_answered, lambda: self.admission.sqs_ok
+        )
         self.polls = Polls(options.wait_time, options.poll_timeout)
         self.retry = RetryPolicy(options.retry_base, options.retry_max)
         self.settler = Settler(
@@ -205,13 +208,15 @@ class QueuePool:
             wait_time=options.wait_time,
             visibility=options.visibility,
             on_messages=self._dispatch,
+            on_answer=lambda: self._sqs_answered(True),
             on_full=self._received_full if options.prefetch else None,
         )
         self._keeper_task: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
 
     def _sqs_answered(self, ok: bool) -> None:
-        """A lease extension or a settling call reached SQS, or could not."""
+        """A receive, a lease extension or a settling call reached SQS, or (not a receive:
+        see receiving.py) could not."""
         self.health.sqs_result(ok)
         self.admission.sqs_answered(ok)
 
@@ -258,6 +263,10 @@ class QueuePool:
             self._keeper_task.cancel()
             await asyncio.gather(self._keeper_task, return_exceptions=True)
         self.calls.shutdown()
+
+    def resting(self) -> bool:
+        """Waiting by design, not stuck (health.py, admission.py)."""
+        return self.admission.resting(backing_off=self.receiver.backing_off > 0)
 
     @property
     def active(self) -> int:
@@ -432,6 +441,7 @@ class QueuePool:
             lease_gone=lambda: run.delivery.state is State.LOST,
             span=run.span,
             on_ended=lambda: self.admission.work_ended(run.ticket),
+            on_overdue=lambda: self.admission.overdue(run.ticket),
         )
 
     def _start_span(self, run: Run) -> None:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .delivery import Delivery, State
+from .dlq import original_attributes
 from .envelopes import ControlMessage, read_payload
 from .errors import PayloadError
 from .job import Job
@@ -59,15 +60,15 @@ class Preparer:
             if self.signatures is not None and envelope is not None and envelope.sns is not None:
                 await self.signatures.check(envelope.sns.signed, envelope.sns.topic_arn)
         except LeaseLostError:
-            return Ending("lease_lost", None, 0.0)
+            return Ending("lease_lost", None, 0.0, called=False)
         except ControlMessage as exc:
-            return Ending("dropped", exc, 0.0)
+            return Ending("dropped", exc, 0.0, called=False)
         except PayloadError as exc:
-            return Ending("dead_letter", exc, 0.0)
+            return Ending("dead_letter", exc, 0.0, called=False)
         except Exception as exc:  # S3 unreachable or slow: worth another attempt
-            return Ending("retry", exc, 0.0)
+            return Ending("retry", exc, 0.0, called=False)
         if delivery.state not in (State.RECEIVED, State.RUNNING):
-            return Ending("lease_lost", None, 0.0)  # another delivery may run it now
+            return Ending("lease_lost", None, 0.0, called=False)  # another delivery may run it now
         message = delivery.message
         return Job(
             id=delivery.message_id,
@@ -77,7 +78,8 @@ class Preparer:
             envelope=envelope,
             large_payload=payload.pointer,
             attributes=dict(message.get("Attributes", {})),
-            message_attributes=dict(message.get("MessageAttributes") or {}),
+            # As first sent: a record of the worker's, brought back by a move task, unfolded.
+            message_attributes=original_attributes(message),
             receive_count=attempt,
             max_retries=None if self.max_receive is None else self.max_receive - 1,
             worker_id=self.worker_id,

@@ -15,11 +15,18 @@
   reason of its own (SenderFault false: throttling, an internal error) are sent again, up
   to `attempts` times; the rest, and whatever still fails, come back in `failed`, each with
   its index in the input and SQS's code. It never raises for an SQS error.
-- FIFO queues need `group_id`; `dedup_id` may be left out where the queue has
-  ContentBasedDeduplication. On a standard queue `group_id` sets the tenant of a fair queue.
-- A message over `threshold` bytes (body and attributes) goes to S3 when `bucket` is set,
-  in the SQS extended client's format (see offload.py), which every extended client and
-  this worker read; without a bucket, a message over SQS's limit is refused before sending.
+- FIFO queues need `group_id`. Without a `dedup_id`, a FIFO message gets one of its own (a
+  random one, made once per message, so a resend of it is deduplicated and two sends of one
+  payload are two messages), unless the queue deduplicates by content
+  (ContentBasedDeduplication): SQS refuses a FIFO send with neither. Pass `dedup_id` (a
+  business key) to deduplicate your own retries. On a standard queue `group_id` sets the
+  tenant of a fair queue.
+- `open_producer` reads the queue's MaximumMessageSize and ContentBasedDeduplication once
+  (GetQueueAttributes; SQS's defaults, 1 MiB and none, where the caller may not read them).
+- A message over `threshold` bytes (body and attributes), or over the queue's limit, goes to
+  S3 when `bucket` is set, in the SQS extended client's format (see offload.py), which every
+  extended client and this worker read; without a bucket, a message over the queue's limit
+  is refused before sending.
 - Tracing (tracing.py): a `send <queue>` PRODUCER span around each call, its context on
   every message (`traceparent`/`tracestate` while the attribute budget allows, and
   `AWSTraceHeader`). `inject(message_attributes, system_attributes)` is called after, for
@@ -30,8 +37,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import threading
+import uuid
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, asynccontextmanager, contextmanager, nullcontext
 from dataclasses import dataclass, field
@@ -49,6 +58,7 @@ from .offload import DEFAULT_THRESHOLD, SIZE_ATTRIBUTE, SIZE_ATTRIBUTES, Payload
 from .payload import validation_problems
 from .sqs import create_client, error_code
 
+log = logging.getLogger(__name__)
 P = TypeVar("P")
 T = TypeVar("T")
 MAX_ATTRIBUTES = 10
@@ -122,12 +132,17 @@ class Producer(Generic[P]):
         threshold: int = DEFAULT_THRESHOLD,
         inject: Injector | None = None,
         attempts: int = 3,
+        max_message_bytes: int = MAX_MESSAGE_BYTES,
+        content_based_deduplication: bool = False,
     ) -> None:
         if bucket is not None and payloads is None:
             raise ValueError("a bucket for large payloads needs a PayloadStore")
         self.client = client
         self.queue_url = queue_url
         self.fifo = queue_url.endswith(".fifo")
+        # The queue's own (QueueFacts): what SQS takes whole, and whether it deduplicates by content.
+        self.max_message_bytes = max_message_bytes
+        self.content_based_deduplication = content_based_deduplication
         self.model = model
         self.payloads = payloads
         self.bucket = bucket
@@ -247,13 +262,14 @@ class Producer(Generic[P]):
         if len(attributes) > MAX_ATTRIBUTES:
             raise ValueError(f"{len(attributes)} message attributes; SQS allows {MAX_ATTRIBUTES}")
         size = len(body.encode()) + attributes_size(attributes)
-        offload = size > self.threshold and self.bucket is not None
+        offload = size > min(self.threshold, self.max_message_bytes) and self.bucket is not None
         if offload and len(attributes) >= MAX_ATTRIBUTES:
             raise ValueError(f"an offloaded message may carry {MAX_ATTRIBUTES - 1} attributes, not {len(attributes)}")
-        if not offload and size > MAX_MESSAGE_BYTES:
+        if not offload and size > self.max_message_bytes:
             raise ValueError(
-                f"the message is {size} bytes, over SQS's limit of {MAX_MESSAGE_BYTES}; "
-                "set a bucket for large payloads (WORKER_LARGE_PAYLOAD_BUCKET) to send it through S3"
+                f"the message is {size} bytes, over the queue's limit of {self.max_message_bytes} bytes "
+                "(its MaximumMessageSize); set a bucket for large payloads (WORKER_LARGE_PAYLOAD_BUCKET) "
+                "to send it through S3"
             )
         entry: dict[str, Any] = {"Id": entry_id, "MessageBody": body}
         if attributes:
@@ -264,6 +280,9 @@ class Producer(Generic[P]):
             entry["MessageGroupId"] = message.group_id
         if message.dedup_id:
             entry["MessageDeduplicationId"] = message.dedup_id
+        elif self.fifo and not self.content_based_deduplication:
+            # Made here, once: every resend of this entry carries it, and SQS drops the duplicate.
+            entry["MessageDeduplicationId"] = uuid.uuid4().hex
         if message.delay:
             entry["DelaySeconds"] = message.delay
         return entry, offload
@@ -298,6 +317,36 @@ def _sender_fault(exc: BaseException) -> bool:
     return False
 
 
+@dataclass(frozen=True)
+class QueueFacts:
+    """What a producer needs to know of its queue, read once."""
+
+    max_message_bytes: int = MAX_MESSAGE_BYTES
+    content_based_deduplication: bool = False
+
+
+async def queue_facts(client: Any, queue_url: str) -> QueueFacts:
+    """The queue's MaximumMessageSize and ContentBasedDeduplication (one GetQueueAttributes);
+    SQS's defaults where the caller may not read them (a role with SendMessage alone)."""
+    try:
+        response = await client.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["All"])
+    except ClientError as exc:
+        log.warning(
+            "cannot read %s's attributes (%s): sending as though its MaximumMessageSize were %d "
+            "and it did not deduplicate by content",
+            queue_url.rsplit("/", 1)[-1],
+            error_code(exc),
+            MAX_MESSAGE_BYTES,
+        )
+        return QueueFacts()
+    attributes = response.get("Attributes", {})
+    size = str(attributes.get("MaximumMessageSize", ""))
+    return QueueFacts(
+        int(size) if size.isdigit() else MAX_MESSAGE_BYTES,
+        str(attributes.get("ContentBasedDeduplication", "false")).lower() == "true",
+    )
+
+
 def _batches(entries: dict[int, dict[str, Any]]) -> Iterator[dict[int, dict[str, Any]]]:
     """At most 10 entries and MAX_MESSAGE_BYTES to a request."""
     batch: dict[int, dict[str, Any]] = {}
@@ -325,8 +374,9 @@ async def open_producer(
     inject: Injector | None = None,
     queue_url: str | None = None,
 ) -> AsyncIterator[Producer[P]]:
-    """A Producer for the queue named `queue`, with its own clients (closed on exit).
-    Region and endpoint default to the worker's settings (AWS_REGION, AWS_ENDPOINT_URL)."""
+    """A Producer for the queue named `queue`, with its own clients (closed on exit), knowing
+    the queue's own size limit and deduplication (`queue_facts`). Region and endpoint default
+    to the worker's settings (AWS_REGION, AWS_ENDPOINT_URL)."""
     region = region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
     if endpoint_url is None:
         endpoint_url = os.environ.get("AWS_ENDPOINT_URL")
@@ -334,8 +384,17 @@ async def open_producer(
     try:
         async with create_client(region, endpoint_url or None, MAX_RECEIVE_BATCH) as client:
             url = queue_url or (await client.get_queue_url(QueueName=queue))["QueueUrl"]
+            facts = await queue_facts(client, url)
             yield Producer(
-                client, url, model=model, payloads=payloads, bucket=bucket, threshold=threshold, inject=inject
+                client,
+                url,
+                model=model,
+                payloads=payloads,
+                bucket=bucket,
+                threshold=threshold,
+                inject=inject,
+                max_message_bytes=facts.max_message_bytes,
+                content_based_deduplication=facts.content_based_deduplication,
             )
     finally:
         await payloads.close()

@@ -10,6 +10,7 @@ idle queue costs one long poll at a time, not one per poller.
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -41,10 +42,13 @@ class Receiver:
         wait_time: int,
         visibility: int,
         on_messages: OnMessages,
+        on_answer: Callable[[], None],
         on_full: Callable[[float], None] | None = None,
     ) -> None:
-        """`on_full(seconds)`: a receive came back with all it asked for in `seconds` (it
-        did not wait in a long poll): the prefetch's round trip (prefetch.py)."""
+        """`on_answer()`: a receive was answered (SQS can be reached: held messages may
+        start, see admission.py); `on_full(seconds)`: a receive came back with all it asked
+        for in `seconds` (it did not wait in a long poll): the prefetch's round trip
+        (prefetch.py)."""
         self.client = client
         self.url = url
         self.admission = admission
@@ -53,8 +57,12 @@ class Receiver:
         self.wait_time = wait_time
         self.visibility = visibility
         self.on_messages = on_messages
+        self.on_answer = on_answer
         self.on_full = on_full
         self.tasks: list[asyncio.Task[None]] = []
+        self.fifo = url.endswith(".fifo")
+        self._retry_attempt: str | None = None  # FIFO: a failed receive's attempt id (`_attempt`)
+        self.backing_off = 0  # pollers waiting to try again after a receive failed
         self._has_work = asyncio.Event()  # the queue had messages at the latest receive
         self._has_work.set()
 
@@ -84,6 +92,16 @@ class Receiver:
             task.cancel()
         await asyncio.gather(*self.tasks, return_exceptions=True)
 
+    def _attempt(self) -> dict[str, str]:
+        """FIFO: the next receive, whichever poller sends it, retries the latest one that
+        failed with its ReceiveRequestAttemptId, so that messages SQS handed out in an
+        answer never read come back at once, not after their visibility timeout with their
+        whole group held behind them; otherwise a new id."""
+        if not self.fifo:
+            return {}
+        attempt, self._retry_attempt = self._retry_attempt or uuid.uuid4().hex, None
+        return {"ReceiveRequestAttemptId": attempt}
+
     async def _poll_forever(self, lead: bool) -> None:
         backoff = Backoff(base=0.5, cap=20.0)
         me = asyncio.current_task()
@@ -94,6 +112,7 @@ class Receiver:
                 return
             sent = clock.now()
             self.polls.sent(me, sent)
+            attempt = self._attempt()
             try:
                 resp = await self.client.receive_message(
                     QueueUrl=self.url,
@@ -102,20 +121,27 @@ class Receiver:
                     VisibilityTimeout=self.visibility,
                     MessageSystemAttributeNames=["All"],
                     MessageAttributeNames=["All"],
+                    **attempt,
                 )
             except asyncio.CancelledError:
                 self.admission.received(grant, 0)
                 raise
             except Exception as exc:
+                self._retry_attempt = attempt.get("ReceiveRequestAttemptId")
                 self.admission.received(grant, 0)
                 delay = backoff.next_delay()
                 self.report.receive_failed(exc, delay)
-                await asyncio.sleep(delay)
+                self.backing_off += 1  # waiting out an outage: the pool rests (health.py)
+                try:
+                    await asyncio.sleep(delay)
+                finally:
+                    self.backing_off -= 1
                 continue
             finally:
                 self.polls.answered(me)
             backoff.reset()
             self.report.receive_ok()
+            self.on_answer()
             messages: list[dict[str, Any]] = [dict(m) for m in resp.get("Messages", [])]
             tickets = self.admission.received(grant, len(messages))
             if len(messages) == grant.places and self.on_full is not None:

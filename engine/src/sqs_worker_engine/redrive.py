@@ -8,6 +8,10 @@ fallback copies in batches: receive from the DLQ, send to the source queue, dele
 the DLQ. A journal file records each DLQ message that was sent before it is deleted, so an
 interrupted run (Ctrl-C, a crash) resumes without sending anything twice and without
 losing anything: a message is deleted from the DLQ only after the copy is confirmed.
+The journal is checked writable before the first send (`Journal.ready`), so a place it
+cannot be written (the image's read-only root) sends nothing; it lives in
+REDRIVE_JOURNAL_DIR, else $XDG_STATE_HOME/sqs-worker-engine, else a directory of this
+user's own in $TMPDIR (`journal_place`), never the working directory.
 Each copy is the message as it was first sent (dlq.py: the worker's record taken off, the
 attributes it moved aside restored, AWSTraceHeader and MessageGroupId kept), in requests
 of at most 10 messages and SQS's 1 MiB.
@@ -19,16 +23,18 @@ whatever the producer set.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import stat
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from botocore.exceptions import ClientError
 
-from .dlq import MAX_ATTRIBUTES, MOVED_BY_SQS, original_attributes, system_arguments, worker_record
+from .dlq import MOVED_BY_SQS, original_attributes, system_arguments, worker_record
 from .producer import _batches
 from .sqs import SQSClient
 
@@ -93,26 +99,95 @@ def unsupported(exc: BaseException) -> bool:
     return isinstance(exc, ClientError) and exc.response.get("Error", {}).get("Code") in UNSUPPORTED
 
 
+JOURNAL_DIR_VARIABLE = "REDRIVE_JOURNAL_DIR"
+
+
+class JournalError(Exception):
+    """The journal cannot be read or written where it is: nothing is sent."""
+
+    def __init__(self, path: Path, problem: str) -> None:
+        super().__init__(
+            f"cannot write the redrive journal at {path} ({problem}); set {JOURNAL_DIR_VARIABLE} "
+            "to a writable directory (the journal is how an interrupted copy resumes without "
+            "sending a message twice)"
+        )
+        self.path = path
+
+
 class Journal:
     """DLQ message ids already sent to the source queue but not yet deleted from the DLQ."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self.sent: set[str] = set()
-        if path.exists():
-            self.sent = {line.strip() for line in path.read_text().splitlines() if line.strip()}
+        try:
+            if path.exists():
+                self.sent = {line.strip() for line in path.read_text().splitlines() if line.strip()}
+        except (OSError, UnicodeDecodeError) as exc:
+            raise JournalError(path, _why(exc)) from None
+
+    @classmethod
+    def ready(cls, path: Path, private: bool = False) -> Journal:
+        """The journal at `path`, known writable before anything is sent: its directory
+        made, a journal an interrupted run left read, the file opened for writing. A
+        `private` directory (one in a temp dir others may write) must be this user's
+        alone: what the journal holds decides what is deleted from the DLQ."""
+        try:
+            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            if private:
+                _check_private(path.parent)
+            journal = cls(path)
+            with path.open("a"):
+                pass
+            if not journal.sent:
+                path.unlink()
+        except OSError as exc:
+            raise JournalError(path, _why(exc)) from None
+        return journal
 
     def record(self, message_ids: list[str]) -> None:
-        with self.path.open("a") as handle:
-            handle.writelines(f"{m}\n" for m in message_ids)
-            handle.flush()
-            os.fsync(handle.fileno())
+        # Known sent before it is written down: should the write fail, the run still deletes
+        # these from the DLQ (they were sent) before it stops.
         self.sent.update(message_ids)
+        try:
+            with self.path.open("a") as handle:
+                handle.writelines(f"{m}\n" for m in message_ids)
+                handle.flush()
+                os.fsync(handle.fileno())
+        except OSError as exc:
+            raise JournalError(self.path, _why(exc)) from None
 
     def forget(self, message_ids: list[str]) -> None:
         self.sent.difference_update(message_ids)
         if not self.sent:
-            self.path.unlink(missing_ok=True)
+            # A journal left behind names only messages deleted already: harmless to a rerun.
+            with contextlib.suppress(OSError):
+                self.path.unlink(missing_ok=True)
+
+
+def _why(exc: BaseException) -> str:
+    return exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+
+
+def _check_private(directory: Path) -> None:
+    info = os.lstat(directory)
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid() or info.st_mode & 0o077:
+        raise JournalError(directory, "not a directory of this user's alone: another user could write the journal")
+
+
+def journal_place(dlq_name: str, environ: Mapping[str, str] | None = None) -> tuple[Path, bool]:
+    """Where `redrive --copy` keeps its journal for this DLQ, and whether the directory must
+    be private: REDRIVE_JOURNAL_DIR; else $XDG_STATE_HOME/sqs-worker-engine; else
+    sqs-worker-engine-<uid> in $TMPDIR (/tmp): a tmpfs or emptyDir in the deploy files,
+    writable under a read-only root filesystem, and kept while the pod or task lives."""
+    env = os.environ if environ is None else environ
+    name = f".redrive-{dlq_name}.journal"
+    if env.get(JOURNAL_DIR_VARIABLE):
+        return Path(env[JOURNAL_DIR_VARIABLE]) / name, False
+    if env.get("XDG_STATE_HOME"):
+        return Path(env["XDG_STATE_HOME"]) / "sqs-worker-engine" / name, False
+    temp = env.get("TMPDIR") or "/tmp"  # noqa: S108 - a tmpfs/emptyDir in containers; private below
+    return Path(temp) / f"sqs-worker-engine-{os.geteuid()}" / name, True
 
 
 async def copy_back(
@@ -237,8 +312,6 @@ def copy_entry(index: int, message: dict[str, Any], fifo: bool) -> dict[str, Any
     attributes without the worker's record and with those the worker moved aside, its
     AWSTraceHeader and its MessageGroupId (FIFO order, or a fair queue's tenant)."""
     attrs = original_attributes(message)
-    if len(attrs) > MAX_ATTRIBUTES:  # a record no worker wrote (SQS would refuse it): as it is
-        attrs = dict(message.get("MessageAttributes") or {})
     entry: dict[str, Any] = {"Id": str(index), "MessageBody": message["Body"]}
     if attrs:
         entry["MessageAttributes"] = attrs
@@ -246,10 +319,6 @@ def copy_entry(index: int, message: dict[str, Any], fifo: bool) -> dict[str, Any
     # window is deduplicated too.
     entry.update(system_arguments(message, fifo, "redrive"))
     return entry
-
-
-def journal_path(dlq_name: str) -> Path:
-    return Path(os.environ.get("REDRIVE_JOURNAL_DIR", ".")) / f".redrive-{dlq_name}.journal"
 
 
 def print_progress(progress: Progress) -> None:

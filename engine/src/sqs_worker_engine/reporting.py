@@ -48,7 +48,6 @@ class QueueReport:
         self._paused = metrics.PAUSED.labels(queue)
         self._paused.set(0)
         self._throttled = metrics.THROTTLED.labels(queue)
-        self._receive_ok = metrics.SQS_CALLS.labels("ReceiveMessage", "ok")
         self._tenant_gauges = (
             metrics.TENANTS_RUNNING.labels(queue),
             metrics.TENANTS_AT_CAP.labels(queue),
@@ -63,13 +62,10 @@ class QueueReport:
     # -- the queue ------------------------------------------------------------------
 
     def receive_ok(self) -> None:
-        self._receive_ok.inc()
-        self.health.sqs_result(True)
         self.health.progress(self.queue)
 
     def receive_failed(self, exc: Exception, retry_in: float) -> None:
         code = error_code(exc)
-        metrics.SQS_CALLS.labels("ReceiveMessage", code).inc()
         metrics.POLL_ERRORS.labels(self.queue, code).inc()
         self.health.sqs_result(False)
         self.health.progress(self.queue)  # backing off is progress: the loop is alive
@@ -94,6 +90,7 @@ class QueueReport:
         """The adaptive limit moved: the gauge always, a log line when it moved enough."""
         current = limit.current
         self._limit.set(current)
+        metrics.CONCURRENCY_FLOOR.labels(self.queue).set(limit.floor)  # what "stuck at its floor" compares with
         if worth_telling(self._limit_told, current, limit.floor, limit.ceiling):
             log.info(
                 "concurrency limit %d -> %d (latency %s, baseline %s; floor %d, ceiling %d)",
@@ -140,11 +137,9 @@ class QueueReport:
         metrics.BATCH_SIZE.labels(self.queue).observe(size)
 
     def dlq_sent(self) -> None:
-        metrics.SQS_CALLS.labels("SendMessage", "ok").inc()
         metrics.DLQ_SENDS.labels(self.queue).inc()
 
     def dlq_send_failed(self, exc: Exception, retry_in: int) -> None:
-        metrics.SQS_CALLS.labels("SendMessage", error_code(exc)).inc()
         log.error(
             "could not send to the DLQ (%s); retrying the message in %d s instead",
             exc,
@@ -180,6 +175,7 @@ class QueueReport:
         """`trace`: the job's trace and span ids, an exemplar of its duration (OpenMetrics)."""
         outcome = ending.outcome
         self._processed[outcome].inc()
+        self.health.progress(self.queue)  # a job that ended is progress (health.py)
         if outcome != "released" and ending.duration:
             self._duration.observe(ending.duration, exemplar=trace or None)
         if outcome == "success":

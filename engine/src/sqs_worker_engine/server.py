@@ -17,7 +17,9 @@ log = logging.getLogger(__name__)
 ReadyCheck = tuple[str, Callable[[], Awaitable[bool]]]
 
 
-def make_app(health: Health, checks: list[ReadyCheck]) -> web.Application:
+def make_app(health: Health, checks: list[ReadyCheck], serve_metrics: bool = True) -> web.Application:
+    """`serve_metrics=False` (WORKER_METRICS_EXPORTER=otlp): no /metrics, the health endpoints only."""
+
     async def metrics(request: web.Request) -> web.Response:
         health.write_file()  # keeps the progress gauge current for this scrape
         if "application/openmetrics-text" in request.headers.get("Accept", ""):
@@ -49,7 +51,8 @@ def make_app(health: Health, checks: list[ReadyCheck]) -> web.Application:
         )
 
     app = web.Application()
-    app.router.add_get("/metrics", metrics)
+    if serve_metrics:
+        app.router.add_get("/metrics", metrics)
     app.router.add_get("/livez", livez)
     app.router.add_get("/readyz", readyz)
     return app
@@ -60,5 +63,6 @@ async def start_server(app: web.Application, host: str, port: int) -> web.AppRun
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
     await runner.setup()
     await web.TCPSite(runner, host, port).start()
-    log.info("serving /metrics /livez /readyz on %s:%d", host, port)
+    paths = " ".join(resource.canonical for resource in app.router.resources())
+    log.info("serving %s on %s:%d", paths, host, port)
     return runner

@@ -7,14 +7,17 @@ non-zero exit without a traceback.
 
 Per-queue overrides use `WORKER_QUEUE_<KEY>_<SETTING>`, where KEY is the queue name in
 upper case with every character other than A-Z and 0-9 replaced by `_`
-(`orders.fifo` -> `ORDERS_FIFO`). Settings: URL, CONCURRENCY, JOB_TIMEOUT_MS,
-VISIBILITY_TIMEOUT_SECONDS, POLLERS, RATE_LIMIT, GROUP_CONCURRENCY, PREFETCH,
-ADAPTIVE_CONCURRENCY, CONCURRENCY_FLOOR, WEIGHT.
+(`orders.fifo` -> `ORDERS_FIFO`; two queues with one KEY are refused). Settings: URL,
+CONCURRENCY, JOB_TIMEOUT_MS, VISIBILITY_TIMEOUT_SECONDS, POLLERS, RATE_LIMIT,
+RATE_BURST, GROUP_CONCURRENCY, PREFETCH, ADAPTIVE_CONCURRENCY, CONCURRENCY_FLOOR, WEIGHT. A per-queue
+value is read by the same reader as its global one (`whole_number`, `rate_per_second`).
+Kubernetes' service links (`service_link`) are told apart from settings and ignored.
 """
 
 from __future__ import annotations
 
 import difflib
+import ipaddress
 import math
 import os
 import re
@@ -24,7 +27,8 @@ from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import AliasChoices, Field, SecretStr, ValidationError, field_validator
+from pydantic import AliasChoices, Field, SecretStr, ValidationError, ValidationInfo, field_validator
+from pydantic_core import PydanticCustomError
 from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 
 from .budget import PRIORITIES, Priority
@@ -35,10 +39,12 @@ from .limits import (
     MAX_RECEIVE_BATCH,
     MAX_VISIBILITY_SECONDS,
     MAX_WAIT_SECONDS,
+    RESERVED_PREFIXES,
+    SECRET_NAME_PATTERN,
 )
 from .loops import EventLoop, loop_problem, uvloop_installed
 from .prefetch import default_prefetch
-from .throttle import parse_rate
+from .throttle import parse_rate, window_of
 
 # S3's rule for bucket names (the common subset: lower case, digits, dots, hyphens).
 BUCKET_NAME = r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$"
@@ -53,12 +59,25 @@ QUEUE_OVERRIDES = (
     "VISIBILITY_TIMEOUT_SECONDS",
     "POLLERS",
     "RATE_LIMIT",
+    "RATE_BURST",
     "GROUP_CONCURRENCY",
     "PREFETCH",
     "ADAPTIVE_CONCURRENCY",
     "CONCURRENCY_FLOOR",
     "WEIGHT",
 )
+# A whole number, global or per queue, is plain digits 0-9 (a minus sign for the range
+# check to name): int() also takes fullwidth and Arabic-Indic digits, "1_0", "+5" and
+# spaces, pydantic "5.0".
+NOT_WHOLE = "not a whole number: write it in digits 0-9 (e.g. 8)"
+_WHOLE = re.compile(r"-?[0-9]+")
+# More digits than any bound has: out of range whatever they say (int() refuses 4,300),
+# read as this.
+_WHOLE_DIGITS = 30
+_BEYOND_ANY_BOUND: int = int("1" + "0" * _WHOLE_DIGITS)
+# The slowest rate limit taken: one start a day. Below it a queue would in effect never start
+# again (2.8e-39/s was taken: one start in 10^31 years); to stop a queue, leave it out.
+MIN_RATE_PER_SECOND = 1 / 86_400
 # How pydantic reads a boolean variable; a per-queue override is read the same way.
 TRUE_WORDS = frozenset({"1", "true", "t", "yes", "y", "on"})
 FALSE_WORDS = frozenset({"0", "false", "f", "no", "n", "off"})
@@ -70,17 +89,45 @@ class ServiceDefaults:
     `OTEL_SERVICE_NAME`'s default), the command that runs it (for messages), and defaults
     for environment variables (`{"WORKER_QUEUES": "orders", ...}`: the answers it was
     generated with). A default is read exactly like the variable it stands for and
-    validated the same way; the environment always wins."""
+    validated the same way; the environment always wins.
+
+    `settings`: the service's own settings (an API's URL, a token), a pydantic-settings
+    model whose fields name their variables (`validation_alias="PARTNER_API_URL"`; else the
+    env_prefix and the field's name in upper case). They are validated at boot with the
+    engine's, by the same rules: a bad or missing one refuses to start (exit 2) naming the
+    variable (its value hidden when the field is a secret or a URL), `config` prints them
+    (secrets redacted) as `service_settings`, and `WorkerConfig.own` is the validated model."""
 
     name: str = "sqs-worker"
     version: str = "0.0.0"
     command: str = "python -m sqs_worker_engine"
     environ: Mapping[str, str] = field(default_factory=dict)
+    settings: type[BaseSettings] | None = None
+    # The owner's secrets (`secrets` answer at bake time: API_TOKEN, a second database...):
+    # environment variables the deploy files fill from Secrets Manager or SSM. The engine
+    # never reads them; `config` and the start-up line say whether each is set, never its value.
+    secrets: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        unknown = sorted(set(self.environ) - set(_ALIASES))
+        known = set(_ALIASES) | set(own_variables(self.settings))
+        unknown = sorted(set(self.environ) - known)
         if unknown:
             raise ValueError(f"ServiceDefaults.environ names unknown settings: {', '.join(unknown)}")
+        for name in self.secrets:
+            problem = secret_name_problem(name)
+            if problem:
+                raise ValueError(f"ServiceDefaults.secrets: {name!r} {problem}")
+
+
+def secret_name_problem(name: str) -> str | None:
+    """Why `name` cannot be an owner secret's variable (None when it can): an environment
+    variable name in upper case that no engine setting uses (DATABASE_URL aside: the engine
+    reads it for readiness, and it is a secret like the others)."""
+    if not re.match(SECRET_NAME_PATTERN, name):
+        return "is not an environment variable name (A-Z, 0-9 and _, starting with a letter)"
+    if name.startswith(RESERVED_PREFIXES) or (name in _ALIASES and name != "DATABASE_URL"):
+        return "is a setting of the engine or the SDKs, not a secret of the service's own"
+    return None
 
 
 class ConfigError(Exception):
@@ -158,10 +205,17 @@ class Settings(BaseSettings):
 
     metrics_host: str = Field(default="0.0.0.0", min_length=1, validation_alias="WORKER_METRICS_HOST")  # noqa: S104 - scraped from outside the container
     metrics_port: int = Field(default=9102, ge=0, le=65535, validation_alias="WORKER_METRICS_PORT")
+    # Where metrics go (otlp_metrics.py): scraped at /metrics, pushed over OTLP/HTTP to
+    # OTEL_EXPORTER_OTLP_[METRICS_]ENDPOINT with the same names, or both.
+    metrics_exporter: Literal["prometheus", "otlp", "both"] = Field(
+        default="prometheus", validation_alias="WORKER_METRICS_EXPORTER"
+    )
     # Bounded: an absurd or infinite threshold would switch liveness off without a word.
     stalled_after_seconds: float | None = Field(
         default=None, gt=0, le=2 * MAX_VISIBILITY_SECONDS, validation_alias="WORKER_STALLED_AFTER_SECONDS"
     )
+    # Each worker process writes its own progress file: this path with its pid before the
+    # suffix (health.progress_file). Empty: $TMPDIR/<service>.progress.
     health_file: str = Field(default="", validation_alias="WORKER_HEALTH_FILE")
     backlog_sample_seconds: float = Field(default=30.0, ge=1, le=3600, validation_alias="WORKER_BACKLOG_SAMPLE_SECONDS")
     scale_in_protection_minutes: int = Field(
@@ -195,6 +249,9 @@ class Settings(BaseSettings):
     # Jobs started per second and process, per queue ("50/s", "3000/min"; see throttle.py);
     # empty: no limit but the concurrency.
     rate_limit: str | None = Field(default=None, validation_alias="WORKER_RATE_LIMIT")
+    # Starts the rate limit lets go together (unset: 1, evenly spaced); at most the rate's
+    # count in a window (throttle.py).
+    rate_burst: int | None = Field(default=None, ge=1, le=1_000_000, validation_alias="WORKER_RATE_BURST")
     # Fair tenants on standard queues (tenants.py): jobs of one MessageGroupId running at once
     # per queue and process; unset: no cap but the concurrency. FIFO runs one per group anyway.
     group_concurrency: int | None = Field(default=None, ge=1, le=1000, validation_alias="WORKER_GROUP_CONCURRENCY")
@@ -231,6 +288,9 @@ class Settings(BaseSettings):
     service_name: str = Field(default="sqs-worker", min_length=1, validation_alias="OTEL_SERVICE_NAME")
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(default="INFO", validation_alias="LOG_LEVEL")
     log_payloads: bool = Field(default=False, validation_alias="LOG_PAYLOADS")
+    # JSON lines for log pipelines (the default, as deployed); text lines for a person at a
+    # terminal (`make dev`). logs.py.
+    log_format: Literal["json", "text"] = Field(default="json", validation_alias="LOG_FORMAT")
 
     aws_region: str = Field(
         default="us-east-1",
@@ -256,6 +316,28 @@ class Settings(BaseSettings):
                 raise ValueError(f"{name!r} is not a valid SQS queue name (1-80 of A-Z a-z 0-9 - _, optional .fifo)")
         if len(set(value)) != len(value):
             raise ValueError("a queue is listed twice")
+        # Per-queue settings name a queue by its key: two queues with one key would share
+        # (or silently split) every WORKER_QUEUE_<KEY>_* override.
+        named: dict[str, str] = {}
+        for name in value:
+            key = queue_env_key(name)
+            if key in named:
+                raise ValueError(
+                    f"{named[key]!r} and {name!r} have the same per-queue key {key} "
+                    f"(WORKER_QUEUE_{key}_*): rename one of the queues"
+                )
+            named[key] = name
+        return value
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _whole_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        # Every whole-number setting is read by the one reader per-queue settings use.
+        if info.field_name in _WHOLE_NUMBER_FIELDS and isinstance(value, str):
+            try:
+                return whole_number(value)
+            except ValueError:
+                raise PydanticCustomError("whole_number", NOT_WHOLE) from None
         return value
 
     @field_validator("priority", mode="before")
@@ -280,7 +362,7 @@ class Settings(BaseSettings):
     def _check_rate(cls, value: str | None) -> str | None:
         if value in (None, ""):
             return None
-        parse_rate(value)  # ValueError names the form
+        rate_per_second(value)  # ValueError names the form or the floor
         return value
 
     @field_validator("large_payload_bucket", mode="before")
@@ -351,6 +433,7 @@ class QueueSettings:
     visibility_timeout_seconds: int
     pollers: int
     rate_limit: float | None = None  # jobs started per second (WORKER_[QUEUE_<KEY>_]RATE_LIMIT)
+    rate_burst: int = 1  # starts the rate limit lets go together (WORKER_[QUEUE_<KEY>_]RATE_BURST)
     group_concurrency: int | None = None  # jobs of one group at once (WORKER_[QUEUE_<KEY>_]GROUP_CONCURRENCY)
     prefetch: int = 0  # most messages held beyond the concurrency (WORKER_[QUEUE_<KEY>_]PREFETCH)
     adaptive: bool = False  # the concurrency is a ceiling (WORKER_[QUEUE_<KEY>_]ADAPTIVE_CONCURRENCY)
@@ -373,6 +456,8 @@ class WorkerConfig:
     settings: Settings
     queues: tuple[QueueSettings, ...]
     service: ServiceDefaults = field(default_factory=lambda: ServiceDefaults())
+    own: BaseSettings | None = None  # the service's own settings, validated (ServiceDefaults.settings)
+    secrets: Mapping[str, bool] = field(default_factory=dict)  # the owner's secrets: is each set
 
     @property
     def stalled_after(self) -> float:
@@ -410,6 +495,7 @@ class WorkerConfig:
                 "visibility_timeout_seconds": q.visibility_timeout_seconds,
                 "pollers": q.pollers,
                 "rate_limit_per_second": q.rate_limit,
+                "rate_burst": q.rate_burst,
                 "group_concurrency": q.group_concurrency,
                 "prefetch": q.prefetch,
                 "adaptive_concurrency": q.adaptive,
@@ -420,8 +506,39 @@ class WorkerConfig:
             for q in self.queues
         ]
         data["priority"] = self.priority
+        data["secrets"] = {name: "set" if given else "unset" for name, given in self.secrets.items()}
         data["stalled_after_seconds"] = self.stalled_after
         data["health_file"] = self.health_file
+        if self.own is not None:
+            data["service_settings"] = self.own.model_dump(mode="json")  # SecretStr shows as ********
+        return data
+
+    def summary(self) -> dict[str, Any]:
+        """What the start and stop log lines carry: the settings that differ from the
+        engine's defaults (redacted as in `describe`), and each queue's name with what it
+        sets apart from the process-wide settings. `config` prints all of it."""
+        described = self.describe()
+        own = self.settings.model_dump(mode="json", by_alias=False)
+        # Each line says its worker id and service already; the queues come next, per queue.
+        said = ("queues", "worker_id", "service_name")
+        defaults = _DEFAULTS.model_dump(mode="json", by_alias=False)
+        data = {key: described[key] for key, value in defaults.items() if key not in said and own[key] != value}
+        process_wide = {
+            "concurrency": self.settings.concurrency,
+            "job_timeout_ms": self.settings.job_timeout_ms,
+            "visibility_timeout_seconds": self.settings.visibility_timeout_seconds,
+            "group_concurrency": self.settings.group_concurrency,
+            "adaptive_concurrency": self.settings.adaptive_concurrency,
+            "concurrency_floor": self.settings.concurrency_floor,
+            "weight": 1,
+            "url": None,
+            "rate_limit_per_second": None,
+        }
+        data["queues"] = [
+            {"name": queue["name"]}
+            | {key: queue[key] for key, usual in process_wide.items() if queue[key] != usual and queue[key] is not None}
+            for queue in described["queues"]
+        ]
         return data
 
 
@@ -492,6 +609,34 @@ def queue_env_key(name: str) -> str:
     return re.sub(r"[^A-Z0-9]", "_", name.upper())
 
 
+def whole_number(text: str) -> int:
+    """A whole-number setting's value (global or per queue): plain digits 0-9, a leading
+    minus allowed so that the range check can name it; ValueError for anything else."""
+    if not _WHOLE.fullmatch(text):
+        raise ValueError(NOT_WHOLE)
+    sign = -1 if text.startswith("-") else 1
+    digits = text.lstrip("-").lstrip("0") or "0"
+    if len(digits) > _WHOLE_DIGITS:
+        return sign * _BEYOND_ANY_BOUND
+    return sign * int(digits)
+
+
+def rate_per_second(text: str) -> float:
+    """A rate-limit setting's value in starts a second (WORKER_RATE_LIMIT, per queue too):
+    throttle.parse_rate's forms in digits 0-9, finite, and at least MIN_RATE_PER_SECOND."""
+    if not text.isascii():
+        raise ValueError(f"{text!r} is not a rate: write it in digits 0-9 as N/s, N/min or N/h (e.g. 50/s)")
+    per_second = parse_rate(text)
+    if not math.isfinite(per_second):
+        raise ValueError(f"{text[:40]!r}... is not a finite rate")
+    if per_second < MIN_RATE_PER_SECOND:
+        raise ValueError(
+            f"{text!r} is below the slowest rate limit, one start a day (0.0417/h): a queue this slow "
+            "would in effect never start again; to stop a queue, leave it out of WORKER_QUEUES"
+        )
+    return per_second
+
+
 def load_settings(environ: Mapping[str, str] | None = None, service: ServiceDefaults | None = None) -> WorkerConfig:
     """Read and validate everything (`environ`, default os.environ, over the service's
     defaults); raise ConfigError naming every bad variable."""
@@ -505,6 +650,10 @@ def load_settings(environ: Mapping[str, str] | None = None, service: ServiceDefa
     problems: list[tuple[str, str]] = [(var, unknown_setting(var)) for var in sorted(env) if _is_unknown(var, env[var])]
     values: dict[str, Any] = {k: v for k, v in env.items() if k in _ALIASES}
     values.setdefault("OTEL_SERVICE_NAME", service.name)
+    owners: BaseSettings | None = None
+    if service.settings is not None:  # the service's own, named in the same refusal
+        owners, refused = _own_settings(service.settings, env)
+        problems += refused
     try:
         settings = Settings.model_validate(values)
     except ValidationError as exc:
@@ -518,13 +667,15 @@ def load_settings(environ: Mapping[str, str] | None = None, service: ServiceDefa
         rest = var[len(QUEUE_OVERRIDE_PREFIX) :]
         # GROUP_CONCURRENCY ends in CONCURRENCY: of the readings, the one naming a queue wins.
         readings = [(rest[: -len(s) - 1], s) for s in QUEUE_OVERRIDES if rest.endswith("_" + s)]
+        known = [(k, s) for k, s in readings if k in by_key]
+        if not known and service_link(var, value):
+            continue  # a Service's link, not a setting (a setting of a listed queue wins)
         if not readings:
             known_vars = [f"{QUEUE_OVERRIDE_PREFIX}{k}_{s}" for k in by_key for s in QUEUE_OVERRIDES]
             close = difflib.get_close_matches(var, known_vars, n=1, cutoff=0.8)
             hint = f"; did you mean {close[0]}?" if close else ""
             problems.append((var, f"unknown per-queue setting; use one of {', '.join(QUEUE_OVERRIDES)}{hint}"))
             continue
-        known = [(k, s) for k, s in readings if k in by_key]
         if len(known) > 1:
             problems.append((var, f"ambiguous: names {' and '.join(f'{s} of {by_key[k]}' for k, s in known)}"))
             continue
@@ -605,9 +756,20 @@ def load_settings(environ: Mapping[str, str] | None = None, service: ServiceDefa
         rate: float | None = None
         if rate_text:
             try:
-                rate = parse_rate(rate_text)
+                rate = rate_per_second(rate_text)
             except ValueError as exc:
                 problems.append((prefix + "RATE_LIMIT", str(exc)))
+        burst = _int(own, "RATE_BURST", prefix, settings.rate_burst or 1, 1, 1_000_000, problems)
+        burst_var = prefix + "RATE_BURST" if "RATE_BURST" in own else "WORKER_RATE_BURST"
+        if burst > 1 and not rate_text:
+            problems.append((burst_var, "a burst is of a rate limit: set WORKER_RATE_LIMIT too"))
+        elif rate is not None and burst > window_of(rate)[0]:
+            problems.append(
+                (
+                    burst_var,
+                    f"{burst} is more starts at once than {rate_text} allows in a window ({window_of(rate)[0]})",
+                )
+            )
         # FIFO runs one job per group anyway; at or above the concurrency the cap never bites.
         group_cap = _int(own, "GROUP_CONCURRENCY", prefix, settings.group_concurrency or 0, 1, 1000, problems) or None
         if name.endswith(".fifo") or (group_cap is not None and group_cap >= concurrency):
@@ -632,6 +794,7 @@ def load_settings(environ: Mapping[str, str] | None = None, service: ServiceDefa
                 visibility,
                 pollers,
                 rate,
+                burst,
                 group_cap,
                 prefetch,
                 adaptive,
@@ -678,7 +841,8 @@ def load_settings(environ: Mapping[str, str] | None = None, service: ServiceDefa
                 f"({what}); lower {lower} or raise the pool",
             )
         )
-    config = WorkerConfig(settings, tuple(queues), service)
+    secrets = {name: bool(env.get(name)) for name in service.secrets}
+    config = WorkerConfig(settings, tuple(queues), service, owners, secrets)
     if settings.stalled_after_seconds is not None:
         # Progress is marked when a long poll returns and when a job ends: the threshold
         # must outlast both, or an idle or busy worker would look stalled.
@@ -710,12 +874,13 @@ def _int(
     if raw is None:
         return default
     try:
-        value = int(raw.strip())
+        value = whole_number(raw)
     except ValueError:
-        problems.append((prefix + setting, f"{raw!r} is not a whole number"))
+        problems.append((prefix + setting, f"{NOT_WHOLE} (got {raw!r})"))
         return default
     if not low <= value <= high:
         problems.append((prefix + setting, f"{value} is outside {low}..{high}"))
+        return default  # not a value the checks after this one would name again
     return value
 
 
@@ -730,6 +895,8 @@ def _bool(own: Mapping[str, str], setting: str, prefix: str, default: bool, prob
     return word in TRUE_WORDS
 
 
+# The engine's own defaults, for what a configuration sets apart from them (`summary`).
+_DEFAULTS = Settings.model_construct()
 _ALIASES: dict[str, str] = {}
 for _name, _field in Settings.model_fields.items():
     _alias = _field.validation_alias
@@ -738,17 +905,65 @@ for _name, _field in Settings.model_fields.items():
             _ALIASES[_choice] = _name
 
 
-# What Kubernetes injects for a Service in the namespace named "worker-..." (service links:
-# WORKER_SERVICE_HOST, WORKER_PORT=tcp://..., WORKER_PORT_9102_TCP_ADDR...): not settings.
-_SERVICE_LINK = re.compile(r"^[A-Z0-9_]*_(SERVICE_HOST|SERVICE_PORT(_[A-Z0-9_]+)?|PORT_\d+_(TCP|UDP|SCTP)(_[A-Z]+)?)$")
+# The settings read as whole numbers (whole_number), by their annotation: int, or int | None.
+_WHOLE_NUMBER_FIELDS = frozenset(name for name, f in Settings.model_fields.items() if f.annotation in (int, int | None))
+
+
+# What kubelet injects into every pod for each Service in its namespace (service links),
+# the Service's name upper-cased with "-" as "_" (a Service `worker-queue` gives
+# WORKER_QUEUE_...), for a ClusterIP 10.96.0.12 and a port 9102 named `metrics`:
+#   <NAME>_SERVICE_HOST=10.96.0.12          <NAME>_SERVICE_PORT=9102
+#   <NAME>_SERVICE_PORT_METRICS=9102        <NAME>_PORT=tcp://10.96.0.12:9102
+#   <NAME>_PORT_9102_TCP=tcp://10.96.0.12:9102
+#   <NAME>_PORT_9102_TCP_PROTO=tcp  <NAME>_PORT_9102_TCP_PORT=9102  <NAME>_PORT_9102_TCP_ADDR=10.96.0.12
+# Told apart by name and value together, so that a misspelt setting is still refused.
+_LINK_PORT = re.compile(r"[A-Z0-9_]+?_PORT_([0-9]{1,5})_(TCP|UDP|SCTP)(?:_(PROTO|PORT|ADDR))?")
+_LINK_URL = re.compile(r"(tcp|udp|sctp)://(\[[0-9A-Fa-f:.]+\]|[0-9.]+):([0-9]{1,5})")
+
+
+def _ip(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _port(text: str) -> bool:
+    return text.isascii() and text.isdigit() and not text.startswith("0") and int(text) <= 65535
+
+
+def _link_url(text: str, protocol: str | None = None, port: str | None = None) -> bool:
+    match = _LINK_URL.fullmatch(text)
+    if match is None or not _ip(match.group(2).strip("[]")) or not _port(match.group(3)):
+        return False
+    return protocol in (None, match.group(1)) and port in (None, match.group(3))
+
+
+def service_link(var: str, value: str) -> bool:
+    """Whether `var=value` is a Kubernetes service link (above), by its name and its value."""
+    by_port = _LINK_PORT.fullmatch(var)
+    if by_port:
+        port, protocol, part = by_port.group(1), by_port.group(2).lower(), by_port.group(3)
+        if not _port(port):
+            return False
+        if part is None:
+            return _link_url(value, protocol, port)
+        return {"PROTO": value == protocol, "PORT": value == port, "ADDR": _ip(value)}[part]
+    if re.fullmatch(r"[A-Z0-9_]+_SERVICE_HOST", var):
+        return _ip(value)
+    if re.fullmatch(r"[A-Z0-9_]+_SERVICE_PORT(_[A-Z0-9_]+)?", var):
+        return _port(value)
+    if re.fullmatch(r"[A-Z0-9_]+_PORT", var):
+        return _link_url(value)
+    return False
 
 
 def _is_unknown(var: str, value: str) -> bool:
     """A WORKER_ variable the engine does not read (per-queue ones are checked by name later)."""
     if not var.startswith("WORKER_") or var in _ALIASES or var.startswith(QUEUE_OVERRIDE_PREFIX):
         return False
-    link = _SERVICE_LINK.match(var) or (var.endswith("_PORT") and re.match(r"^(tcp|udp|sctp)://", value))
-    return not link
+    return not service_link(var, value)
 
 
 def unknown_setting(var: str) -> str:
@@ -758,6 +973,52 @@ def unknown_setting(var: str) -> str:
     if close:
         return f"unknown setting; did you mean {close[0]}?"
     return "unknown setting (the README's Configuration lists them; per queue: WORKER_QUEUE_<KEY>_<SETTING>)"
+
+
+def own_variables(model: type[BaseSettings] | None) -> dict[str, str]:
+    """The variables a service's own settings read, each to the key it is validated under:
+    its validation_alias, else the env_prefix and the field's name in upper case."""
+    if model is None:
+        return {}
+    prefix = str(model.model_config.get("env_prefix") or "")
+    variables: dict[str, str] = {}
+    for name, info in model.model_fields.items():
+        alias = info.validation_alias
+        if isinstance(alias, AliasChoices):
+            variables.update({choice: choice for choice in alias.choices if isinstance(choice, str)})
+        elif isinstance(alias, str):
+            variables[alias] = alias
+        else:
+            variables[(prefix + name).upper()] = name
+    return variables
+
+
+def _reads(info: Any, name: str, key: str) -> bool:
+    """The field `name` is the one validated under `key` (its name, or one of its aliases)."""
+    alias = info.validation_alias
+    return key == name or key in (alias.choices if isinstance(alias, AliasChoices) else [alias])
+
+
+def _own_settings(
+    model: type[BaseSettings], env: Mapping[str, str]
+) -> tuple[BaseSettings | None, list[tuple[str, str]]]:
+    """The service's own settings from `env` (and nothing else: no second reading of the
+    process's environment), or the problems, each named by its variable."""
+    variables = own_variables(model)
+    keys = {key: var for var, key in variables.items()}
+    try:
+        return model.model_validate({key: env[var] for var, key in variables.items() if var in env}), []
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            key = str(err["loc"][0]) if err["loc"] else "?"
+            var = keys.get(key, key)
+            annotation = str(next((f.annotation for n, f in model.model_fields.items() if _reads(f, n, key)), ""))
+            secret = "Secret" in annotation or "Url" in annotation  # never shown, as a URL's password
+            raw = env.get(var)
+            shown = "" if raw is None or secret or "URL" in var else f" (got {raw!r})"
+            problems.append((var, f"{err['msg']}{shown}"))
+        return None, problems
 
 
 def _explain(exc: ValidationError, env: Mapping[str, str]) -> list[tuple[str, str]]:

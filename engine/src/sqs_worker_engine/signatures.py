@@ -17,6 +17,16 @@ sees the job (`SnsSignatures.check`), as AWS's own SDKs' validators do:
   there is a PayloadError (dead-lettered with the reason); a certificate that cannot be
   fetched right now (network, 5xx) is an ordinary error, retried.
 
+The notification names the URL, so what fetching costs is bounded whatever it names: each
+URL is fetched once however many checks wait for it (one fetch per URL, never one lock
+for all: a slow or hanging URL delays only the checks naming it), at most MAX_FETCHES at
+once and MAX_PENDING waiting (past that a check is turned away at once, retried later); a
+failure is remembered for the URL (PERMANENT_FAILURE_SECONDS for a certificate that is
+not there or not one, TRANSIENT_FAILURE_SECONDS for one that could not be fetched right
+now), at most FAILURES_KEPT of them, so that a bad URL is not fetched for every message
+naming it. A check cancelled while it waits (its job's timeout) leaves the fetch to finish
+for the others.
+
 WORKER_SNS_VERIFY_SIGNATURES=false turns the check off, for queues whose queue policy
 already admits only the topics' `aws:SourceArn`. Subscription confirmations are dropped
 before this (their URLs are never fetched).
@@ -28,6 +38,7 @@ import asyncio
 import base64
 import binascii
 import re
+import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -49,9 +60,14 @@ HASHES: dict[str, type[hashes.HashAlgorithm]] = {"1": hashes.SHA1, "2": hashes.S
 # A certificate path, rebuilt into the URL fetched: nothing but plain path characters.
 CERT_PATH = re.compile(r"(/[A-Za-z0-9_-][A-Za-z0-9._-]*)+\.pem")
 TOPIC_ARN = re.compile(r"arn:(aws[a-z-]*):sns:([a-z]{2}(-[a-z]+)+-\d+):\d{12}:[A-Za-z0-9_.-]{1,256}")
-CACHE_SIZE = 32
+CACHE_SIZE = 32  # certificates kept (SNS uses one per region at a time)
 MAX_CERT_BYTES = 16_384
 FETCH_TIMEOUT = 10.0
+MAX_FETCHES = 4  # certificates fetched at once
+MAX_PENDING = 64  # certificates being fetched or waiting to be: past that a check is turned away
+FAILURES_KEPT = 256  # URLs whose fetch failed, remembered
+PERMANENT_FAILURE_SECONDS = 300.0  # no certificate there (4xx, not one, too big): forged
+TRANSIENT_FAILURE_SECONDS = 10.0  # could not be fetched right now (network, 5xx, timeout)
 
 
 @dataclass(frozen=True)
@@ -103,6 +119,22 @@ def certificate_source(cert_url: str, topic_arn: str, endpoint_url: str | None) 
 
 def verify(signed: Signed, certificate_pem: bytes) -> None:
     """Check `signed` against the certificate's key; a PayloadError if it does not hold."""
+    verify_with(signed, public_key(certificate_pem))
+
+
+def public_key(certificate_pem: bytes) -> rsa.RSAPublicKey:
+    """The RSA key of a PEM certificate; a PayloadError if it is not one."""
+    try:
+        key = x509.load_pem_x509_certificate(certificate_pem).public_key()
+    except ValueError:
+        raise PayloadError("the SNS signing certificate is not a PEM certificate") from None
+    if not isinstance(key, rsa.RSAPublicKey):
+        raise PayloadError("the SNS signing certificate's key is not RSA")
+    return key
+
+
+def verify_with(signed: Signed, key: rsa.RSAPublicKey) -> None:
+    """Check `signed` against `key`; a PayloadError if it does not hold."""
     algorithm = HASHES.get(signed.version)
     if algorithm is None:
         raise PayloadError(f"the SNS notification's SignatureVersion {signed.version[:20]!r} is not 1 or 2")
@@ -111,29 +143,47 @@ def verify(signed: Signed, certificate_pem: bytes) -> None:
     except (binascii.Error, ValueError):
         raise PayloadError("the SNS notification's Signature is not base64") from None
     try:
-        key = x509.load_pem_x509_certificate(certificate_pem).public_key()
-    except ValueError:
-        raise PayloadError("the SNS signing certificate is not a PEM certificate") from None
-    if not isinstance(key, rsa.RSAPublicKey):
-        raise PayloadError("the SNS signing certificate's key is not RSA")
-    try:
         key.verify(signature, signed.canonical, padding.PKCS1v15(), algorithm())
     except InvalidSignature:
         raise PayloadError("the SNS notification's signature does not verify: not sent by SNS") from None
+
+
+class CertificateUnavailable(Exception):  # noqa: N818 - reads as a state, like DownstreamUnavailable
+    """The signing certificate cannot be had right now (fetched too recently without
+    success, or too many being fetched): the message is retried, not dead-lettered."""
+
+
+@dataclass(frozen=True)
+class _Failure:
+    """A URL's failed fetch, remembered until `until` (the checker's clock)."""
+
+    until: float
+    permanent: bool  # a PayloadError: no certificate there
+    reason: str
+
+    def error(self) -> Exception:
+        if self.permanent:
+            return PayloadError(self.reason)
+        return CertificateUnavailable(f"{self.reason} (a recent fetch failed; asked again shortly)")
 
 
 Fetch = Callable[[str], Awaitable[bytes]]
 
 
 class SnsSignatures:
-    """Checks SNS notifications' signatures, with the certificates cached. `fetch` replaces
-    the HTTP GET (tests)."""
+    """Checks SNS notifications' signatures, with the certificates' keys cached. `fetch`
+    replaces the HTTP GET, `clock` the monotonic clock failures are remembered by (tests)."""
 
-    def __init__(self, endpoint_url: str | None, fetch: Fetch | None = None) -> None:
+    def __init__(
+        self, endpoint_url: str | None, fetch: Fetch | None = None, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.endpoint_url = endpoint_url
         self._fetch = fetch or self._get
-        self._certificates: OrderedDict[str, bytes] = OrderedDict()
-        self._lock = asyncio.Lock()
+        self._clock = clock
+        self._keys: OrderedDict[str, rsa.RSAPublicKey] = OrderedDict()  # by URL, least recent first
+        self._failures: OrderedDict[str, _Failure] = OrderedDict()
+        self._pending: dict[str, asyncio.Future[rsa.RSAPublicKey]] = {}  # one fetch per URL
+        self._fetching = asyncio.Semaphore(MAX_FETCHES)
         self._session: aiohttp.ClientSession | None = None
         self.fetches = 0  # certificate requests made (tests, and a cache that works)
 
@@ -142,18 +192,56 @@ class SnsSignatures:
         if notification_signed is None:
             raise PayloadError("the SNS notification carries no signature: not sent by SNS")
         source = certificate_source(notification_signed.cert_url, topic_arn, self.endpoint_url)
-        verify(notification_signed, await self._certificate(source))
+        verify_with(notification_signed, await self._key(source))
 
-    async def _certificate(self, source: str) -> bytes:
-        async with self._lock:  # one fetch per certificate, however many jobs wait for it
-            pem = self._certificates.get(source)
-            if pem is None:
-                self.fetches += 1
-                pem = await self._fetch(source)
-                self._certificates[source] = pem
-                while len(self._certificates) > CACHE_SIZE:
-                    self._certificates.popitem(last=False)
-            return pem
+    def remembered(self) -> tuple[int, int]:
+        """(certificates cached, failed URLs remembered): both bounded."""
+        return len(self._keys), len(self._failures)
+
+    async def _key(self, source: str) -> rsa.RSAPublicKey:
+        key = self._keys.get(source)
+        if key is not None:
+            self._keys.move_to_end(source)
+            return key
+        failure = self._failures.get(source)
+        if failure is not None:
+            if self._clock() < failure.until:
+                raise failure.error()
+            del self._failures[source]
+        pending = self._pending.get(source)
+        if pending is None:
+            if len(self._pending) >= MAX_PENDING:
+                raise CertificateUnavailable(f"{MAX_PENDING} SNS signing certificates are being fetched already")
+            pending = self._pending[source] = asyncio.ensure_future(self._fetch_key(source))
+            pending.add_done_callback(lambda done: self._settle(source, done))
+        # Shielded: a check cancelled while it waits (its job's timeout, a lost lease) leaves
+        # the fetch running for the others and for the cache.
+        return await asyncio.shield(pending)
+
+    async def _fetch_key(self, source: str) -> rsa.RSAPublicKey:
+        async with self._fetching:
+            self.fetches += 1
+            pem = await asyncio.wait_for(self._fetch(source), FETCH_TIMEOUT)
+        return public_key(pem)
+
+    def _settle(self, source: str, done: asyncio.Future[rsa.RSAPublicKey]) -> None:
+        """Where a fetch's answer goes, whoever still waits for it: the cache, or the failures."""
+        del self._pending[source]
+        if done.cancelled():
+            return
+        error = done.exception()  # retrieved here, so never reported as lost when no one waits
+        if error is None:
+            self._keys[source] = done.result()
+            while len(self._keys) > CACHE_SIZE:
+                self._keys.popitem(last=False)
+            return
+        permanent = isinstance(error, PayloadError)
+        seconds = PERMANENT_FAILURE_SECONDS if permanent else TRANSIENT_FAILURE_SECONDS
+        reason = str(error) or f"fetching {source} failed: {type(error).__name__}"
+        self._failures[source] = _Failure(self._clock() + seconds, permanent, reason)
+        self._failures.move_to_end(source)
+        while len(self._failures) > FAILURES_KEPT:
+            self._failures.popitem(last=False)
 
     async def _get(self, url: str) -> bytes:
         if self._session is None:

@@ -1,9 +1,11 @@
-"""The SQS client and what the worker needs to know about each queue."""
+"""The SQS client, observed, and what the worker needs to know about each queue."""
 
 from __future__ import annotations
 
+import asyncio
 import json
-from collections.abc import Mapping
+import time
+from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
@@ -11,6 +13,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 from aiobotocore.config import AioConfig
 from aiobotocore.session import get_session
 from botocore.exceptions import BotoCoreError, ClientError
+
+from . import clock, metrics, tracing
 
 if TYPE_CHECKING:
     from types_aiobotocore_sqs import SQSClient as SQSClient
@@ -46,6 +50,79 @@ class SqsApi(Protocol):
     async def delete_message_batch(self, *args: Any, **kwargs: Any) -> Any: ...
     async def change_message_visibility_batch(self, *args: Any, **kwargs: Any) -> Any: ...
     async def send_message(self, *args: Any, **kwargs: Any) -> Any: ...
+
+
+class ObservedSqs:
+    """Every SQS call the worker makes, through one place: counted and timed
+    (`sqs_api_calls_total`, `sqs_request_duration_seconds`, by operation and outcome) and,
+    with tracing, a CLIENT span for the messaging operations (tracing.client_span). The
+    outcome is "ok", SQS's error code, or "cancelled" (the caller gave up first: its own
+    deadline, or a long poll abandoned at shutdown).
+
+    `leases=True`: the lease keeper's view of the same client, whose visibility changes
+    extend leases rather than settle messages (no settle span for them)."""
+
+    def __init__(self, client: SqsApi, client_id: str = "", *, leases: bool = False) -> None:
+        self.client = client
+        self.client_id = client_id
+        self.leases = leases
+        self.tracing = tracing.enabled()  # decided once: a provider is installed before the worker starts
+
+    def for_leases(self) -> ObservedSqs:
+        return ObservedSqs(self.client, self.client_id, leases=True)
+
+    async def get_queue_url(self, **params: Any) -> Any:
+        return await self._call("GetQueueUrl", self.client.get_queue_url, params)
+
+    async def get_queue_attributes(self, **params: Any) -> Any:
+        return await self._call("GetQueueAttributes", self.client.get_queue_attributes, params)
+
+    async def receive_message(self, **params: Any) -> Any:
+        return await self._call("ReceiveMessage", self.client.receive_message, params)
+
+    async def delete_message_batch(self, **params: Any) -> Any:
+        return await self._call("DeleteMessageBatch", self.client.delete_message_batch, params)
+
+    async def change_message_visibility_batch(self, **params: Any) -> Any:
+        return await self._call("ChangeMessageVisibilityBatch", self.client.change_message_visibility_batch, params)
+
+    async def send_message(self, **params: Any) -> Any:
+        return await self._call("SendMessage", self.client.send_message, params)
+
+    async def _call(self, operation: str, method: Callable[..., Awaitable[Any]], params: dict[str, Any]) -> Any:
+        traced = self.tracing and not (self.leases and operation == "ChangeMessageVisibilityBatch")
+        # A receive's span is made once it has answered, and only if it brought messages or
+        # failed: a long poll that brings nothing (an idle queue, one given up at shutdown)
+        # would be a root trace of its own every 20 s per poller, and X-Ray bills per trace.
+        deferred = operation == "ReceiveMessage"
+        span = tracing.client_span(operation, params, self.client_id) if traced and not deferred else None
+        started, started_ns = clock.now(), time.time_ns()
+        outcome, response = "ok", None
+        try:
+            response = await method(**params)
+            return response
+        except asyncio.CancelledError:
+            outcome = "cancelled"
+            raise
+        except Exception as exc:
+            outcome = error_code(exc)
+            raise
+        finally:
+            metrics.sqs_call(operation, outcome, clock.now() - started)
+            if traced and deferred and (outcome not in ("ok", "cancelled") or (response or {}).get("Messages")):
+                span = tracing.client_span(operation, params, self.client_id, start_time=started_ns)
+            if span is not None:
+                tracing.client_span_ended(span, operation, outcome, response)
+
+
+def observed(client: SqsApi, client_id: str) -> SqsApi:
+    """The client, observed (once: an observed client is returned as it is)."""
+    return client if isinstance(client, ObservedSqs) else ObservedSqs(client, client_id)
+
+
+def lease_client(client: SqsApi) -> SqsApi:
+    """The lease keeper's view of a client (ObservedSqs.for_leases); any other as it is."""
+    return client.for_leases() if isinstance(client, ObservedSqs) else client
 
 
 def create_client(

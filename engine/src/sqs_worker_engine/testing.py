@@ -9,12 +9,27 @@ outcome the worker would act on.
         assert "task_id" in result.reason
 
 The body goes through the handler's envelope and payload model exactly as a received
-message's does (a body that fails them is dead-lettered without running the handler; a
-control message, such as an SNS subscription confirmation, is "dropped"), and the outcome comes
-from the same decision the worker makes (`outcomes.classify`): "success" (deleted),
-"retry" (visible again after a backoff, or `retry_after` seconds when the handler raised
-`RetryLater`), "dead_letter" (to the DLQ with `reason`),
-"released" (given back at shutdown) or "timeout".
+message's does (a body that fails them is dead-lettered without running the handler), and
+the outcome comes from the same decision the worker makes (`outcomes.classify`; the list is
+`outcomes.OUTCOMES`):
+- "success": deleted;
+- "retry": visible again after a backoff, or after `retry_after` seconds when the handler
+  raised `RetryLater`;
+- "deferred": the handler raised `DownstreamUnavailable` (what it calls is down): visible
+  again after `retry_after` seconds while the queue pauses, never dead-lettered for it;
+- "dead_letter": to the DLQ with `reason` (`NonRetryableError`, or a body the model refuses);
+- "timeout": ran past `timeout=`, cancelled, retried;
+- "released": given back at shutdown (the handler raised `JobCancelled` for a shutdown,
+  as `job.raise_if_stopping()` does with `stopping=True`);
+- "lease_lost": the handler raised `JobCancelled` for a lost lease: never touched again;
+- "dropped": a control message (an SNS subscription confirmation, S3's test event),
+  deleted unrun.
+
+`run_handler` runs each call on an event loop of its own. Resources made on another loop
+(an async client or pool built by a fixture, for `resources=`) cannot be used there: write
+the test as async and `await run_handler_async(...)`, which runs on the test's own loop
+(pytest-asyncio's `@pytest.mark.asyncio`, or anyio's `@pytest.mark.anyio`). `run_handler`
+says so (`OtherLoopError`) rather than report the loop's error as the handler's failure.
 
 A batch handler (`Router.batch_handler`) runs with `run_batch(router, QUEUE, [m1, m2])`,
 which returns one HandlerResult per message, in order: the jobs the response names are
@@ -24,8 +39,10 @@ A router with a lifespan (`@router.lifespan`) has it entered around each call, a
 worker does, so `job.resources` is what it yields; `resources=` gives a stand-in instead
 (a fake client, a test database), and the lifespan is not run.
 
-`check_service(SERVICE, endpoint, tmp_path)` runs a whole service against an SQS emulator,
-driven by the examples its payload models declare (see `end_to_end.py`).
+`check_service(SERVICE, endpoint, tmp_path, env={...})` runs a whole service against an SQS
+emulator, driven by the examples its payload models declare (see `end_to_end.py`); `env`
+adds to the environment of the service's processes (the settings your own code reads at
+boot, say: an API's URL, a stand-in token).
 """
 
 from __future__ import annotations
@@ -55,6 +72,7 @@ if TYPE_CHECKING:
 __all__ = [
     "FROM_LIFESPAN",
     "HandlerResult",
+    "OtherLoopError",
     "check_service",
     "make_job",
     "run_batch",
@@ -209,14 +227,40 @@ async def _run_one(
     return HandlerResult("success", job)
 
 
+class OtherLoopError(RuntimeError):
+    """`resources=` were made on another event loop than the one `run_handler` started."""
+
+
+# What asyncio, aiohttp and their kind say when an object of one loop is used on another.
+_OTHER_LOOP = ("Event loop is closed", "attached to a different loop", "different event loop")
+
+
+def _same_loop(results: list[HandlerResult], resources: Any) -> None:
+    """Raise OtherLoopError where a result's error is the loop's, not the handler's."""
+    if resources is FROM_LIFESPAN:
+        return  # opened by the router's lifespan on this very loop
+    for result in results:
+        error = result.error
+        if isinstance(error, RuntimeError) and any(text in str(error) for text in _OTHER_LOOP):
+            raise OtherLoopError(
+                f"the handler failed with {result.reason!r}: the resources= given were made on another event "
+                "loop than the one run_handler starts for each call. Make them in an async test and "
+                "`await run_handler_async(...)` there (pytest-asyncio's @pytest.mark.asyncio, or anyio's "
+                "@pytest.mark.anyio): it runs on the test's own loop"
+            ) from error
+
+
 def run_handler(
     router: Router,
     queue: str,
     message: str | bytes | BaseModel | Any,
     **options: Any,
 ) -> HandlerResult:
-    """`run_handler_async` from synchronous test code (starts its own event loop)."""
-    return asyncio.run(run_handler_async(router, queue, message, **options))
+    """`run_handler_async` from synchronous test code, on an event loop of its own (for
+    resources made on the test's loop, use `run_handler_async`)."""
+    result = asyncio.run(run_handler_async(router, queue, message, **options))
+    _same_loop([result], options.get("resources", FROM_LIFESPAN))
+    return result
 
 
 async def run_batch_async(
@@ -287,8 +331,10 @@ async def _run_batch(
 
 
 def run_batch(router: Router, queue: str, messages: Sequence[Any], **options: Any) -> list[HandlerResult]:
-    """`run_batch_async` from synchronous test code (starts its own event loop)."""
-    return asyncio.run(run_batch_async(router, queue, messages, **options))
+    """`run_batch_async` from synchronous test code, on an event loop of its own."""
+    results = asyncio.run(run_batch_async(router, queue, messages, **options))
+    _same_loop(results, options.get("resources", FROM_LIFESPAN))
+    return results
 
 
 def __getattr__(name: str) -> Any:

@@ -4,10 +4,16 @@ Pure decisions on the loop's clock (times are passed in), asked by the queue's a
 (admission.py) before each receive and each start, so that the worker never receives what
 it may not start: a message received and given back unrun still counts toward maxReceiveCount.
 
-Rate limit (WORKER_RATE_LIMIT, WORKER_QUEUE_<KEY>_RATE_LIMIT, e.g. "50/s", "3000/min"): a
-window of starts per queue and process (StartWindow): no window of one second holds more
-starts than the rate (below 1/s: one start per 1/rate seconds). Pollers ask for no more
-than the window has room for, less the messages already waiting to start. A fleet-wide limit is the per-process limit times the number of processes:
+Rate limit (WORKER_RATE_LIMIT, WORKER_QUEUE_<KEY>_RATE_LIMIT, e.g. "50/s", "3000/min"):
+per queue and process (StartWindow), starts are spaced evenly, 1/rate apart (a little more:
+SPACING_MARGIN), and no window of 1 s (1/rate s below 1/s) holds more starts than the
+rate, with the same margin. What a partner counting a rolling second sees is what it
+allows, also when a start reaches the handler a moment late, or the one after on time:
+starts that went out 20 at a time at each second's boundary put 22 in some rolling second.
+WORKER_RATE_BURST=N (per queue WORKER_QUEUE_<KEY>_RATE_BURST) lets up to N go together
+(at most the rate's count), for a partner that counts fixed windows and takes bursts.
+Pollers keep at most a window's worth of starts waiting (the rate's count, less the
+messages already waiting to start): what will start within a second, not more. A fleet-wide limit is the per-process limit times the number of processes:
 divide the partner's limit by the replica cap (KEDA maxReplicaCount, ECS MaxCapacity).
 
 Pause (a handler raises `DownstreamUnavailable(seconds)`): the queue stops receiving for
@@ -38,36 +44,63 @@ def parse_rate(text: str) -> float:
     return per_second
 
 
-class StartWindow:
-    """At most `count` starts in any window of `seconds`: "50/s" is 50 in every second,
-    "10/min" one in every 6 s. A token bucket lets a full bucket's worth through on top of
-    its rate (22 starts in the first second of a 20/s limit, measured), which a partner
-    counting per second answers with 429s; a window never does, from a cold start or
-    after an idle spell alike. Times are the loop's, passed in."""
+# Starts are spaced, and windows counted, this much wider than the rate asks: a start
+# reaches its handler a moment after admission lets it go, and not always the same moment;
+# 2.5% (25 ms in a second) of slack keeps any rolling second within the rate.
+SPACING_MARGIN = 0.025
+CATCH_UP = 0.05  # of the window: how late a start may be and the grid still hold (50 ms in a second)
 
-    def __init__(self, per_second: float) -> None:
+
+class StartWindow:
+    """Starts spaced `interval` apart on a grid (the rate's window, 1 s or 1/rate, widened
+    by SPACING_MARGIN and shared out), unless `burst` > 1 lets that many go together; and
+    never more than `count` in any window of `span` (the widened window), counted as starts
+    are made: so a start that reaches its handler up to the margin late, where the one
+    `count` before it did not, still keeps every rolling window of `seconds` within the rate. The
+    grid is a GCRA (the virtual scheduling of a leaky bucket): each start moves the next
+    one's time, `next_at`, an interval on; a start a little late (up to half an interval,
+    or CATCH_UP of the window) keeps the grid, so a busy loop does not slow the rate down,
+    and after an idle spell the grid starts again from the next start. Times are the loop's, passed in."""
+
+    def __init__(self, per_second: float, burst: int = 1) -> None:
         self.per_second = per_second
         self.count, self.seconds = window_of(per_second)
+        self.span = self.seconds * (1 + SPACING_MARGIN)  # the window counted, margin and all
+        self.interval = self.span / self.count
+        self.burst = max(1, min(burst, self.count))
+        self._tolerance = (self.burst - 1) * self.interval
+        # A start this late still keeps the grid (the next ones catch up, never before their
+        # own grid time, so no window sees more): a busy loop's lateness, not an idle spell.
+        self._catch_up = max(self.interval / 2, CATCH_UP * self.seconds)
+        self._next_at = -math.inf  # when the next start is due on the grid
         self._starts: deque[float] = deque()
 
     def _expire(self, now: float) -> None:
-        while self._starts and self._starts[0] <= now - self.seconds:
+        while self._starts and self._starts[0] <= now - self.span:
             self._starts.popleft()
 
     def room(self, now: float) -> int:
-        """Starts allowed now."""
+        """Starts the window has room for now."""
         self._expire(now)
         return self.count - len(self._starts)
+
+    def may_start(self, now: float) -> bool:
+        return self.room(now) > 0 and now >= self._next_at - self._tolerance
 
     def record(self, now: float) -> None:
         self._expire(now)
         self._starts.append(now)
+        late = now - self._next_at
+        on_grid = 0 <= late <= self._catch_up
+        self._next_at = (self._next_at if on_grid else max(now, self._next_at)) + self.interval
 
     def wait(self, now: float) -> float:
-        """Seconds until the window has room again (0 if it has)."""
-        if self.room(now) > 0:
+        """Seconds until a start may go (0 if one may now)."""
+        if self.may_start(now):
             return 0.0
-        return self._starts[0] + self.seconds - now
+        paced = self._next_at - self._tolerance - now
+        windowed = self._starts[0] + self.span - now if self.room(now) <= 0 else 0.0
+        return max(0.0, paced, windowed)
 
 
 def window_of(per_second: float) -> tuple[int, float]:

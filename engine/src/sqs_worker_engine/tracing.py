@@ -1,19 +1,32 @@
-"""Traces across the queue: the producer's context on each message, one CONSUMER span per job.
+"""Traces across the queue after OpenTelemetry's messaging conventions for AWS SQS.
 
 The engine uses the OpenTelemetry API only. Nothing is recorded until a TracerProvider is
 installed: `configure()` installs the SDK's, exporting over OTLP/HTTP, when the SDK is
 there (the `otlp` extra: a service baked with `tracing=yes`) and the standard environment
 does not turn it off (`OTEL_SDK_DISABLED=true`, `OTEL_TRACES_EXPORTER=none`). Everything
 else is the SDK's own standard environment: `OTEL_EXPORTER_OTLP_ENDPOINT`,
-`OTEL_TRACES_SAMPLER`, `OTEL_SERVICE_NAME`, `OTEL_RESOURCE_ATTRIBUTES`...
+`OTEL_TRACES_SAMPLER`, `OTEL_SERVICE_NAME`, `OTEL_RESOURCE_ATTRIBUTES`... An endpoint on
+X-Ray's own OTLP host (`https://xray.<region>.amazonaws.com/v1/traces`) gets its requests
+signed with the worker's AWS credentials (xray.py): no collector in between.
 
-On the wire (the OpenTelemetry messaging conventions for AWS SQS):
+On the wire:
 - the producer puts W3C `traceparent` / `tracestate` in String message attributes while the
   budget allows (10 attributes, one always left for a large payload's pointer), and the
   X-Ray form in the `AWSTraceHeader` system attribute, which counts against no quota;
-- the consumer reads `traceparent` first, then `AWSTraceHeader`, and starts
-  `process <queue>` (kind CONSUMER) with the producer's context as its parent and as a
-  link (`WORKER_TRACE_PARENT=false`: a link only, a trace of its own per job).
+- the consumer reads `traceparent` first, then `AWSTraceHeader`.
+
+The spans (names `{messaging.operation.name} {queue}`):
+- `receive <queue>`, CLIENT: one per ReceiveMessage, `messaging.batch.message_count` the
+  messages it brought;
+- `process <queue>`, CONSUMER: one per job, with the producer's context as its parent and
+  as a link (`WORKER_TRACE_PARENT=false`: a link only, a trace of its own per job); the
+  job's life as events; `error.type` when it failed;
+- `delete <queue>`, `change_visibility <queue>` (a retry's delay, a release) and
+  `dead_letter <dlq>` (the copy sent to the DLQ), CLIENT, `messaging.operation.type=settle`.
+Lease extensions and queue look-ups are no messaging operations: no span (the extensions
+are events on the jobs' spans). Every span carries the registry's `messaging.system`,
+`messaging.operation.type`, `messaging.operation.name`, `messaging.destination.name`;
+attributes of the engine's own are under `sqs_worker.` (VENDOR), never `messaging.`.
 """
 
 from __future__ import annotations
@@ -39,6 +52,16 @@ TRACESTATE = "tracestate"
 XRAY_ATTRIBUTE = "AWSTraceHeader"
 MAX_ATTRIBUTES = 10
 SCOPE = "sqs_worker_engine"
+VENDOR = "sqs_worker"  # the prefix of the engine's own span attributes
+# A job's endings that are failures of its processing (error.type, status ERROR).
+FAILED = frozenset({"retry", "dead_letter", "timeout", "lease_lost", "deferred"})
+# SQS operations that are messaging operations: (messaging.operation.type, .name).
+OPERATIONS: dict[str, tuple[str, str]] = {
+    "ReceiveMessage": ("receive", "receive"),
+    "DeleteMessageBatch": ("settle", "delete"),
+    "ChangeMessageVisibilityBatch": ("settle", "change_visibility"),
+    "SendMessage": ("settle", "dead_letter"),  # the worker's one send: the copy to the DLQ
+}
 _W3C = TraceContextTextMapPropagator()
 _XRAY = re.compile(r"Root=1-([0-9a-f]{8})-([0-9a-f]{24});Parent=([0-9a-f]{16});Sampled=([01])")
 
@@ -77,12 +100,34 @@ def configure(service_name: str) -> Any | None:
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
     except ImportError:
         return None  # no SDK: a service baked without tracing
+    from . import xray
+
     resource = Resource.create({SERVICE_NAME: os.environ.get("OTEL_SERVICE_NAME") or service_name})
     provider = TracerProvider(resource=resource)  # the sampler comes from OTEL_TRACES_SAMPLER
-    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    region = xray.endpoint_region(traces_endpoint())
+    session = xray.signed_session(region) if region else None
+    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(session=session)))
     trace.set_tracer_provider(provider)
-    log.info("tracing: spans exported over OTLP/HTTP")
+    log.info("tracing: spans exported over OTLP/HTTP%s", f" to X-Ray in {region}, signed" if region else "")
     return provider
+
+
+def traces_endpoint() -> str:
+    """Where the OTLP/HTTP exporter sends spans: the SDK's own rule over its variables."""
+    endpoint = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "").strip()
+    if endpoint:
+        return endpoint
+    base = os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT", "").strip() or "http://localhost:4318"
+    return base.rstrip("/") + "/v1/traces"
+
+
+def error_type(error: BaseException | None, outcome: str) -> str:
+    """`error.type` of a failed job: its exception's class, fully qualified (builtins by
+    name alone), or the outcome itself when nothing was raised (a lost lease)."""
+    if error is None:
+        return outcome
+    cls = type(error)
+    return cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
 
 
 # -- the producer's side -------------------------------------------------------------
@@ -157,11 +202,11 @@ class JobSpan:
             "messaging.destination.name": queue,
             "messaging.message.id": str(message.get("MessageId", "")),
             "messaging.client.id": worker_id,
-            "messaging.sqs.receive_count": attempt,
+            f"{VENDOR}.receive_count": attempt,
         }
         group = (message.get("Attributes") or {}).get("MessageGroupId")
         if group:
-            attributes["messaging.message.group_id"] = group  # not in the conventions yet for SQS
+            attributes[f"{VENDOR}.message_group_id"] = group  # the registry has no SQS group attribute
         self.span: Span = tracer().start_span(
             f"process {queue}",
             context=parent if parent is not None else otel_context.Context(),
@@ -213,48 +258,66 @@ class JobSpan:
         self.end(ending.outcome, ending.error)
 
     def end(self, outcome: str, error: BaseException | None) -> None:
-        self.span.set_attribute("sqs_worker.outcome", outcome)
-        if error is not None and outcome in ("retry", "dead_letter", "timeout"):
-            self.span.record_exception(error)
-            self.span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"[:256]))
+        self.span.set_attribute(f"{VENDOR}.outcome", outcome)
+        if outcome in FAILED:
+            self.span.set_attribute("error.type", error_type(error, outcome))
+            if error is not None:
+                self.span.record_exception(error)
+            description = f"{type(error).__name__}: {error}" if error is not None else outcome
+            self.span.set_status(Status(StatusCode.ERROR, description[:256]))
         self.span.end()
 
 
-def client_spans(client: Any) -> None:
-    """CLIENT spans for a client's SQS calls (`Worker(on_client=...)`), from botocore's
-    events: started before the call, ended after it, never in the way of the call itself."""
+def client_span(
+    operation: str, params: Mapping[str, Any], client_id: str, start_time: int | None = None
+) -> Span | None:
+    """The CLIENT span of one SQS call that is a messaging operation (OPERATIONS), started
+    now (or at `start_time`, in ns since the epoch); None for the others. The caller ends it
+    with `client_span_ended`."""
+    kind = OPERATIONS.get(operation)
+    if kind is None:
+        return None
+    operation_type, name = kind
+    url = str(params.get("QueueUrl", ""))
+    queue = url.rsplit("/", 1)[-1]
+    attributes: dict[str, Any] = {
+        "messaging.system": "aws_sqs",
+        "messaging.operation.type": operation_type,
+        "messaging.operation.name": name,
+        "messaging.destination.name": queue,
+        "aws.sqs.queue.url": url,
+        f"{VENDOR}.sqs_operation": operation,  # the API call (the registry's rpc.* is for RPC spans)
+    }
+    if client_id:
+        attributes["messaging.client.id"] = client_id
+    entries = params.get("Entries")
+    if isinstance(entries, list):
+        attributes["messaging.batch.message_count"] = len(entries)
+    # Never a child of whatever happens to be current (a job whose settle filled a batch).
+    return tracer().start_span(
+        f"{name} {queue}",
+        context=otel_context.Context(),
+        kind=SpanKind.CLIENT,
+        attributes=attributes,
+        start_time=start_time,
+    )
 
-    def before(model: Any, params: Mapping[str, Any], context: dict[str, Any], **_: Any) -> None:
-        if not enabled():
-            return
-        queue = str(params.get("QueueUrl", "")).rsplit("/", 1)[-1]
-        span = tracer().start_span(
-            f"{model.name} {queue}".strip(),
-            kind=SpanKind.CLIENT,
-            attributes={
-                "rpc.system": "aws-api",
-                "rpc.service": "SQS",
-                "rpc.method": model.name,
-                "messaging.system": "aws_sqs",
-                "messaging.destination.name": queue,
-            },
-        )
-        context["sqs_worker_span"] = span
 
-    def after(context: dict[str, Any], **kwargs: Any) -> None:
-        span = context.pop("sqs_worker_span", None)
-        if span is None:
-            return
-        exception = kwargs.get("exception")
-        if exception is not None:
-            span.record_exception(exception)
-            span.set_status(Status(StatusCode.ERROR, type(exception).__name__))
-        else:
-            status = (kwargs.get("http_response") and getattr(kwargs["http_response"], "status_code", None)) or 0
-            if status:
-                span.set_attribute("http.response.status_code", status)
-        span.end()
-
-    client.meta.events.register("before-call.sqs", before)
-    client.meta.events.register("after-call.sqs", after)
-    client.meta.events.register("after-call-error.sqs", after)
+def client_span_ended(span: Span, operation: str, outcome: str, response: Mapping[str, Any] | None) -> None:
+    """`outcome`: "ok", SQS's error code, or "cancelled" (abandoned before SQS answered:
+    no error for a long poll given up at shutdown, one for anything else). A batch whose
+    entries failed carries the first entry's code as its `error.type`."""
+    receive = operation == "ReceiveMessage"
+    if response is not None:
+        if receive:
+            span.set_attribute("messaging.batch.message_count", len(response.get("Messages") or []))
+        failed = response.get("Failed") or []
+        if failed:
+            span.set_attribute(f"{VENDOR}.failed_entries", len(failed))
+            outcome = str(failed[0].get("Code", "_OTHER"))
+    if outcome == "cancelled" and receive:
+        span.set_attribute(f"{VENDOR}.cancelled", True)
+    elif outcome != "ok":
+        span.set_attribute("error.type", outcome)
+        span.set_status(Status(StatusCode.ERROR, outcome))
+    span.end()

@@ -22,16 +22,15 @@ held any more, and drains the same way, with nothing left to wait for.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import signal
 from collections.abc import Callable
-from contextlib import AsyncExitStack
+from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from enum import StrEnum
 from typing import Any
 
-from . import clock, job, metrics, reporting, signals, tracing
+from . import clock, job, metrics, reporting, signals
 from ._version import ENGINE_VERSION
 from .backoff import Backoff
 from .budget import SharedBudget
@@ -55,6 +54,7 @@ from .sqs import (
     create_client,
     describe_queue,
     error_code,
+    observed,
 )
 
 log = logging.getLogger(__name__)
@@ -69,6 +69,10 @@ FINAL_FLUSH_SECONDS = 2.0
 SIGNAL_ECHO_SECONDS = 1.0
 POLL_READ_MARGIN = 10  # seconds past WaitTimeSeconds before the client gives up on a poll
 CONTROL_READ_TIMEOUT = 10.0  # heartbeats, deletes, DLQ sends: also bounded by each lease
+# The lifespan's close has at least this long, even after a drain that used the whole
+# shutdown timeout; then, cancelled, this long to unwind before it is left behind.
+LIFESPAN_CLOSE_SECONDS = 2.0
+LIFESPAN_CANCEL_GRACE = 0.5
 
 
 class WorkerState(StrEnum):
@@ -109,7 +113,7 @@ class Worker:
         self.events = Events()
         self.state = WorkerState.IDLE
         self.worker_id = self.settings.worker_id
-        self.health = Health(config.stalled_after, config.health_file)
+        self.health = Health(config.stalled_after, config.health_file, clock.now)
         self.pools: list[QueuePool] = []
         self.released_at_shutdown = 0
         self._stop_requested: asyncio.Event | None = None
@@ -122,6 +126,9 @@ class Worker:
         self._process_pool: ProcessPool | None = None
         self._on_client = on_client
         self._protection: ScaleInProtection | None = None
+        self._deadline: float | None = None  # loop time the drain ends, once stopped (_halt)
+        self._loop: asyncio.AbstractEventLoop | None = None  # the loop `run` runs on
+        self._close_by = 0.0  # loop time by which releases and the lifespan's close must be over
         self._client: SqsApi | None = client
         self.payloads = payloads or PayloadStore(
             self.settings.aws_region,
@@ -148,16 +155,41 @@ class Worker:
         return sum(pool.active for pool in self.pools)
 
     def stop(self, reason: str = "requested") -> None:
-        """Ask the worker to drain and stop (safe to call more than once)."""
+        """Ask the worker to drain and stop (safe to call more than once). From the moment
+        this returns no queue receives or starts anything: the pools stop polling now, not
+        when the run loop wakes to its shutdown (a slot freed meanwhile, or a receive
+        answered, would start one more job after the signal)."""
         self._stop_reason = self._stop_reason or reason
         if self._stop_requested is not None:
             self._stop_requested.set()
+        if self.state is WorkerState.RUNNING and self._loop is not None and not self._loop.is_closed():
+            try:
+                here = asyncio.get_running_loop()
+            except RuntimeError:
+                here = None
+            if here is self._loop:
+                self._halt()
+            else:  # called from outside the worker's loop: it halts as soon as the loop runs
+                self._loop.call_soon_threadsafe(self._halt)
+
+    def _halt(self) -> None:
+        """Stop receiving and starting, once: the drain's deadline counts from here."""
+        if self._deadline is not None:
+            return
+        self._deadline = clock.now() + self.settings.shutdown_timeout
+        # Releases wait for any poll still out, but never past the platform's grace period;
+        # the lifespan's close too (_close_lifespan).
+        self._close_by = self._deadline + RELEASE_MARGIN_SECONDS
+        self.health.stopping = True
+        for pool in self.pools:
+            pool.stop_polling(self._close_by)
 
     # -- lifecycle -------------------------------------------------------------
 
     async def run(self, *, handle_signals: bool = False) -> None:
         """Start, serve until stop() or a signal, then drain. Returns when stopped."""
         self._stop_requested = asyncio.Event()
+        self._loop = asyncio.get_running_loop()
         if self._stop_reason:
             self._stop_requested.set()
         if handle_signals:
@@ -169,12 +201,42 @@ class Worker:
             if early is not None:
                 self._on_signal(signal.Signals(early))
         try:
-            await self.start()
+            await self._start_unless_stopped()
             await self._stop_requested.wait()
         except StoppedWhileStarting:
             log.info("stopped while starting (%s): nothing was received", self._stop_reason)
         finally:
             await self.shutdown()
+
+    async def _start_unless_stopped(self) -> None:
+        """Start, unless a stop comes first: then the start is cancelled wherever it is
+        (resolving a queue, opening the lifespan: a database slow to answer gets a
+        CancelledError), nothing has been received, and StoppedWhileStarting is raised.
+        A start that will not unwind (a lifespan that swallows the cancellation) is left
+        behind after the shutdown timeout: the platform would kill the process anyway."""
+        assert self._stop_requested is not None
+        starting = asyncio.ensure_future(self.start())
+        stopped = asyncio.ensure_future(self._stop_requested.wait())
+        try:
+            await asyncio.wait({starting, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            starting.cancel()
+            raise
+        finally:
+            stopped.cancel()
+        if not starting.done():
+            starting.cancel()
+            await asyncio.wait({starting}, timeout=self.settings.shutdown_timeout)
+            if not starting.done():
+                log.error(
+                    "the start did not end within %g s of the stop (a lifespan that ignores cancellation?): "
+                    "exiting without it",
+                    self.settings.shutdown_timeout,
+                )
+                raise StoppedWhileStarting
+        if starting.cancelled():
+            raise StoppedWhileStarting
+        starting.result()
 
     def _on_signal(self, sig: signal.Signals) -> None:
         now = clock.now()
@@ -217,6 +279,10 @@ class Worker:
             await self._start()
         except StoppedWhileStarting:
             raise
+        except asyncio.CancelledError:
+            if self._stop_requested is not None and self._stop_requested.is_set():
+                raise StoppedWhileStarting from None  # the stop came first: nothing was received
+            raise
         except BaseException as exc:
             self.state = WorkerState.ERROR
             self.events.emit("error", worker_id=self.worker_id, error=exc, where="start")
@@ -231,7 +297,7 @@ class Worker:
                 "version": self.config.service.version,
                 "engine_version": ENGINE_VERSION,
                 "worker_id": self.worker_id,
-                "config": self.config.describe(),
+                "config": self.config.summary(),
             },
         )
         self.events.emit("started", worker_id=self.worker_id, queues=[p.name for p in self.pools])
@@ -262,11 +328,12 @@ class Worker:
                 )
             )
             for aws in (polls, control):
-                if tracing.enabled():
-                    tracing.client_spans(aws)
                 if self._on_client is not None:
                     self._on_client(aws)
             self._client, self._control = polls, control
+        # Every SQS call through one place: counted, timed and, with tracing, a span (sqs.py).
+        self._client = observed(self._client, self.worker_id)
+        self._control = observed(self._control, self.worker_id) if self._control is not None else None
         self._stack.push_async_callback(self.payloads.close)
         if self.signatures is not None:
             self._stack.push_async_callback(self.signatures.close)
@@ -312,6 +379,7 @@ class Worker:
                 delete_large_payloads=s.large_payload_delete,
                 trace_parent=s.trace_parent,
                 rate_limit=q.rate_limit,
+                rate_burst=q.rate_burst,
                 group_concurrency=q.group_concurrency,
                 prefetch=q.prefetch,
                 adaptive=q.adaptive,
@@ -336,13 +404,15 @@ class Worker:
             self.pools.append(pool)
         # The service's shared resources: opened before the first receive, closed by the
         # stack after the drain (after the pools, before the SQS clients it was opened after).
+        lifespan = self.router.open_resources()
         try:
-            self.resources = await self._stack.enter_async_context(self.router.open_resources())
+            self.resources = await lifespan.__aenter__()
         except Exception as exc:
             log.error("the lifespan failed to open the resources", exc_info=True)
             raise StartupError(f"the lifespan failed: {type(exc).__name__}: {exc}") from exc
+        self._stack.push_async_callback(self._close_lifespan, lifespan)
         job.RESOURCES.set(self.resources)
-        self.health.track([pool.name for pool in self.pools])
+        self.health.track({pool.name: pool.resting for pool in self.pools})
         self._tasks.append(asyncio.create_task(self.health.write_file_forever(), name="health-file"))
         self._tasks.append(asyncio.create_task(self._sample_backlog(), name="backlog-sampler"))
         if s.metrics_port:
@@ -350,7 +420,8 @@ class Worker:
             if s.database_url is not None:
                 checks.append(("database", database_check(s.database_url.get_secret_value())))
             try:
-                runner = await start_server(make_app(self.health, checks), s.metrics_host, s.metrics_port)
+                app = make_app(self.health, checks, serve_metrics=s.metrics_exporter != "otlp")
+                runner = await start_server(app, s.metrics_host, s.metrics_port)
             except OSError as exc:  # the port is taken, or the host is not this machine's
                 raise StartupError(
                     f"cannot serve /metrics on {s.metrics_host}:{s.metrics_port} "
@@ -377,7 +448,6 @@ class Worker:
                 info = await describe_queue(client, name, url)
             except Exception as exc:
                 code = error_code(exc)
-                metrics.SQS_CALLS.labels("GetQueueAttributes", code).inc()
                 if code in NOT_FOUND_CODES:
                     raise StartupError(
                         f"queue {name!r} does not exist (region {self.settings.aws_region}"
@@ -387,34 +457,41 @@ class Worker:
                 self.health.sqs_result(False)
                 delay = backoff.next_delay()
                 log.warning("cannot reach SQS for %s (%s); retrying in %.1f s", name, code, delay)
-                if self._stop_requested is None:
-                    await asyncio.sleep(delay)
-                    continue
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._stop_requested.wait(), delay)
-                if self._stop_requested.is_set():
-                    raise StoppedWhileStarting from None
+                await asyncio.sleep(delay)  # a stop meanwhile cancels the start (_start_unless_stopped)
                 continue
-            metrics.SQS_CALLS.labels("GetQueueAttributes", "ok").inc()
             self.health.sqs_result(True)
             if info.max_receive_count is None:
                 log.warning("queue %s has no RedrivePolicy: failing messages will retry until retention ends", name)
             return info
+
+    async def _close_lifespan(self, lifespan: AbstractAsyncContextManager[Any]) -> None:
+        """Leave the lifespan, within what is left of the shutdown (the drain's deadline and
+        the release margin, at least LIFESPAN_CLOSE_SECONDS): a close that hangs is
+        cancelled, and left behind if it ignores that; one that fails is logged. Either way
+        the worker goes on to exit within the platform's grace period."""
+        closing = asyncio.ensure_future(lifespan.__aexit__(None, None, None))
+        bound = max(LIFESPAN_CLOSE_SECONDS, self._close_by - clock.now())
+        done, _ = await asyncio.wait({closing}, timeout=bound)
+        if not done:
+            closing.cancel()
+            await asyncio.wait({closing}, timeout=LIFESPAN_CANCEL_GRACE)
+            if not closing.done():
+                log.error("the lifespan did not close within %.1f s: exiting without it", bound)
+                return
+        if not closing.cancelled() and (error := closing.exception()) is not None:
+            log.error("the lifespan failed to close the resources", exc_info=error)
 
     async def shutdown(self) -> None:
         if self.state in (WorkerState.STOPPED, WorkerState.IDLE):
             return
         failed = self.state == WorkerState.ERROR
         self.state = WorkerState.STOPPING
-        self.health.stopping = True
         started = clock.now()
         active = self.active_job_count
         log.info("stopping: %d job(s) running", active, extra={"reason": self._stop_reason or "shutdown"})
-        deadline = clock.now() + self.settings.shutdown_timeout
-        # Releases wait for any poll still out, but never past the platform's grace period.
-        release_cap = deadline + RELEASE_MARGIN_SECONDS
-        for pool in self.pools:
-            pool.stop_polling(release_cap)
+        self._halt()
+        deadline, release_cap = self._deadline, self._close_by
+        assert deadline is not None
         cut = await asyncio.gather(*(pool.drain(deadline) for pool in self.pools))
         self.released_at_shutdown = sum(cut)
         if self.settings.drain_polls:
@@ -432,6 +509,7 @@ class Worker:
         if self._process_pool is not None:
             self._process_pool.shutdown(wait=False, cancel_futures=True)
         self.state = WorkerState.ERROR if failed else WorkerState.STOPPED
+        self.health.remove_file()  # this process's own: a stopped worker leaves none behind
         log.info(
             "worker stopped",
             extra={
@@ -440,7 +518,7 @@ class Worker:
                 "reason": self._stop_reason or "shutdown",
                 "drain_seconds": round(clock.now() - started, 3),
                 "jobs_cut_off_and_released": self.released_at_shutdown,
-                "config": self.config.describe(),
+                "config": self.config.summary(),
             },
         )
         self.events.emit("stopped", worker_id=self.worker_id, reason=self._stop_reason or "shutdown")
@@ -474,11 +552,9 @@ class Worker:
                     resp = await sampler.get_queue_attributes(QueueUrl=pool.info.url, AttributeNames=names)
                 except asyncio.CancelledError:
                     raise
-                except Exception as exc:
-                    metrics.SQS_CALLS.labels("GetQueueAttributes", error_code(exc)).inc()
+                except Exception:
                     self.health.sqs_result(False)
                     continue
-                metrics.SQS_CALLS.labels("GetQueueAttributes", "ok").inc()
                 self.health.sqs_result(True)
                 attrs: dict[str, str] = {str(k): v for k, v in resp.get("Attributes", {}).items()}
                 for name, state in states.items():

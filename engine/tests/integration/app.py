@@ -30,6 +30,7 @@ class Work(BaseModel):
     fail: Literal["no", "retry", "fatal"] = "no"
     cooperative: bool = False
     blocking_thread: bool = False  # awaits asyncio.to_thread on a call that blocks
+    blocking_loop: bool = False  # blocks the event loop itself (a sync call in an async handler)
 
 
 def record(event: str, job: Job[Work]) -> None:
@@ -49,7 +50,9 @@ async def handle(job: Job[Work]) -> None:
         raise NonRetryableError("asked to fail")
     if job.payload.fail == "retry":
         raise RuntimeError("asked to fail, retryable")
-    if job.payload.blocking_thread:
+    if job.payload.blocking_loop:
+        time.sleep(job.payload.seconds)
+    elif job.payload.blocking_thread:
         await asyncio.to_thread(time.sleep, job.payload.seconds)
     elif job.payload.cooperative:
         # Long work that checkpoints: stop when the worker drains, give the message back.

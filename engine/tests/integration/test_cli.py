@@ -47,14 +47,32 @@ def test_bootstrap_is_idempotent_and_wires_the_dlq(sqs: Sqs, localstack_endpoint
     assert attrs["FifoQueue"] == "true"
 
 
-def test_send_enqueues_demo_messages(sqs: Sqs, localstack_endpoint: str) -> None:
-    queue = sqs.create()
-    result = cli(
-        "send", "--count", "13", "--work-ms", "5", AWS_ENDPOINT_URL=localstack_endpoint, WORKER_QUEUES=queue.name
-    )
-    assert result.returncode == 0, result.stderr
-    bodies = [json.loads(m["Body"]) for m in sqs.receive_all(queue.url)]
-    assert len(bodies) == 13 and all(b["work_ms"] == 5 for b in bodies)
+def test_send_without_a_body_sends_the_payload_models_own_examples(sqs: Sqs, localstack_endpoint: str) -> None:
+    """What an owner's handler processes, not a demo shape it would dead-letter: the examples
+    its payload model declares (those the end-to-end check sends), each once, or `--count`
+    messages taking them in turn; wrapped as the handler's envelope receives them."""
+    orders, shipped, notes = sqs.create(), sqs.create(fifo=True), sqs.create()
+    env = {
+        "AWS_ENDPOINT_URL": localstack_endpoint,
+        "WORKER_HANDLERS": "tests.integration.examples_app:router",
+        "WORKER_QUEUES": f"{orders.name},{shipped.name},{notes.name}",
+        "EXAMPLES_ORDERS": orders.name,
+        "EXAMPLES_SHIPPED": shipped.name,
+        "EXAMPLES_NOTES": notes.name,
+    }
+    once = cli("send", **env)
+    assert once.returncode == 0 and f"sent 2 message(s) to {orders.name}" in once.stdout, once.stderr
+    five = cli("send", "--count", "5", **env)
+    assert five.returncode == 0, five.stderr
+    bodies = sorted(json.loads(m["Body"])["order_id"] for m in sqs.receive_all(orders.url))
+    assert bodies == ["o-1"] * 4 + ["o-2"] * 3, bodies
+    wrapped = cli("send", "--queue", shipped.name, "--group", "g", **env)
+    assert wrapped.returncode == 0, wrapped.stderr
+    (event,) = sqs.receive_all(shipped.url)
+    assert json.loads(event["Body"])["detail"] == {"parcel": "p-9"}, "inside the EventBridge event its handler reads"
+    none = cli("send", "--queue", notes.name, **env)
+    assert none.returncode == 2 and "--body" in none.stderr and "declares no examples" in none.stderr, none.stderr
+    assert "Traceback" not in none.stderr and sqs.counts(notes.url) == (0, 0)
 
 
 def test_bootstrap_makes_the_bucket_and_send_offloads_a_large_body_to_it(
@@ -87,18 +105,21 @@ def test_bootstrap_makes_the_bucket_and_send_offloads_a_large_body_to_it(
     body.write_text(json.dumps({"task_id": "huge", "pad": "p" * 1_100_000}))
     refused = cli("send", "--count", "1", "--body-file", str(body), **env)
     assert refused.returncode == 2
-    assert "over SQS's limit" in refused.stderr and "WORKER_LARGE_PAYLOAD_BUCKET" in refused.stderr
+    assert (
+        "over the queue's limit of 1048576 bytes" in refused.stderr and "WORKER_LARGE_PAYLOAD_BUCKET" in refused.stderr
+    )
     bad = cli("send", "--attribute", "no-equals-sign", **env)
     assert bad.returncode == 2 and "NAME=VALUE" in bad.stderr and "Traceback" not in bad.stderr
     assert sqs.counts(queue.url) == (0, 1)  # nothing more was sent
 
 
 def test_config_prints_the_effective_configuration(tmp_path: Path) -> None:
-    result = cli("config", WORKER_CONCURRENCY="3", DATABASE_URL="postgresql://u:secret@db/x")
+    # A password no key of the output spells (`config` has a "secrets" key of its own).
+    result = cli("config", WORKER_CONCURRENCY="3", DATABASE_URL="postgresql://u:pw-s3cr3t@db/x")
     assert result.returncode == 0, result.stderr
     config = json.loads(result.stdout)
     assert config["concurrency"] == 3 and config["queues"][0]["concurrency"] == 3
-    assert "secret" not in result.stdout
+    assert "s3cr3t" not in result.stdout
 
 
 def test_config_errors_exit_2_naming_the_variable() -> None:
@@ -108,13 +129,14 @@ def test_config_errors_exit_2_naming_the_variable() -> None:
 
 
 def test_healthcheck_exit_codes(tmp_path: Path) -> None:
-    progress = tmp_path / "progress"
-    assert cli("healthcheck", WORKER_HEALTH_FILE=str(progress)).returncode == 1
+    base = tmp_path / "progress"
+    progress = tmp_path / f"progress.{os.getpid()}"  # a running worker's (this test's process stands in)
+    assert cli("healthcheck", WORKER_HEALTH_FILE=str(base)).returncode == 1
     progress.write_text("0\n")  # last progress in 1970
-    stale = cli("healthcheck", "--stalled-after=300", WORKER_HEALTH_FILE=str(progress))
+    stale = cli("healthcheck", "--stalled-after=300", WORKER_HEALTH_FILE=str(base))
     assert stale.returncode == 1 and "stalled" in stale.stderr
     progress.write_text(f"{time.time()}\n")
-    assert cli("healthcheck", "--stalled-after=300", WORKER_HEALTH_FILE=str(progress)).returncode == 0
+    assert cli("healthcheck", "--stalled-after=300", WORKER_HEALTH_FILE=str(base)).returncode == 0
 
 
 def test_config_refuses_a_queue_without_a_handler_as_run_does() -> None:
@@ -164,6 +186,48 @@ def test_help_is_written_for_operators_and_shows_the_defaults() -> None:
         assert "sys.exit" not in text and "cli.main" not in text and "ServiceDefaults" not in text, text
     assert "test-service" in main.stdout and "Exit codes" in main.stdout, main.stdout
     flat = " ".join(send.stdout.split())
-    assert "(default: 1 with --body or --body-file, else 10)" in flat, flat
-    assert "(default: 200)" in flat and "(default: 0)" in flat, flat
+    assert "(default: 1 with --body or --body-file, else each example once)" in flat, flat
+    assert "(default: 0)" in flat and "--work-ms" not in flat, flat
     assert "required on a FIFO queue" in flat, flat
+
+
+def test_only_run_exports_traces_every_other_command_is_quiet(sqs: Sqs, localstack_endpoint: str) -> None:
+    """With the OpenTelemetry SDK installed (a `tracing=yes` service) and no collector beside a
+    laptop's commands, `send` used to export its span: four OTLP connection errors on stderr
+    and seconds of retries. Only `run` exports: no other command opens a connection to the
+    collector's endpoint (a listener here that counts them)."""
+    import socket
+    import threading
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    connections: list[object] = []
+
+    def count() -> None:
+        while True:
+            try:
+                connection, _ = listener.accept()
+            except OSError:
+                return
+            connections.append(connection)
+            connection.close()  # a collector that answers nothing: the exporter would retry
+
+    threading.Thread(target=count, daemon=True).start()
+    queue = sqs.create()
+    env = {
+        "AWS_ENDPOINT_URL": localstack_endpoint,
+        "WORKER_QUEUES": queue.name,
+        "TEST_QUEUE": queue.name,  # the test app's handler serves it
+        "OTEL_TRACES_EXPORTER": "otlp",
+        "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{listener.getsockname()[1]}",
+    }
+    try:
+        for command in (["send", "--body", '{"id": "traced?"}'], ["config"], ["bootstrap"], ["dlq", "peek"]):
+            done = cli(*command, **env)
+            assert done.returncode == 0, f"{command}: {done.stderr}"
+            assert "export" not in done.stderr.lower() and "4318" not in done.stderr, f"{command}: {done.stderr}"
+        assert connections == [], f"{len(connections)} connection(s) to the collector from commands other than run"
+    finally:
+        listener.close()
+    assert [m["Body"] for m in sqs.receive_all(queue.url)] == ['{"id": "traced?"}']

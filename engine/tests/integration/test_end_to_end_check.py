@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from sqs_worker_engine import ServiceDefaults
-from sqs_worker_engine.end_to_end import PROBE_BODY, REJECTED_BODY, NoExamples, examples_of, message_body
+from sqs_worker_engine.end_to_end import PROBE_BODY, REJECTED_BODY, NoExamples
+from sqs_worker_engine.examples import examples_of, message_body
 from sqs_worker_engine.router import Router
 from sqs_worker_engine.testing import check_service
 

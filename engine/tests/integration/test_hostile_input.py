@@ -240,9 +240,11 @@ def test_hostile_messages_are_dead_lettered_or_handled_and_never_wedge_the_worke
 # FREE_FORM with the reason it has no bad value (test_every_setting_is_covered).
 INT = {"empty": "", "negative": "-1", "malformed": "ten", "absurd": "1" + "0" * 30}
 FLOAT = {**INT, "absurd": "1e400", "nan": "nan"}
+# A whole number is digits 0-9 alone, as per-queue ones are (int() took all of these).
+WHOLE = {**INT, "unicode_digits": "\uff15", "underscores": "1_0", "plus": "+5", "spaces": " 5 "}
 BAD: dict[str, dict[str, str]] = {
     **{
-        var: INT
+        var: WHOLE
         for var in (
             "WORKER_CONCURRENCY",
             "WORKER_JOB_TIMEOUT_MS",
@@ -262,6 +264,7 @@ BAD: dict[str, dict[str, str]] = {
             "WORKER_CONCURRENCY_FLOOR",
             "WORKER_MAX_JOBS",
             "WORKER_SHARED_CONCURRENCY",
+            "WORKER_RATE_BURST",
             "DB_POOL_SIZE",
         )
     },
@@ -287,12 +290,23 @@ BAD: dict[str, dict[str, str]] = {
     # Empty means no priority (unset); anything but the two words is refused.
     "WORKER_PRIORITY": {"malformed": "urgent", "absurd": "strict;weighted"},
     "WORKER_EVENT_LOOP": {"empty": "", "malformed": "trio"},
-    # Empty means no limit.
-    "WORKER_RATE_LIMIT": {"malformed": "fast", "no_unit": "50", "zero": "0/s", "negative": "-5/s", "per_day": "9/day"},
+    "WORKER_METRICS_EXPORTER": {"empty": "", "malformed": "statsd", "case": "OTLP"},
+    # Empty means no limit; slower than one start a day is a queue that never starts again.
+    "WORKER_RATE_LIMIT": {
+        "malformed": "fast",
+        "no_unit": "50",
+        "zero": "0/s",
+        "negative": "-5/s",
+        "per_day": "9/day",
+        "tiny": "0." + "0" * 37 + "28/s",
+        "infinite": "1" * 400 + "/s",
+        "unicode_digits": "\u0663/s",
+    },
     # S3's bucket-name rule; empty means none.
     "WORKER_LARGE_PAYLOAD_BUCKET": {"malformed": "My_Bucket", "absurd": "b" * 64, "path": "bucket/prefix"},
     "WORKER_LARGE_PAYLOAD_READ_BUCKETS": {"malformed": "ok-bucket,My_Bucket", "path": "bucket/prefix"},
     "LOG_LEVEL": {"empty": "", "malformed": "LOUD"},
+    "LOG_FORMAT": {"empty": "", "malformed": "yaml", "absurd": "json;text"},
     "WORKER_QUEUES": {"empty": "", "commas": " , ", "malformed": "bad name", "absurd": "q" * 81, "twice": "a,a"},
     "WORKER_HANDLERS": {"empty": "", "malformed": "no-colon", "absurd": "a:b:c"},
     "WORKER_ID": {"empty": "", "absurd": "w" * 129},
@@ -398,6 +412,54 @@ def test_bad_configuration_refuses_to_boot_without_a_traceback() -> None:
     report.add(
         "hostile_config", malformed_inputs_tried=len(every_bad_value()) + len(INCONSISTENT) + len(PER_QUEUE_URLS)
     )
+
+
+# Kubernetes' service links for Services named worker-queue and worker-queue-metrics, as
+# kubelet writes them into every pod of the namespace (the unit tests have every shape).
+SERVICE_LINKS = {
+    "WORKER_QUEUE_SERVICE_HOST": "10.96.0.12",
+    "WORKER_QUEUE_SERVICE_PORT": "9102",
+    "WORKER_QUEUE_SERVICE_PORT_METRICS": "9102",
+    "WORKER_QUEUE_PORT": "tcp://10.96.0.12:9102",
+    "WORKER_QUEUE_PORT_9102_TCP": "tcp://10.96.0.12:9102",
+    "WORKER_QUEUE_PORT_9102_TCP_PROTO": "tcp",
+    "WORKER_QUEUE_PORT_9102_TCP_PORT": "9102",
+    "WORKER_QUEUE_PORT_9102_TCP_ADDR": "10.96.0.12",
+    "WORKER_QUEUE_METRICS_SERVICE_HOST": "10.96.0.13",
+    "WORKER_QUEUE_METRICS_SERVICE_PORT": "9102",
+    "WORKER_QUEUE_METRICS_PORT": "tcp://10.96.0.13:9102",
+}
+
+
+def test_service_links_boot_and_what_only_looks_like_one_is_refused_through_the_cli() -> None:
+    """`config` as a platform starts it: service links exit 0; a misspelt per-queue setting
+    among them, two queues on one per-queue key, a whole number not in digits and a rate
+    slower than one a day exit 2, naming the variable, without a traceback."""
+    base = {
+        "AWS_REGION": REGION,
+        "WORKER_QUEUES": "orders",
+        "TEST_QUEUE": "orders",
+        "WORKER_HANDLERS": "tests.integration.app:router",
+        **SERVICE_LINKS,
+    }
+    cases = {
+        "links": ({}, 0, None, ""),
+        "typo": ({"WORKER_QUEUE_ORDERS_CONCURENCY": "4"}, 2, "WORKER_QUEUE_ORDERS_CONCURENCY", "did you mean"),
+        "one key": ({"WORKER_QUEUES": "a-v2,a_v2"}, 2, "WORKER_QUEUES", "same per-queue key A_V2"),
+        "digits": ({"WORKER_QUEUE_ORDERS_CONCURRENCY": "\uff15"}, 2, "WORKER_QUEUE_ORDERS_CONCURRENCY", "whole"),
+        "rate": ({"WORKER_RATE_LIMIT": "0." + "0" * 37 + "28/s"}, 2, "WORKER_RATE_LIMIT", "one start a day"),
+    }
+    with ThreadPoolExecutor(2) as pool:
+        results = dict(zip(cases, pool.map(lambda c: cli("config", {**base, **c[0]}), cases.values()), strict=True))
+    for name, (_, code, variable, fragment) in cases.items():
+        result = results[name]
+        output = result.stdout + result.stderr
+        assert result.returncode == code, f"{name}: exit {result.returncode}\n{output[-3000:]}"
+        assert "Traceback" not in output, name
+        if variable is not None:
+            named = {line.split(":")[0].strip() for line in result.stderr.splitlines()[1:] if line.startswith("  ")}
+            assert named == {variable}, f"{name}: {result.stderr}"
+            assert fragment in result.stderr, f"{name}: {result.stderr}"
 
 
 def test_metrics_server_that_cannot_listen_is_a_startup_error(

@@ -147,6 +147,26 @@ def test_a_fifo_group_with_a_message_in_flight_gives_out_nothing(name: str, requ
 
 
 @pytest.mark.parametrize("name", BACKENDS)
+def test_a_fifo_receive_retried_with_its_attempt_id(name: str, request: pytest.FixtureRequest) -> None:
+    """SQS gives a FIFO receive retried with the same ReceiveRequestAttemptId (within 5
+    minutes) the same messages and receipt handles: the engine retries a failed receive so.
+    Neither emulator does: the retry takes the next messages, as a new receive would."""
+
+    async def scenario() -> None:
+        async with backend(name, request) as (client, make):
+            url, _ = await make(fifo=True)
+            await send(client, url, "a", group="g")
+            await send(client, url, "b", group="h")
+            bodies = []
+            for _ in range(2):
+                resp = await client.receive_message(QueueUrl=url, MaxNumberOfMessages=1, ReceiveRequestAttemptId="r-1")
+                bodies.append([m["Body"] for m in resp.get("Messages", [])])
+            assert bodies == ([["a"], ["a"]] if name == "memory" else [["a"], ["b"]]), bodies
+
+    run(scenario())
+
+
+@pytest.mark.parametrize("name", BACKENDS)
 def test_the_receive_after_max_receive_count_moves_the_message_to_the_dlq(
     name: str, request: pytest.FixtureRequest
 ) -> None:

@@ -19,9 +19,10 @@ import pytest
 from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
-from sqs_worker_engine import Job, NonRetryableError, Router, localstack, redrive
+from sqs_worker_engine import DownstreamUnavailable, Job, NonRetryableError, Router, localstack, redrive
 from sqs_worker_engine import ecs as ecs_module
 from sqs_worker_engine.emulators import free_port
+from sqs_worker_engine.health import progress_files
 from sqs_worker_engine.metrics import set_db_pool_in_use
 
 from ..support import (
@@ -178,6 +179,126 @@ def test_liveness_reports_hung_handlers_and_recovers(sqs: Sqs, localstack_endpoi
     assert seen == [("idle", 200, 0), ("hung", 503, 1), ("recovered", 200, 0)]
 
 
+async def _liveness_while(port: int, env: dict[str, str], seconds: float) -> list[tuple[int, int]]:
+    """/livez and the `healthcheck` command, every second for `seconds`."""
+    seen = []
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        check = await asyncio.to_thread(lambda: cli("healthcheck", **env).returncode)
+        seen.append(((await http_get(port, "/livez"))[0], check))
+        await asyncio.sleep(1)
+    return seen
+
+
+def test_a_worker_paused_on_a_partner_outage_stays_live(sqs: Sqs, localstack_endpoint: str, tmp_path: Path) -> None:
+    """A 20 s pause (DownstreamUnavailable) with WORKER_STALLED_AFTER_SECONDS=8: the pause is
+    the worker doing what it should, not a stall. /livez failed 8 s into it, and the
+    platform restarted a healthy worker exactly while its downstream was in trouble."""
+    queue = sqs.create(visibility=60, max_receive=5)
+    router = Router()
+
+    @router.handler(queue.name)
+    async def handle(job: Job[Any]) -> None:
+        raise DownstreamUnavailable(20, "partner answers 503")
+
+    port = free_port()
+    env = env_for(
+        localstack_endpoint,
+        queue.name,
+        str(tmp_path / "progress"),
+        WORKER_METRICS_PORT=port,
+        WORKER_METRICS_HOST="127.0.0.1",
+        WORKER_JOB_TIMEOUT_MS=2000,
+        WORKER_WAIT_TIME_SECONDS=1,
+        WORKER_STALLED_AFTER_SECONDS=8,
+        WORKER_RETRY_MAX_SECONDS=60,
+    )
+
+    async def scenario() -> list[tuple[int, int]]:
+        async with running_worker(env, router) as worker:
+            sqs.send(queue, [{"n": 1}])
+            await wait_for(lambda: worker.pools[0].admission.breaker.paused, 60, "the pause")
+            return await _liveness_while(port, env, 16)
+
+    seen = asyncio.run(scenario())
+    assert set(seen) == {(200, 0)}, f"(/livez, healthcheck) during the pause: {seen}"
+
+
+def test_a_lower_queue_starved_by_strict_priority_stays_live(
+    sqs: Sqs, localstack_endpoint: str, tmp_path: Path
+) -> None:
+    """Two queues on a strict budget of 1: the higher queue's backlog takes every slot, so
+    the lower queue waits, by design, with its prefetch full. Its pollers had nothing to do,
+    and its silence failed /livez after WORKER_STALLED_AFTER_SECONDS."""
+    high, low = sqs.create(visibility=60), sqs.create(visibility=60)
+    router = Router()
+
+    @router.handler(high.name)
+    async def slow(job: Job[Any]) -> None:
+        await asyncio.sleep(0.4)
+
+    @router.handler(low.name)
+    async def never_first(job: Job[Any]) -> None:
+        pass
+
+    port = free_port()
+    env = env_for(
+        localstack_endpoint,
+        f"{high.name},{low.name}",
+        str(tmp_path / "progress"),
+        WORKER_METRICS_PORT=port,
+        WORKER_METRICS_HOST="127.0.0.1",
+        WORKER_JOB_TIMEOUT_MS=2000,
+        WORKER_WAIT_TIME_SECONDS=1,
+        WORKER_STALLED_AFTER_SECONDS=8,
+        WORKER_SHARED_CONCURRENCY=1,
+        WORKER_PRIORITY="strict",
+        WORKER_PREFETCH=5,
+    )
+    sqs.send(high, [{"n": n} for n in range(60)])
+    sqs.send(low, [{"n": n} for n in range(10)])
+
+    async def scenario() -> list[tuple[int, int]]:
+        async with running_worker(env, router):
+            return await _liveness_while(port, env, 14)
+
+    seen = asyncio.run(scenario())
+    assert set(seen) == {(200, 0)}, f"(/livez, healthcheck) while the lower queue waited: {seen}"
+
+
+def test_a_blocked_event_loop_fails_the_healthcheck(sqs: Sqs, localstack_endpoint: str, tmp_path: Path) -> None:
+    """An async handler that blocks the loop (a sync call where an await belongs) stops the
+    whole worker: the progress file is no longer written, and `healthcheck` says so."""
+    queue = sqs.create(visibility=60)
+    progress = tmp_path / "progress"
+    env = {
+        **env_for(localstack_endpoint, queue.name, str(progress), TEST_QUEUE=queue.name),
+        "TEST_RECORD_FILE": str(tmp_path / "records.jsonl"),
+        "WORKER_JOB_TIMEOUT_MS": "2000",
+        "WORKER_WAIT_TIME_SECONDS": "1",
+        "WORKER_STALLED_AFTER_SECONDS": "7",
+    }
+    proc = worker_process(env, tmp_path / "log")
+    try:
+        wait_for_sync(lambda: bool(progress_files(str(progress))), 120, "the worker's first progress")
+        assert cli("healthcheck", **env).returncode == 0
+        sqs.send(queue, [{"id": "blocks", "seconds": 25, "blocking_loop": True}])
+        deadline = time.monotonic() + 40
+        while cli("healthcheck", **env).returncode == 0:
+            assert time.monotonic() < deadline, "the healthcheck never saw the blocked loop"
+            time.sleep(1)
+    finally:
+        proc.kill()
+        proc.wait(30)
+
+
+def wait_for_sync(condition: Any, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
 def test_readiness_follows_sqs_while_liveness_stays_healthy(health_file: str) -> None:
     """Stop the SQS emulator itself: not ready, still live; start it again: ready."""
     ls = localstack.start_private()
@@ -266,6 +387,84 @@ def test_logs_are_structured_and_carry_the_job(sqs: Sqs, localstack_endpoint: st
         assert line["version"] and line["worker_id"] == "test-worker"
         assert line["config"]["database_url"] == "postgresql://app:***@db:5432/orders"
         assert line["config"]["queues"][0]["name"] == names[False]
+
+
+def test_each_worker_process_has_its_own_progress_file_and_healthcheck_judges_each(
+    sqs: Sqs, localstack_endpoint: str, tmp_path: Path
+) -> None:
+    """Two workers of one service on one host, with one WORKER_HEALTH_FILE: each writes its
+    own file. With one of them frozen (SIGSTOP), `healthcheck` fails naming it while the
+    other makes progress; a file both wrote said ok. A stopped worker leaves no file."""
+    from sqs_worker_engine.health import progress_files
+
+    queue = sqs.create()
+    base = str(tmp_path / "orders.progress")
+    env = env_for(localstack_endpoint, queue.name, base, TEST_QUEUE=queue.name, WORKER_WAIT_TIME_SECONDS=1)
+    workers = [worker_process(env, tmp_path / f"worker-{i}.log") for i in range(2)]
+    frozen, running = workers
+    stalled_after = 8.0
+
+    def ages() -> dict[int, float]:
+        now = time.time()
+        return {pid: now - float(Path(path).read_text() or 0) for pid, path in progress_files(base).items()}
+
+    try:
+        deadline = time.monotonic() + 90
+        while set(progress_files(base)) != {frozen.pid, running.pid}:
+            assert time.monotonic() < deadline, f"one file per worker: {progress_files(base)}"
+            time.sleep(0.2)
+        frozen.send_signal(signal.SIGSTOP)
+        # Until the frozen one's file is older than the threshold and the other's is not.
+        while not (ages()[frozen.pid] > stalled_after > ages()[running.pid] + 2):
+            assert time.monotonic() < deadline + 60, ages()
+            time.sleep(0.2)
+        verdict = cli("healthcheck", f"--stalled-after={stalled_after:g}", **env)
+        assert verdict.returncode == 1, verdict.stdout + verdict.stderr
+        assert f"worker {frozen.pid}: stalled" in verdict.stderr and f"worker {running.pid}: ok" in verdict.stderr
+        alone = cli("healthcheck", f"--stalled-after={stalled_after:g}", f"--pid={running.pid}", **env)
+        assert alone.returncode == 0, alone.stderr
+    finally:
+        frozen.send_signal(signal.SIGCONT)
+        for worker in workers:
+            worker.send_signal(signal.SIGTERM)
+    assert [worker.wait(60) for worker in workers] == [0, 0]
+    assert progress_files(base) == {}, "a stopped worker leaves its file behind"
+    after = cli("healthcheck", **env)
+    assert after.returncode == 1 and "no progress file of a running worker" in after.stderr, after.stderr
+
+
+def test_log_format_text_gives_a_person_lines_to_read(sqs: Sqs, localstack_endpoint: str, tmp_path: Path) -> None:
+    """LOG_FORMAT=text (what `make dev` sets): one text line per record, the job on the
+    lines from inside it, and start and stop lines whose configuration is what this worker
+    sets apart from the engine's defaults (the JSON start line used to be about 2 KB)."""
+    queue = sqs.create()
+    sqs.send(queue, [{"id": "plain", "seconds": 0}])
+    log = tmp_path / "worker.log"
+    env = env_for(
+        localstack_endpoint,
+        queue.name,
+        str(tmp_path / "progress"),
+        TEST_QUEUE=queue.name,
+        TEST_RECORD_FILE=str(tmp_path / "records.jsonl"),
+        LOG_FORMAT="text",
+    )
+    proc = worker_process(env, log)
+    deadline = time.monotonic() + 60
+    while "a library logs too" not in log.read_text():
+        assert time.monotonic() < deadline, log.read_text()[-3000:]
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(60) == 0
+    text = log.read_text().splitlines()
+    assert not list(log_lines(log)), "no JSON line"
+    started = next(line for line in text if " worker started " in line)
+    stopped = next(line for line in text if " worker stopped " in line)
+    working = next(line for line in text if " working " in line)
+    assert f"queue={queue.name} receive_count=1" in working and "job_id=" in working, working
+    for line in (started, stopped):
+        assert " INFO " in line and " config={" in line and f'"queues":[{{"name":"{queue.name}"}}]}}' in line, line
+        assert '"retry_base_seconds":0.5' in line and '"concurrency"' not in line, "what is set, not the defaults"
+        assert len(line) < 600, f"{len(line)} characters: {line}"
 
 
 def test_poison_messages_redrive_back_none_lost_none_duplicated(
@@ -390,6 +589,118 @@ def test_copy_redrive_leaves_an_unsendable_message_in_the_dlq_and_ends(sqs: Sqs,
     assert sum(sqs.counts(queue.dlq_url or "")) == 1, "the unsendable message stays in the DLQ"
 
 
+def read_only_directory(tmp_path: Path) -> tuple[list[str], Path] | None:
+    """A directory no write reaches, root's included, and the command prefix that makes it
+    so: for another user, mode 0555; for root (which writes through any mode), a read-only
+    tmpfs mounted over it in a mount namespace of the command's own (as a container's
+    read-only root filesystem refuses writes: EROFS). None where neither can be had."""
+    directory = tmp_path / "read-only"
+    directory.mkdir()
+    if os.geteuid() != 0:
+        directory.chmod(0o555)
+        return [], directory
+    probe = subprocess.run(
+        ["unshare", "-m", "sh", "-c", f"mount -t tmpfs -o ro tmpfs {directory} && ! touch {directory}/x"],
+        capture_output=True,
+        check=False,
+    )
+    if probe.returncode != 0:
+        return None
+    # `cd` again after the mount: a working directory entered before it is the one beneath.
+    mount = f'mount -t tmpfs -o ro tmpfs {directory} && cd "$(pwd -P)" && exec "$@"'
+    return ["unshare", "-m", "sh", "-c", mount, "sh"], directory
+
+
+def redrive_from(cwd: Path, env: dict[str, str], prefix: list[str] | None = None) -> subprocess.CompletedProcess[str]:
+    """`redrive --copy` as an operator runs it in `cwd` (the image's working directory)."""
+    keep = {k: v for k, v in os.environ.items() if k not in ("REDRIVE_JOURNAL_DIR", "XDG_STATE_HOME", "TMPDIR")}
+    return subprocess.run(
+        [*(prefix or []), sys.executable, "-m", PACKAGE, "redrive", "--copy"],
+        env={**keep, "AWS_REGION": REGION, "PYTHONPATH": str(PROJECT_ROOT), **env},
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize("where", ["read-only", "under a file"])
+def test_copy_redrive_that_cannot_write_its_journal_sends_nothing_and_names_the_path(
+    sqs: Sqs, localstack_endpoint: str, tmp_path: Path, where: str
+) -> None:
+    """It used to send the copies, then fail on its journal with a traceback: the originals
+    stayed in the DLQ, and a rerun sent them again."""
+    prefix: list[str] = []
+    if where == "read-only":
+        made = read_only_directory(tmp_path)
+        if made is None:
+            pytest.skip("no read-only directory to be had here (root without a mount namespace)")
+        prefix, directory = made
+    else:
+        (tmp_path / "a-file").write_text("")
+        directory = tmp_path / "a-file" / "journals"  # no one, root included, makes this
+    queue = sqs.create(max_receive=2)
+    fill_dlq(sqs, queue, 5)
+    env = {"AWS_ENDPOINT_URL": localstack_endpoint, "WORKER_QUEUES": queue.name, "REDRIVE_JOURNAL_DIR": str(directory)}
+    result = redrive_from(PROJECT_ROOT, env, prefix)
+    output = result.stdout + result.stderr
+    assert result.returncode == 2, output
+    assert "Traceback" not in output, output
+    assert str(directory) in result.stderr and "REDRIVE_JOURNAL_DIR" in result.stderr, output
+    assert sqs.counts(queue.url) == (0, 0), "nothing sent"
+    assert sum(sqs.counts(queue.dlq_url or "")) == 5, "everything still in the DLQ"
+
+
+def test_copy_redrive_whose_journal_fails_after_a_send_deletes_what_it_sent_and_stops(sqs: Sqs, tmp_path: Path) -> None:
+    """The disk fills (or goes read-only) between the check and a write: what SQS took is
+    still deleted from the DLQ before the run stops, so a rerun sends none of it again."""
+    queue = sqs.create(max_receive=2)
+    fill_dlq(sqs, queue, 15)
+    (tmp_path / "a-file").write_text("")
+
+    async def go() -> None:
+        from aiobotocore.session import get_session
+
+        journal = redrive.Journal.ready(tmp_path / "journal")
+        journal.path = tmp_path / "a-file" / "journal"  # every write from now on fails
+        async with get_session().create_client("sqs", region_name=REGION, endpoint_url=sqs.endpoint) as client:
+            await redrive.copy_back(client, queue.dlq_url or "", queue.url, False, journal)
+
+    with pytest.raises(redrive.JournalError, match="a-file/journal"):
+        asyncio.run(go())
+    sent = sqs.counts(queue.url)[0]
+    assert sent > 0 and sent + sqs.counts(queue.dlq_url or "")[0] == 15, "what was sent left the DLQ"
+    assert copy_back(sqs, queue, tmp_path / "journal") == 15 - sent
+    numbers = sorted(json.loads(m["Body"])["n"] for m in sqs.receive_all(queue.url))
+    assert numbers == list(range(15)), "each message once"
+
+
+def test_copy_redrive_from_a_read_only_working_directory_journals_in_the_temp_dir(
+    sqs: Sqs, localstack_endpoint: str, tmp_path: Path
+) -> None:
+    """The image's read-only root as the working directory, nothing set: the journal goes to
+    $TMPDIR (a tmpfs or emptyDir in the deploy files), in a directory of this user's own."""
+    made = read_only_directory(tmp_path)
+    if made is None:
+        pytest.skip("no read-only directory to be had here (root without a mount namespace)")
+    prefix, read_only = made
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    queue = sqs.create(max_receive=2)
+    fill_dlq(sqs, queue, 12)
+    env = {"AWS_ENDPOINT_URL": localstack_endpoint, "WORKER_QUEUES": queue.name, "TMPDIR": str(temp)}
+    result = redrive_from(read_only, env, prefix)
+    assert result.returncode == 0, result.stdout + result.stderr
+    journals = temp / f"sqs-worker-engine-{os.geteuid()}"
+    assert str(journals) in result.stdout, "it says where its journal is"
+    assert "COMPLETED: moved 12" in result.stdout, result.stdout
+    numbers = sorted(json.loads(m["Body"])["n"] for m in sqs.receive_all(queue.url))
+    assert numbers == list(range(12))
+    assert journals.is_dir() and not list(journals.iterdir()), "the journal goes once every copy is settled"
+    assert journals.stat().st_mode & 0o077 == 0, "private: what it holds decides what is deleted"
+
+
 def test_purge_asks_on_a_terminal_and_refuses_without_one(sqs: Sqs, localstack_endpoint: str) -> None:
     queue = sqs.create(max_receive=2)
     sqs.client.send_message(QueueUrl=queue.dlq_url, MessageBody="x")
@@ -504,6 +815,41 @@ def test_a_fair_queue_message_dead_lettered_and_redriven_comes_back_whole(
     assert back["MessageAttributes"] == TEN, "every attribute, with its type, and none of the worker's"
     assert back["Attributes"].get("AWSTraceHeader") == XRAY
     assert back["Attributes"].get("MessageGroupId") == "tenant-a"
+    assert sqs.counts(queue.dlq_url or "") == (0, 0)
+
+
+def test_a_message_dead_lettered_with_ten_attributes_meets_its_handler_with_ten_after_the_default_redrive(
+    sqs: Sqs, localstack_endpoint: str, health_file: str
+) -> None:
+    """SQS's move task brings the DLQ copy back as it is: 7 originals beside the worker's 3
+    (the other 3 folded into x-error-context). The worker unfolds them for the handler."""
+    queue = sqs.create(max_receive=3)
+    router = Router()
+    seen: list[dict[str, Any]] = []
+
+    @router.handler(queue.name)
+    async def handle(job: Job[Any]) -> None:
+        seen.append(dict(job.message_attributes))
+        if len(seen) == 1:
+            raise NonRetryableError("cannot handle it yet")
+
+    sqs.client.send_message(QueueUrl=queue.url, MessageBody='{"n": 1}', MessageAttributes=TEN)
+    env = {"AWS_ENDPOINT_URL": localstack_endpoint, "WORKER_QUEUES": queue.name}
+
+    async def scenario() -> None:
+        worker_env = env_for(localstack_endpoint, queue.name, health_file, WORKER_WAIT_TIME_SECONDS=2)
+        async with running_worker(worker_env, router):
+            await wait_for(lambda: sqs.counts(queue.dlq_url or "")[0] == 1, 60, "the copy in the DLQ")
+            [copy] = look(sqs, queue.dlq_url or "", 1)
+            assert len(copy["MessageAttributes"]) == 10 and "blob" not in copy["MessageAttributes"]
+            moved = await asyncio.to_thread(cli, "redrive", **env)
+            assert moved.returncode == 0, moved.stdout + moved.stderr
+            assert "not available" not in moved.stdout, "SQS's own move task moved it"
+            await wait_for(lambda: len(seen) == 2, 60, "the redriven message handled")
+
+    asyncio.run(scenario())
+    assert seen[0] == TEN
+    assert seen[1] == TEN, "every original with its type, none of the worker's"
     assert sqs.counts(queue.dlq_url or "") == (0, 0)
 
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import os
 import threading
+import time
 from collections import Counter
 from typing import Any
 
@@ -249,6 +251,53 @@ def test_a_dead_handler_process_does_not_wedge_the_queue(
 
     asyncio.run(scenario())
     assert sorted(out.read_text().split()) == ["0", "1", "2"]
+
+
+def sleeps_crashes_or_records(job: Job[Any]) -> None:
+    """Module level so a worker process can import it: works a second, or kills its process."""
+    if job.payload.get("crash"):
+        time.sleep(0.3)  # its neighbours are under way when it dies
+        os._exit(1)
+    time.sleep(1.0)
+    with open(job.payload["out"], "a") as handle:
+        handle.write(f"{job.payload['n']}:{job.receive_count}\n")
+
+
+def test_a_dead_handler_process_charges_only_the_job_that_killed_it(
+    sqs: Sqs, localstack_endpoint: str, health_file: str, tmp_path: Any
+) -> None:
+    """A pool of 2 processes, concurrency 4, maxReceiveCount 2: one message kills its
+    process. Python's pool fails every job it held; they were retried as their own
+    failures, and 3 of 8 ordinary messages went to the DLQ beside the one that crashed.
+    Now the jobs caught in the break run again at once, each in a process of its own,
+    without spending a receive, and only the job that kills its process alone is charged."""
+    queue = sqs.create(visibility=30, max_receive=2)
+    out = tmp_path / "done"
+    router = Router()
+    router.handler(queue.name, executor="process")(sleeps_crashes_or_records)
+    messages: list[dict[str, Any]] = [{"out": str(out), "n": n} for n in range(8)]
+    messages.insert(2, {"crash": True, "out": str(out), "n": -1})
+    sqs.send(queue, messages)
+
+    async def scenario() -> None:
+        env = env_for(
+            localstack_endpoint,
+            queue.name,
+            health_file,
+            WORKER_PROCESS_POOL_SIZE=2,
+            WORKER_CONCURRENCY=4,
+            WORKER_RETRY_BASE_SECONDS=0.5,
+        )
+        async with running_worker(env, router):
+            await wait_for(lambda: sqs.counts(queue.url) == (0, 0), 240, "every message settled")
+
+    asyncio.run(scenario())
+    done = dict(line.split(":") for line in out.read_text().split())
+    assert sorted(done, key=int) == [str(n) for n in range(8)], "every ordinary message ran to success"
+    assert set(done.values()) == {"1"}, f"receives spent by ordinary messages: {done}"
+    assert queue.dlq_url is not None
+    dead = [json.loads(m["Body"]) for m in sqs.receive_all(queue.dlq_url)]
+    assert [m.get("crash") for m in dead] == [True], f"in the DLQ: {dead}"
 
 
 def test_events_state_and_job_context(sqs: Sqs, localstack_endpoint: str, health_file: str) -> None:

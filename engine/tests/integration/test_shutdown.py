@@ -390,6 +390,31 @@ def test_sigterm_while_still_importing_exits_cleanly_holding_nothing(
     assert sqs.counts(queue.url) == (1, 0), "the message was never received"
 
 
+def test_sigterm_while_the_lifespan_opens_exits_at_once_holding_nothing(
+    sqs: Sqs, localstack_endpoint: str, tmp_path: Path
+) -> None:
+    """A lifespan that takes a minute to open: SIGTERM cancels the opening, and the worker
+    exits 0 at once, having received nothing (it used to run on until SIGKILL)."""
+    queue = sqs.create()
+    sqs.send(queue, [{"id": "untouched"}])
+    marker = tmp_path / "opening"
+    env = {
+        **env_for(localstack_endpoint, queue.name, str(tmp_path / "hf"), TEST_QUEUE=queue.name),
+        "TEST_LIFESPAN_MARKER": str(marker),
+    }
+    log = tmp_path / "log"
+    proc = worker_process(env, log, handlers="tests.integration.slow_lifespan_app:router")
+    deadline = time.monotonic() + 120  # bounds a broken run only: start-up may be slow on a busy machine
+    while not marker.exists():
+        assert proc.poll() is None, log.read_text()
+        assert time.monotonic() < deadline, "the lifespan never began to open"
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(30) == 0, log.read_text()  # well before the lifespan's minute
+    assert any("stopped while starting" in line.get("message", "") for line in log_lines(log)), log.read_text()
+    assert sqs.counts(queue.url) == (1, 0), "the message was never received"
+
+
 def test_sigterm_while_sqs_is_unreachable_at_start_exits_cleanly(tmp_path: Path) -> None:
     """Stopped before SQS ever answered: nothing is held, so the exit is clean (0), not a start-up error."""
     with socket.socket() as s:

@@ -172,3 +172,34 @@ def test_the_sdk_never_resends_a_poll_an_extension_or_a_settlement(
     asyncio.run(scenario())
     assert len(attempts) == 2, "one client for the long polls, one for everything else"
     assert [c.meta.config.retries.get("total_max_attempts") for c in attempts] == [1, 1]
+
+
+def test_once_sqs_answers_again_the_next_message_starts_at_once(sqs: Sqs, proxy: FaultProxy, health_file: str) -> None:
+    """DeleteMessageBatch fails for 15 s (the first job's delete is given up), then SQS
+    answers again. The next message sent waited until a lease extension happened to
+    succeed (19.5 s, seen on LocalStack) although its receive had succeeded: a receive that
+    SQS answers now counts as SQS answering."""
+    queue = sqs.create(visibility=40)
+    started: dict[int, float] = {}
+    router = Router()
+
+    @router.handler(queue.name)
+    async def handle(job: Job[Any]) -> None:
+        started[job.payload["n"]] = asyncio.get_running_loop().time()
+
+    async def scenario() -> float:
+        env = env_for(proxy.url, queue.name, health_file, WORKER_VISIBILITY_TIMEOUT_SECONDS=40)
+        async with running_worker(env, router):
+            proxy.fail("DeleteMessageBatch", status=500, code="InternalFailure")
+            sqs.send(queue, [{"n": 1}])
+            await wait_for(lambda: 1 in started, 60, "the first job")
+            await asyncio.sleep(15)
+            proxy.clear("DeleteMessageBatch")
+            sent = asyncio.get_running_loop().time()
+            sqs.send(queue, [{"n": 2}])
+            await wait_for(lambda: 2 in started, 60, "the second job")
+            return started[2] - sent
+
+    waited = asyncio.run(scenario())
+    # A long poll answers within a second of the send; 20 s (the lease's half) was the bug.
+    assert waited < 8, f"the message sent once SQS answered again waited {waited:.1f} s to start"

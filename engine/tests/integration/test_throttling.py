@@ -54,6 +54,42 @@ def test_a_rate_limit_holds_over_thousands_of_messages(sqs: Sqs, localstack_endp
     print(f"rate limit {RATE:g}/s: {achieved:.1f}/s over {len(starts)} jobs, ratio {achieved / RATE:.3f}")
 
 
+def most_in_a_window(times: list[float], seconds: float) -> int:
+    """The most of `times` in any closed window of `seconds` (what a partner's counter of
+    a rolling second sees)."""
+    times = sorted(times)
+    return max((sum(1 for u in times[i:] if u <= t + seconds) for i, t in enumerate(times)), default=0)
+
+
+def test_a_rate_limit_never_lets_more_through_in_any_rolling_second(
+    sqs: Sqs, localstack_endpoint: str, health_file: str
+) -> None:
+    """200 quick jobs at WORKER_RATE_LIMIT=20/s, their starts timed where the handler
+    calls its partner. Starts that went out 20 at a time at each second's boundary put 22
+    in some rolling second (a loop turn late here, one early there): a partner counting a
+    rolling second answers 429. Spaced evenly, at most 20 land in any second."""
+    queue = sqs.create()
+    sqs.send(queue, [{"n": i} for i in range(200)])
+    starts: list[float] = []
+    router = Router()
+
+    @router.handler(queue.name)
+    async def handle(job: Job[Any]) -> None:
+        starts.append(time.monotonic())
+
+    async def scenario() -> None:
+        env = env_for(localstack_endpoint, queue.name, health_file, WORKER_CONCURRENCY=20, WORKER_RATE_LIMIT="20/s")
+        async with running_worker(env, router):
+            await wait_for(lambda: len(starts) >= 200, timeout=120, what="200 jobs")
+
+    asyncio.run(scenario())
+    most = most_in_a_window(starts, 1.0)
+    achieved = (len(starts) - 1) / (max(starts) - min(starts))
+    print(f"20/s: at most {most} in a rolling second; {achieved:.2f}/s achieved ({achieved / 20:.3f} of the limit)")
+    assert most <= 20, f"{most} jobs started in one rolling second under a limit of 20/s"
+    assert achieved <= 20.0, f"{achieved:.2f} jobs a second under a limit of 20/s"
+
+
 OUTAGE = 30.0  # three probes with the pause doubling from 5 s: 5, 15 and 35 s in
 
 

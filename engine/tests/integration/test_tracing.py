@@ -101,9 +101,27 @@ def test_the_producers_span_parents_and_links_each_job(
     assert inside["span"].span_id == process.context.span_id
     assert inside["log_keys"]["trace_id"] == f"{process.context.trace_id:032x}"
     assert inside["log_keys"]["span_id"] == f"{process.context.span_id:016x}"
-    # CLIENT spans for the SQS calls themselves.
-    clients = {s.name.split(" ")[0] for s in spans.get_finished_spans() if s.kind is SpanKind.CLIENT}
-    assert {"ReceiveMessage", "DeleteMessageBatch"} <= clients
+    # CLIENT spans for the SQS calls that are messaging operations, after the conventions.
+    clients = {s.name: s for s in spans.get_finished_spans() if s.kind is SpanKind.CLIENT}
+    receive, delete = clients[f"receive {queue.name}"], clients[f"delete {queue.name}"]
+    assert dict(receive.attributes or {}) | dict(delete.attributes or {}) and all(
+        (s.attributes or {})["messaging.system"] == "aws_sqs"
+        and (s.attributes or {})["messaging.destination.name"] == queue.name
+        and (s.attributes or {})["messaging.client.id"] == "test-worker"
+        for s in (receive, delete)
+    )
+    assert (receive.attributes or {})["messaging.operation.type"] == "receive"
+    received = [s for s in spans.get_finished_spans() if s.name == f"receive {queue.name}"]
+    # A long poll that brings nothing is no trace of its own: an idle worker would start a
+    # root trace every 20 s per poller, and X-Ray bills per trace.
+    assert [(s.attributes or {})["messaging.batch.message_count"] for s in received] == [1], received
+    assert (delete.attributes or {})["messaging.operation.type"] == "settle"
+    assert (delete.attributes or {})["messaging.operation.name"] == "delete"
+    assert (delete.attributes or {})["messaging.batch.message_count"] == 1
+    assert "error.type" not in (process.attributes or {}) and "error.type" not in (delete.attributes or {})
+    # The registry's names only under messaging.*; the engine's own under its prefix.
+    assert attributes["sqs_worker.receive_count"] == 1
+    assert not [key for key in attributes if key.startswith("messaging.sqs.")]
 
 
 def test_a_jobs_life_is_on_its_span_and_the_dlq_copy_keeps_the_context(
@@ -159,6 +177,29 @@ def test_a_jobs_life_is_on_its_span_and_the_dlq_copy_keeps_the_context(
     assert any(n == "dead_letter" for n, _ in everything)
     failed = [s for s in named(spans, f"process {queue.name}") if s.status.status_code.name == "ERROR"]
     assert failed and all(s.events for s in failed)
+    # A failed job's span names the class of its failure (OTel's error.type); a success none.
+    kinds = {(s.attributes or {})["sqs_worker.outcome"]: (s.attributes or {}).get("error.type") for s in failed}
+    assert kinds == {
+        "retry": "RuntimeError",
+        "dead_letter": "sqs_worker_engine.errors.NonRetryableError",
+        "timeout": "TimeoutError",
+    }, kinds
+    succeeded = [s for s in named(spans, f"process {queue.name}") if s.status.status_code.name != "ERROR"]
+    assert succeeded and not any("error.type" in (s.attributes or {}) for s in succeeded)
+    # Settling, one CLIENT span per call: the retry's delay, the DLQ copy, the deletes;
+    # the lease extensions of the slow job make none (they are events on its span).
+    settles = {
+        s.name: s
+        for s in spans.get_finished_spans()
+        if (s.attributes or {}).get("messaging.operation.type") == "settle"
+    }
+    assert {f"delete {queue.name}", f"change_visibility {queue.name}", f"dead_letter {queue.dlq_name}"} <= set(
+        settles
+    ), sorted(settles)
+    assert all(s.kind is SpanKind.CLIENT for s in settles.values())
+    assert (settles[f"dead_letter {queue.dlq_name}"].attributes or {})["messaging.operation.name"] == "dead_letter"
+    changes = [s for s in spans.get_finished_spans() if s.name == f"change_visibility {queue.name}"]
+    assert len(changes) < sum(n == "lease extended" for n in names), "an extension made a settle span"
     # The DLQ copy: the producer's context travels on, and the error names the job's trace.
     assert queue.dlq_url is not None
     [dead] = [m for m in sqs.receive_all(queue.dlq_url) if json.loads(m["Body"])["kind"] == "bad"]
@@ -321,7 +362,7 @@ def test_a_worker_process_exports_its_spans_over_otlp_http(sqs: Sqs, localstack_
         assert worker.returncode == 0, out.decode()[-3000:]
 
     asyncio.run(scenario())
-    assert any(name.startswith("traced-worker: ReceiveMessage") for name in received)
+    assert f"traced-worker: receive {queue.name}" in received
 
 
 def test_job_durations_carry_their_trace_as_an_exemplar(

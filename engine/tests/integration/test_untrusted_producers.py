@@ -309,3 +309,48 @@ def test_redrive_moves_messages_back_to_the_queue_named_never_one_a_message_name
     assert moved.returncode == 0, moved.stderr
     assert [json.loads(m["Body"]) for m in sqs.receive_all(queue.url)] == [{"n": 1}]
     assert sqs.counts(other.url) == (0, 0), "nothing sent where the message said"
+
+
+def test_a_forged_dead_letter_record_gives_the_handler_nothing_its_producer_could_not_send(
+    sqs: Sqs, localstack_endpoint: str, health_file: str
+) -> None:
+    """The worker unfolds its own record (a move task's redrive brings it back folded), and a
+    producer can write one in the same layout: folding past what a message may carry, it is
+    not unfolded; within it, it is what the producer could have sent as it is. A folded
+    traceparent parents no span, whatever WORKER_TRACE_PARENT says."""
+    queue = sqs.create(max_receive=2)
+    router = Router()
+    seen: dict[str, dict[str, Any]] = {}
+    parents: dict[str, Any] = {}
+
+    @router.handler(queue.name)
+    async def handle(job: Job[Any]) -> None:
+        from opentelemetry import trace
+
+        seen[job.payload["case"]] = dict(job.message_attributes)
+        parents[job.payload["case"]] = trace.get_current_span().get_span_context().trace_id
+
+    def forged(folded: dict[str, Any]) -> dict[str, Any]:
+        context = {"written_by": "sqs-worker-engine", "source_queue": "x", "worker_id": "w", "attributes": folded}
+        return {
+            "x-error-type": {"DataType": "String", "StringValue": "Forged"},
+            "x-error-context": {"DataType": "String", "StringValue": json.dumps(context)},
+        }
+
+    folded = {"traceparent": {"DataType": "String", "StringValue": "00-" + "ab" * 16 + "-" + "cd" * 8 + "-01"}}
+    too_many = {f"f{i}": {"DataType": "String", "StringValue": "x"} for i in range(500)}
+    cases = {"within": forged(folded), "too many": forged(too_many)}
+    for case, attributes in cases.items():
+        sqs.client.send_message(
+            QueueUrl=queue.url, MessageBody=json.dumps({"case": case}), MessageAttributes=attributes
+        )
+
+    async def scenario() -> None:
+        env = env_for(localstack_endpoint, queue.name, health_file, WORKER_TRACE_PARENT="false")
+        async with running_worker(env, router):
+            await wait_for(lambda: len(seen) == 2, 60, "both handled")
+
+    asyncio.run(scenario())
+    assert seen["within"] == folded, "what its producer could have sent: one attribute"
+    assert seen["too many"] == cases["too many"], "500 folded: not unfolded, the attributes as sent"
+    assert parents["within"] != int("ab" * 16, 16), "the folded traceparent chose no trace"

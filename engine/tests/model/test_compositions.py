@@ -1,7 +1,10 @@
 """Liveness of the protections composed: random compositions of pauses, rate limits, tenant
 caps, prefetch on and off, adaptive concurrency on and off, FIFO and standard queues, batch
 handlers, slow and failing SQS calls, lost leases and SIGTERM, the real worker against the
-in-memory SQS on virtual time, and run to completion (WORKER_MAX_JOBS).
+in-memory SQS on virtual time, and run to completion (WORKER_MAX_JOBS); with the life
+events of life.py mixed in: the lifespan slow, failing or hanging in its open or its close,
+SIGTERM in a phase (the lifespan opening, a pause, a quiet spell, a message settling), SQS
+failing per call kind and answering again, a handler process dying.
 
 Checked in every composition:
 - every message ends: completed, or in the DLQ for its own failure (never a good one),
@@ -13,6 +16,10 @@ Checked in every composition:
 - no handler slot is taken while the slots running are at the limit in use (the adaptive
   limit, or the concurrency);
 - a SIGTERM'd worker exits within its shutdown timeout plus a small margin;
+- no job starts in a worker after it was told to stop; once SQS answers again no queue
+  still waits on it (life.RECOVERY); no message is charged for a process another one
+  killed; the worker is live whenever it runs (nothing here is stuck for good), and a
+  lifespan that fails to open receives nothing;
 - with WORKER_MAX_JOBS, each worker runs at most that many jobs and never holds more
   messages that have not started than the jobs it has left; one that exits by itself says
   "max jobs reached", and another takes its place, as a ScaledJob starts another pod. The
@@ -27,6 +34,7 @@ check fails on it. Examples are derandomized; COMPOSITIONS sets how many (defaul
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import os
@@ -44,11 +52,12 @@ from sqs_worker_engine.admission import Admission
 from sqs_worker_engine.delivery import State
 from sqs_worker_engine.job import Job
 from sqs_worker_engine.memory import Fault, MemorySQS
+from sqs_worker_engine.processes import ProcessPool, _pass_on
 from sqs_worker_engine.router import Router
 from sqs_worker_engine.throttle import StartWindow
 from sqs_worker_engine.worker import Worker
 
-from . import vtime
+from . import life, vtime
 from .harness import Running, config
 
 COMPOSITIONS = int(os.environ.get("COMPOSITIONS", "1000"))
@@ -74,12 +83,15 @@ class Composition:
     sigterm_at: float | None  # virtual seconds after the start
     adaptive: bool = False  # WORKER_ADAPTIVE_CONCURRENCY: the concurrency is the ceiling
     max_jobs: str | None = None  # WORKER_MAX_JOBS of every worker
+    events: life.Life = life.Life()  # noqa: RUF009 - frozen: one shared default is safe; the process's life events (life.py)
 
 
 @st.composite
 def compositions(draw: st.DrawFn) -> Composition:
     fifo = draw(st.booleans())
     batch = draw(st.booleans())
+    events = draw(life.lives(batch))
+    kinds = KINDS + (("crash",) if events.processes else ())
     return Composition(
         fifo=fifo,
         batch=batch,
@@ -87,7 +99,7 @@ def compositions(draw: st.DrawFn) -> Composition:
         prefetch=draw(st.sampled_from(["0", "5", "50"])),
         rate=draw(st.sampled_from([None, None, "3/s", "20/min"])),
         group_cap=None if fifo else draw(st.sampled_from([None, "1", "2"])),
-        kinds=tuple(draw(st.lists(st.tuples(st.sampled_from(KINDS), st.integers(0, 2)), min_size=1, max_size=10))),
+        kinds=tuple(draw(st.lists(st.tuples(st.sampled_from(kinds), st.integers(0, 2)), min_size=1, max_size=10))),
         trouble=tuple(
             draw(
                 st.lists(
@@ -103,6 +115,7 @@ def compositions(draw: st.DrawFn) -> Composition:
         sigterm_at=draw(st.one_of(st.none(), st.floats(0.5, 30))),
         adaptive=draw(st.booleans()),
         max_jobs=draw(st.sampled_from([None, None, "1", "3"])),
+        events=events,
     )
 
 
@@ -135,7 +148,8 @@ def _router(c: Composition, queue: str, seen: Seen, workers: list[Worker], route
             seen.jobs.setdefault(len(workers) - 1, set()).add(run.delivery.receipt_handle)
         # The rate limit counts starts as admission makes them: a batch handler's call comes
         # up to its wait_ms after its jobs started, which no limit on starts can move.
-        seen.starts.append(run.ticket.started_at if c.batch and run is not None else clock.now())
+        if not c.events.processes:  # (in a process pool, a job caught in a crash runs again: see checked_take)
+            seen.starts.append(run.ticket.started_at if c.batch and run is not None else clock.now())
         return key, kind
 
     async def work(job: Job[Any], key: str, kind: str) -> None:
@@ -146,13 +160,28 @@ def _router(c: Composition, queue: str, seen: Seen, workers: list[Worker], route
                 raise RuntimeError("failed once")
             if kind == "pause_once" and seen.attempts[key] == 1:
                 raise DownstreamUnavailable(2, "partner down")
+            if kind == "hangs":  # only in the check of the liveness check: ignores its timeout for a minute
+                await life.ignore_cancellation(60.0)
             await asyncio.sleep({"slow": 14.0, "lost": 12.0}.get(kind, 0.2))
             seen.completed.add(key)
         finally:
             if job in seen.running[key]:
                 seen.running[key].remove(job)
 
-    if c.batch:
+    if c.events.processes:
+
+        @router.handler(queue, executor="process")
+        def in_a_process(job: Job[Any]) -> None:
+            """Runs on life.FakeProcesses: its time and its end are the pool's (`process_plan`)."""
+            key, kind = enter(job)
+            if kind == "fatal":
+                raise NonRetryableError("never valid")
+            if kind == "fail_once" and seen.attempts[key] == 1:
+                raise RuntimeError("failed once")
+            if kind == "pause_once" and seen.attempts[key] == 1:
+                raise DownstreamUnavailable(2, "partner down")
+
+    elif c.batch:
 
         @router.batch_handler(queue, size=3, wait_ms=100)
         async def handle_batch(jobs: list[Job[Any]]) -> dict[str, Any]:
@@ -184,6 +213,7 @@ def play(c: Composition) -> None:
     """Run one composition; raises AssertionError naming the invariant that broke."""
     ran["compositions"] += 1
     ran["capped"] += c.max_jobs is not None
+    life.tally(c.events, c.sigterm_at is not None, c.kinds)
     queue = "jobs.fifo" if c.fifo else "jobs"
     dlq = "jobs-dlq.fifo" if c.fifo else "jobs-dlq"
     seen = Seen()
@@ -200,38 +230,56 @@ def play(c: Composition) -> None:
         **({"WORKER_GROUP_CONCURRENCY": c.group_cap} if c.group_cap else {}),
         **({"WORKER_ADAPTIVE_CONCURRENCY": "true"} if c.adaptive else {}),
         **({"WORKER_MAX_JOBS": c.max_jobs} if c.max_jobs else {}),
+        **life.env(c.events),
     }
     take = Admission._take
+    watch = life.Watch()
 
     def checked_take(admission: Admission, ticket: Any, now: float) -> None:
-        if admission.running >= admission.limit:
-            seen.problems.append(f"a start with {admission.running} running at a limit of {admission.limit}")
+        # A job cancelled past its timeout whose work goes on (a process cannot be stopped)
+        # holds a slot of the concurrency, not of the limit in use (admission._slots_full).
+        live = admission.running - admission.overdue_running
+        if live >= admission.limit or admission.running >= admission.capacity:
+            seen.problems.append(
+                f"a start with {admission.running} running ({live} live) at a limit of {admission.limit}"
+            )
+        watch.take(workers, admission)
+        if c.events.processes:
+            seen.starts.append(now)
         take(admission, ticket, now)
 
     async def scenario() -> None:
         sqs = MemorySQS()
         sqs.create_queue_with_dlq(queue, MAX_RECEIVE, VisibilityTimeout="10")
         router = _router(c, queue, seen, workers)
+        life.add_lifespan(router, c.events)
         keys: dict[str, str] = {}
+        kinds_by_id: dict[str, str] = {}
         for i, (kind, group) in enumerate(c.kinds):
             key = f"k{i}"
             keys[key] = kind
             message_id = sqs.put(queue, json.dumps({"key": key, "kind": kind}), group=f"g{group}")
+            kinds_by_id[message_id] = kind
             if kind == "lost":
                 sqs.refuse_extensions(message_id, "ReceiptHandleIsInvalid")
         now: dict[str, Running] = {}
 
         def begin() -> None:
-            now["running"] = Running(Worker(config(queue, **env), router, client=sqs))
-            workers.append(now["running"].worker)
+            worker = Worker(config(queue, **env), router, client=sqs)
+            worker.on("job:failed", watch.failed(kinds_by_id.get))
+            now["running"] = Running(worker)
+            workers.append(worker)
 
         begin()
-        sampler = asyncio.create_task(_sample(workers, seen))
+        if c.events.lifespan == "failing_open":
+            await life.failed_to_open(now["running"], sqs)
+            begin()  # the platform starts another
+        sampler = asyncio.create_task(_sample(workers, seen, watch))
         replacer = asyncio.create_task(_replace_finished(c, now, begin, seen)) if c.max_jobs else None
         for operation, before, error in c.trouble:
             sqs.faults[operation] = Fault(before=before, error=error, times=3)
-        if c.sigterm_at is not None:
-            await asyncio.sleep(c.sigterm_at)
+        outage = asyncio.create_task(life.outage(sqs, c.events))
+        if await life.sigterm_moment(now["running"].worker, c.events, c.sigterm_at):
             if replacer is not None:
                 replacer.cancel()
             took = await now["running"].stop()
@@ -240,7 +288,10 @@ def play(c: Composition) -> None:
             if replacer is not None:
                 replacer = asyncio.create_task(_replace_finished(c, now, begin, seen))
         await asyncio.sleep(30)
+        await outage
         sqs.heal()
+        if c.events.outage:
+            watch.healed_at = clock.now()
         deadline = clock.now() + ENDS_WITHIN
         while clock.now() < deadline and not _all_ended(sqs, keys, seen, queue, dlq):
             await asyncio.sleep(5)
@@ -252,6 +303,7 @@ def play(c: Composition) -> None:
             for i, handles in seen.jobs.items():
                 assert len(handles) <= int(c.max_jobs), f"worker {i} ran {len(handles)} jobs over its cap"
         assert seen.problems == [], seen.problems
+        assert watch.problems == [], watch.problems
         dead = {json.loads(b)["key"] for b in sqs.bodies(dlq)}
         receives = {json.loads(body)["key"]: n for body, n in sqs.receipts.items()}
         for key, kind in keys.items():
@@ -263,7 +315,14 @@ def play(c: Composition) -> None:
         if c.rate:
             _check_rate(seen.starts, StartWindow(_per_second(c.rate)), len(workers))
 
-    with mock.patch.object(Admission, "_take", checked_take):
+    def ended_in_process(job: Job[Any], ok: bool) -> None:
+        key = job.payload["key"]
+        if job in seen.running.get(key, []):
+            seen.running[key].remove(job)
+        if ok:
+            seen.completed.add(key)
+
+    with mock.patch.object(Admission, "_take", checked_take), life.fake_processes(ended_in_process):
         vtime.run(scenario())
 
 
@@ -272,8 +331,9 @@ def _all_ended(sqs: MemorySQS, keys: dict[str, str], seen: Seen, queue: str, dlq
     return all(k in seen.completed or k in dead for k in keys) and not sqs.bodies(queue)
 
 
-async def _sample(workers: list[Worker], seen: Seen) -> None:
+async def _sample(workers: list[Worker], seen: Seen, watch: life.Watch) -> None:
     while True:
+        watch.sample(workers)
         for i, worker in enumerate(workers):
             for pool in worker.pools:
                 limit = pool.admission.held_limit
@@ -364,6 +424,31 @@ def test_a_leaked_probe_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
         play(LEAK_CASE)
 
 
+def test_a_stuck_handler_is_caught_by_the_liveness_check() -> None:
+    """The check of the check: a handler that ignores its timeout for a minute holds the one
+    slot, and the worker must not be live through it (the suite asserts it is whenever it
+    can make progress)."""
+    stuck = dataclasses.replace(LEAK_CASE, concurrency=1, kinds=(("hangs", 0), ("ok", 0)))
+    with pytest.raises(AssertionError, match="not live"):
+        play(stuck)
+
+
+def test_a_neighbour_charged_for_a_crash_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The check of the check: a process pool that fails every job of a broken pool as its
+    own failure (Python's, alone) charges a message for its neighbour's crash, and the suite
+    says so."""
+
+    def as_python_does(self: ProcessPool, call: Any, work: Any, inner: Any) -> None:
+        _pass_on(call, inner)
+
+    monkeypatch.setattr(ProcessPool, "_shared_done", as_python_does)
+    crash = dataclasses.replace(
+        LEAK_CASE, concurrency=2, kinds=(("slow", 0), ("crash", 1)), events=life.Life(processes=True)
+    )
+    with pytest.raises(AssertionError, match="charged for a process that died"):
+        play(crash)
+
+
 @pytest.fixture(autouse=True)
 def _quiet_engine() -> Iterator[None]:
     engine = logging.getLogger("sqs_worker_engine")
@@ -376,5 +461,5 @@ def _quiet_engine() -> Iterator[None]:
 def test_zz_report_how_many_compositions_ran() -> None:
     print(
         f"\n{ran['compositions']} compositions, {ran['capped']} with WORKER_MAX_JOBS "
-        f"({ran['replaced']} workers exited at their cap and were replaced)"
+        f"({ran['replaced']} workers exited at their cap and were replaced); life events: {life.told()}"
     )

@@ -2,13 +2,17 @@
 queues of random compositions (test_compositions.py's: pauses, rate limits, tenant caps,
 prefetch, adaptive concurrency, FIFO, batch handlers, failing messages, lost leases),
 sharing 1-4 slots under strict or weighted priority, with slow and failing SQS calls,
-SIGTERM, and WORKER_MAX_JOBS (a worker at its cap exits and another takes its place).
+SIGTERM, and WORKER_MAX_JOBS (a worker at its cap exits and another takes its place); and
+the life events of life.py (the first queue's: the lifespan, SIGTERM in a phase, an SQS
+outage; each queue's own handlers in a process pool, where a message may kill its process).
 
 Checked in every composition, besides test_compositions.py's invariants per queue (every
 message ends, held within concurrency + prefetch, no start on a lost lease, no message
 run twice at once, rate limits kept, a prompt exit on SIGTERM): the queues together never
-hold more slots than the budget. A slot that nobody holds while a line waits for it for
-good, or a line that nobody wakes, leaves a message that never ends: the check fails.
+hold more slots than the budget, and life.Watch's: no start after SIGTERM (the budget's
+queues stop together), SQS's recovery seen by every queue, no message charged for another's
+crash, liveness whenever a worker runs. A slot that nobody holds while a line waits for it
+for good, or a line that nobody wakes, leaves a message that never ends: the check fails.
 SHARED_COMPOSITIONS sets how many are played (default: COMPOSITIONS / 3).
 """
 
@@ -19,20 +23,24 @@ import dataclasses
 import json
 import os
 from dataclasses import dataclass
+from typing import Any
+from unittest import mock
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sqs_worker_engine import clock
+from sqs_worker_engine.admission import Admission
 from sqs_worker_engine.budget import Member, SharedBudget
+from sqs_worker_engine.job import Job
 from sqs_worker_engine.memory import Fault, MemorySQS
 from sqs_worker_engine.router import Router
 from sqs_worker_engine.settings import queue_env_key
 from sqs_worker_engine.throttle import StartWindow
 from sqs_worker_engine.worker import Worker
 
-from . import vtime
+from . import life, vtime
 from .harness import Running, config
 from .test_compositions import (
     COMPOSITIONS,
@@ -64,6 +72,7 @@ class Shared:
     trouble: tuple[tuple[str, float, str | None], ...]
     sigterm_at: float | None
     max_jobs: str | None = None  # WORKER_MAX_JOBS of every worker: the process's, all queues together
+    events: life.Life = life.Life()  # noqa: RUF009 - frozen: one shared default is safe; the process's life events (the first queue's)
 
 
 @st.composite
@@ -78,6 +87,7 @@ def shared_compositions(draw: st.DrawFn) -> Shared:
         trouble=first.trouble,
         sigterm_at=first.sigterm_at,
         max_jobs=first.max_jobs,
+        events=first.events,
     )
 
 
@@ -95,6 +105,7 @@ def _env(s: Shared) -> dict[str, str]:
         "WORKER_RETRY_BASE_SECONDS": "1",
         "WORKER_RETRY_MAX_SECONDS": "8",
         **({"WORKER_MAX_JOBS": s.max_jobs} if s.max_jobs else {}),
+        **life.env(dataclasses.replace(s.events, processes=any(c.events.processes for c in s.queues))),
     }
     for i, (c, weight) in enumerate(zip(s.queues, s.weights, strict=True)):
         prefix = f"WORKER_QUEUE_{queue_env_key(_name(i, c))}_"
@@ -114,16 +125,25 @@ def _env(s: Shared) -> dict[str, str]:
 def play(s: Shared) -> None:
     """Run one composition; raises AssertionError naming the invariant that broke."""
     ran["compositions"] += 1
+    life.tally(s.events, s.sigterm_at is not None, [k for c in s.queues for k in c.kinds])
     names = [_name(i, c) for i, c in enumerate(s.queues)]
     seen = {name: Seen() for name in names}
     problems: list[str] = []
     workers: list[Worker] = []
     env = _env(s)
+    watch = life.Watch()
+    take = Admission._take
+
+    def watched_take(admission: Admission, ticket: Any, now: float) -> None:
+        watch.take(workers, admission)
+        take(admission, ticket, now)
 
     async def scenario() -> None:
         sqs = MemorySQS()
         router = Router()
+        life.add_lifespan(router, s.events)
         keys: dict[str, dict[str, str]] = {}
+        kinds_by_id: dict[str, str] = {}
         for i, (name, c) in enumerate(zip(names, s.queues, strict=True)):
             sqs.create_queue_with_dlq(name, MAX_RECEIVE, VisibilityTimeout="10")
             _router(c, name, seen[name], workers, router)
@@ -132,14 +152,17 @@ def play(s: Shared) -> None:
                 key = f"q{i}k{j}"
                 keys[name][key] = kind
                 message_id = sqs.put(name, json.dumps({"key": key, "kind": kind}), group=f"g{group}")
+                kinds_by_id[message_id] = kind
                 if kind == "lost":
                     sqs.refuse_extensions(message_id, "ReceiptHandleIsInvalid")
         queues = ",".join(names)
         now: dict[str, Running] = {}
 
         def begin() -> None:
-            now["running"] = Running(Worker(config(queues, **env), router, client=sqs))
-            workers.append(now["running"].worker)
+            worker = Worker(config(queues, **env), router, client=sqs)
+            worker.on("job:failed", watch.failed(kinds_by_id.get))
+            now["running"] = Running(worker)
+            workers.append(worker)
 
         # With WORKER_MAX_JOBS a worker exits at its cap and another takes its place.
         capped = dataclasses.replace(s.queues[0], max_jobs=s.max_jobs)
@@ -149,12 +172,15 @@ def play(s: Shared) -> None:
             return asyncio.create_task(_replace_finished(capped, now, begin, seen_first)) if s.max_jobs else None
 
         begin()
-        sampler = asyncio.create_task(_sample(workers, s.budget, problems))
+        if s.events.lifespan == "failing_open":
+            await life.failed_to_open(now["running"], sqs)
+            begin()  # the platform starts another
+        sampler = asyncio.create_task(_sample(workers, s.budget, problems, watch))
         replacer = replacing()
         for operation, before, error in s.trouble:
             sqs.faults[operation] = Fault(before=before, error=error, times=3)
-        if s.sigterm_at is not None:
-            await asyncio.sleep(s.sigterm_at)
+        outage = asyncio.create_task(life.outage(sqs, s.events))
+        if await life.sigterm_moment(now["running"].worker, s.events, s.sigterm_at):
             if replacer is not None:
                 replacer.cancel()
             took = await now["running"].stop()
@@ -162,7 +188,10 @@ def play(s: Shared) -> None:
             begin()
             replacer = replacing()
         await asyncio.sleep(30)
+        await outage
         sqs.heal()
+        if s.events.outage:
+            watch.healed_at = clock.now()
         deadline = clock.now() + ENDS_WITHIN
         while clock.now() < deadline and not all(_ended(sqs, name, keys[name], seen[name]) for name in names):
             await asyncio.sleep(5)
@@ -171,6 +200,7 @@ def play(s: Shared) -> None:
             replacer.cancel()
         await now["running"].stop()
         assert problems == [], problems
+        assert watch.problems == [], watch.problems
         receives = {json.loads(body)["key"]: n for body, n in sqs.receipts.items()}
         for name, c in zip(names, s.queues, strict=True):
             assert seen[name].problems == [], seen[name].problems
@@ -184,7 +214,15 @@ def play(s: Shared) -> None:
             if c.rate:
                 _check_rate(seen[name].starts, StartWindow(_per_second(c.rate)), len(workers))
 
-    vtime.run(scenario())
+    def ended_in_process(job: Job[Any], ok: bool) -> None:
+        key, queue = job.payload["key"], job.queue
+        if job in seen[queue].running.get(key, []):
+            seen[queue].running[key].remove(job)
+        if ok:
+            seen[queue].completed.add(key)
+
+    with mock.patch.object(Admission, "_take", watched_take), life.fake_processes(ended_in_process):
+        vtime.run(scenario())
 
 
 def _dlq(name: str) -> str:
@@ -196,8 +234,9 @@ def _ended(sqs: MemorySQS, name: str, keys: dict[str, str], seen: Seen) -> bool:
     return all(k in seen.completed or k in dead for k in keys) and not sqs.bodies(name)
 
 
-async def _sample(workers: list[Worker], budget: int, problems: list[str]) -> None:
+async def _sample(workers: list[Worker], budget: int, problems: list[str], watch: life.Watch) -> None:
     while True:
+        watch.sample(workers)
         for worker in workers:
             in_use = sum(pool.admission.running for pool in worker.pools)
             if in_use > budget:
@@ -221,7 +260,7 @@ def test_every_message_of_every_queue_ends_on_a_shared_budget(s: Shared) -> None
 
 
 def test_zz_report_how_many_shared_compositions_ran() -> None:
-    print(f"\n{ran['compositions']} shared compositions")
+    print(f"\n{ran['compositions']} shared compositions; life events: {life.told()}")
 
 
 def _plain(kinds: tuple[tuple[str, int], ...]) -> Composition:

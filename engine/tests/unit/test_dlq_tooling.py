@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -16,9 +17,11 @@ from sqs_worker_engine import NonRetryableError
 from sqs_worker_engine.cli import build_parser
 from sqs_worker_engine.dlq import (
     ERROR_ATTRIBUTES,
+    MAX_ATTRIBUTES,
     MOVED_BY_SQS,
     attributes_size,
     dead_letter_request,
+    encode_attribute,
     fit_to_size,
     original_attributes,
     worker_record,
@@ -222,3 +225,116 @@ def test_operator_help_says_what_each_option_does_and_its_default(capsys: pytest
             build_parser("svc").parse_args([*command, "--help"])
         text = " ".join(capsys.readouterr().out.split())
         assert all(e in text for e in expected), (command, text)
+
+
+def test_the_journal_lives_where_it_is_told_else_in_state_else_in_a_private_temp_directory(tmp_path: Path) -> None:
+    """Never the working directory: under the image's read-only root it cannot be written."""
+    from sqs_worker_engine.redrive import journal_place
+
+    name = ".redrive-orders-dlq.journal"
+    assert journal_place("orders-dlq", {"REDRIVE_JOURNAL_DIR": "/data", "XDG_STATE_HOME": "/s"}) == (
+        Path("/data") / name,
+        False,
+    )
+    assert journal_place("orders-dlq", {"XDG_STATE_HOME": "/s", "TMPDIR": "/t"}) == (
+        Path("/s/sqs-worker-engine") / name,
+        False,
+    )
+    uid = os.geteuid()
+    assert journal_place("orders-dlq", {"TMPDIR": "/t"}) == (Path(f"/t/sqs-worker-engine-{uid}") / name, True)
+    assert journal_place("orders-dlq", {}) == (Path(f"/tmp/sqs-worker-engine-{uid}") / name, True)
+
+
+def test_a_journal_in_a_temp_directory_others_can_write_is_refused_before_anything_is_sent(tmp_path: Path) -> None:
+    """What the journal holds decides what is deleted from the DLQ: in a shared temp dir,
+    its directory must be this user's alone (not another's, not a link to elsewhere)."""
+    from sqs_worker_engine.redrive import JournalError
+
+    mine = tmp_path / "mine" / "sqs-worker-engine-1"
+    journal = Journal.ready(mine / "j", private=True)
+    assert journal.sent == set() and mine.stat().st_mode & 0o777 == 0o700 and not (mine / "j").exists()
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir(mode=0o700)
+    link = tmp_path / "link"
+    link.symlink_to(elsewhere)
+    for directory in (shared, link):
+        with pytest.raises(JournalError, match="this user's alone"):
+            Journal.ready(directory / "j", private=True)
+    Journal.ready(shared / "j")  # a directory the operator named is theirs to choose
+
+
+def test_an_unreadable_journal_is_a_journal_error_not_a_traceback(tmp_path: Path) -> None:
+    from sqs_worker_engine.redrive import JournalError
+
+    (tmp_path / "j").write_bytes(b"\xff\xfe not text")
+    with pytest.raises(JournalError, match="REDRIVE_JOURNAL_DIR"):
+        Journal.ready(tmp_path / "j")
+    resumed = tmp_path / "k"
+    resumed.write_text("m-1\nm-2\n")
+    assert Journal.ready(resumed).sent == {"m-1", "m-2"} and resumed.exists(), "an interrupted run's, kept"
+
+
+def string(value: str) -> dict[str, Any]:
+    return {"DataType": "String", "StringValue": value}
+
+
+def with_record(folded: dict[str, Any], kept: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A message bearing a record in the worker's layout, folding `folded`: one the worker
+    wrote, or one a producer forged (the two look alike)."""
+    context = {"written_by": "sqs-worker-engine", "source_queue": "q", "worker_id": "w", "attributes": folded}
+    return received(
+        {
+            **(kept or {}),
+            "x-error-type": string("NonRetryableError"),
+            "x-error-message": string("no"),
+            "x-error-context": string(json.dumps(context)),
+        }
+    )
+
+
+TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+
+
+def test_a_record_folding_what_no_message_could_carry_is_not_unfolded() -> None:
+    """A producer writes any record it likes: unfolded, it would hand the handler more than
+    SQS lets a message carry. Such a record is not the worker's: the attributes stay as sent."""
+    cases = {
+        "eleven in all": with_record(
+            {f"f{i}": encode_attribute(string("x")) for i in range(4)}, {f"k{i}": string("x") for i in range(7)}
+        ),
+        "a thousand folded": with_record({f"f{i}": encode_attribute(string("x")) for i in range(1000)}),
+        "a name of AWS's": with_record({"AWS.Trace": encode_attribute(string("x"))}),
+        "a name of Amazon's": with_record({"amazon.x": encode_attribute(string("x"))}),
+        "two dots": with_record({"a..b": encode_attribute(string("x"))}),
+        "a trailing dot": with_record({"a.": encode_attribute(string("x"))}),
+        "a name too long": with_record({"n" * 257: encode_attribute(string("x"))}),
+        "a space in the name": with_record({"a b": encode_attribute(string("x"))}),
+        "a type SQS has not": with_record({"a": {"DataType": "Evil", "StringValue": "x"}}),
+        "a type too long": with_record({"a": {"DataType": "String." + "x" * 250, "StringValue": "x"}}),
+    }
+    for name, message in cases.items():
+        assert original_attributes(message) == message["MessageAttributes"], name
+        assert worker_record(message) is None, name
+        assert len(copy_entry(0, message, False)["MessageAttributes"]) <= MAX_ATTRIBUTES, name
+
+
+def test_a_forged_record_within_the_limits_gives_the_handler_only_what_its_producer_could_set() -> None:
+    """Unfolded, a forged record is attributes its producer could have sent as they are; the
+    worker's own reading (trace parent, payload pointer) is of what the message carries."""
+    from sqs_worker_engine.offload import pointer_of
+    from sqs_worker_engine.tracing import producer_context
+
+    folded = {
+        "traceparent": encode_attribute(string(TRACEPARENT)),
+        "ExtendedPayloadSize": encode_attribute({"DataType": "Number", "StringValue": "10"}),
+        "tenant": encode_attribute(string("acme")),
+    }
+    message = with_record(folded, {"kept": string("k")})
+    message["Body"] = '["software.amazon.payloadoffloading.PayloadS3Pointer", {"s3BucketName": "b", "s3Key": "k"}]'
+    unfolded = original_attributes(message)
+    assert set(unfolded) == {"kept", "traceparent", "ExtendedPayloadSize", "tenant"}
+    assert producer_context(message) is None, "a folded traceparent never parents the job's span"
+    assert pointer_of(message) is None, "a folded size attribute never makes the body a pointer"

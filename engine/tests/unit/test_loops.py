@@ -73,3 +73,31 @@ def test_the_worker_runs_its_jobs_on_the_loop_chosen(choice: loops.EventLoop) ->
     assert seen["count"] == 30 and seen["left"] == [], "every message ran and was deleted"
     expected = loops.resolve(choice, loops.uvloop_installed())
     assert seen["loop"].startswith("uvloop") == (expected == "uvloop"), seen["loop"]
+
+
+def test_a_task_left_behind_that_ignores_cancellation_does_not_keep_the_process() -> None:
+    """What the worker left behind (a lifespan's close that swallows its cancellation) is
+    cancelled at exit and waited for briefly, never for ever."""
+    import threading
+
+    async def stubborn() -> None:
+        while True:
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                continue
+
+    async def main() -> None:
+        asyncio.get_running_loop().create_task(stubborn())
+        await asyncio.sleep(0)
+
+    finished = threading.Event()
+
+    def run() -> None:
+        run_until_stopped(main())
+        finished.set()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(60)
+    assert finished.is_set(), "run_until_stopped waited for a task that ignores cancellation"

@@ -91,7 +91,7 @@ def test_a_payload_is_validated_against_the_model_before_sending():
         ("orders", Message("x", attributes={"ExtendedPayloadSize": "1"}), "reserved for large payloads"),
         ("orders", Message("x", attributes={"a": ""}), "'a' is empty"),
         ("orders", Message("x", attributes={"a": object()}), "'a': object is not"),
-        ("orders", Message("x" * 1_048_577), "over SQS's limit of 1048576"),
+        ("orders", Message("x" * 1_048_577), "over the queue's limit of 1048576 bytes"),
     ],
 )
 def test_what_sqs_would_refuse_is_refused_before_sending(url: str, message: Message[Any], match: str):
@@ -157,3 +157,41 @@ def test_large_bodies_go_to_s3_only_once_every_message_passed_its_checks():
     large, small = calls.batches[0]
     assert large["MessageAttributes"]["ExtendedPayloadSize"] == {"DataType": "Number", "StringValue": "500"}
     assert '"s3BucketName": "b"' in large["MessageBody"] and small["MessageBody"] == "small"
+
+
+def test_a_fifo_message_gets_a_deduplication_id_of_its_own_kept_across_resends():
+    """Without one SQS refuses the send (unless the queue deduplicates by content). One per
+    message, not per payload: the same payload twice is two messages, as on a standard queue;
+    an entry SQS failed on its side is sent again with its id, so SQS drops a duplicate."""
+    throttled = {"Code": "InternalError", "Message": "try again", "SenderFault": False}
+    calls = Calls({'{"n": 1}': [throttled]})
+    same = [
+        Message({"n": 1}, group_id="g"),
+        Message({"n": 1}, group_id="g"),
+        Message({"n": 2}, group_id="g", dedup_id="mine"),
+    ]
+    assert send(Producer(calls, "orders.fifo"), same).ok
+    first, second = calls.batches
+    ids = [entry["MessageDeduplicationId"] for entry in first]
+    assert len(set(ids)) == 3 and ids[2] == "mine", ids
+    assert [entry["MessageDeduplicationId"] for entry in second] == ids[:1], "the resend keeps its id"
+    asyncio.run(Producer(calls, "orders.fifo").send("x", group_id="g"))
+    assert calls.batches[-1][0]["MessageDeduplicationId"] not in ids
+
+
+def test_no_deduplication_id_where_sqs_needs_none():
+    calls = Calls()
+    send(Producer(calls, "orders"), [Message("x")])
+    send(Producer(calls, "orders.fifo", content_based_deduplication=True), [Message("x", group_id="g")])
+    assert ["MessageDeduplicationId" in batch[0] for batch in calls.batches] == [False, False]
+
+
+def test_the_queues_own_size_limit_is_the_one_kept():
+    calls = Calls()
+    producer: Producer[Any] = Producer(calls, "q", max_message_bytes=1024)
+    with pytest.raises(ValueError, match="1025 bytes, over the queue's limit of 1024 bytes"):
+        send(producer, [Message("x" * 1025)])
+    store = Store()
+    offloading: Producer[Any] = Producer(calls, "q", payloads=store, bucket="b", max_message_bytes=1024)  # type: ignore[arg-type]
+    assert send(offloading, [Message("x" * 1025)]).ok
+    assert store.put_bodies == ["x" * 1025], "over the queue's limit, under the threshold: through S3"

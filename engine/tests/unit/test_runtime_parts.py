@@ -5,6 +5,9 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -22,7 +25,7 @@ from sqs_worker_engine.delivery import extension_seconds
 from sqs_worker_engine.dlq import dead_letter_request
 from sqs_worker_engine.errors import NonRetryableError, PayloadError
 from sqs_worker_engine.events import Events
-from sqs_worker_engine.health import Health, check_file
+from sqs_worker_engine.health import Health, check, check_file, progress_file, progress_files
 from sqs_worker_engine.payload import parse_payload
 
 
@@ -139,12 +142,13 @@ def test_job_cancellation_signal() -> None:
 
 
 def test_healthcheck_verdict_from_the_progress_file(tmp_path: Path) -> None:
-    path = tmp_path / "progress"
+    base = tmp_path / "orders.progress"
+    path = tmp_path / f"orders.{os.getpid()}.progress"  # this process's own
     assert check_file(str(path), 60)[0] is False
-    health = Health(stalled_after=60, health_file=str(path))
+    health = Health(stalled_after=60, health_file=str(base))
     health.progress()
     health.write_file()
-    assert check_file(str(path), 60)[0] is True
+    assert check_file(str(path), 60)[0] is True and not base.exists()
     ok, message = check_file(str(path), 60, now=time.time() + 120)
     assert not ok and "stalled" in message
     path.write_text("garbage")
@@ -153,16 +157,32 @@ def test_healthcheck_verdict_from_the_progress_file(tmp_path: Path) -> None:
 
 def test_liveness_follows_the_pool_longest_without_progress() -> None:
     """One queue's stuck slots stall the worker even while another queue keeps polling."""
-    health = Health(stalled_after=60, health_file=None)
+    now = [1000.0]
+    health = Health(stalled_after=60, health_file=None, monotonic=lambda: now[0])
     health.track(["orders", "receipts"])
     health.progress("orders")
     assert health.live()
-    stuck_since = time.monotonic() - 120
-    health._marks["receipts"] = (stuck_since, time.time() - 120)
+    now[0] += 120
     health.progress("orders")  # orders keeps polling
     assert not health.live() and health.stalled_for() >= 120
     health.progress("receipts")
     assert health.live()
+
+
+def test_a_resting_pool_is_live_and_a_pool_with_every_slot_held_is_not() -> None:
+    """A pool waiting by design (paused, rate-limited, below a higher queue on a strict
+    budget) is progress; one whose slots are all held by jobs that do not end is a stall."""
+    now = [0.0]
+    resting = {"paused": True, "stuck": False}
+    health = Health(stalled_after=8, health_file=None, monotonic=lambda: now[0])
+    health.track({name: (lambda name=name: resting[name]) for name in resting})
+    now[0] = 20.0
+    assert health.stalled_for() == 20.0, "the stuck pool is 20 s without progress"
+    health.progress("stuck")
+    assert health.live(), "the paused pool rests: it never stalls the worker"
+    resting["paused"] = False
+    now[0] = 29.0
+    assert not health.live() and health.stalled_for() == 9.0
 
 
 def test_slots_gather_a_wave_of_releases_into_one_reservation(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -329,3 +349,41 @@ def test_a_lifespan_must_be_an_async_generator_or_give_a_context_manager() -> No
         router.open_resources()
     with pytest.raises(ValueError, match="already has a lifespan"):
         router.lifespan(wrong)
+
+
+def gone_pid() -> int:
+    """The pid of a process that has exited (and been reaped)."""
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+def test_healthcheck_judges_each_running_worker_by_its_own_file(tmp_path: Path) -> None:
+    """Two workers of one service on one host: one stalled while the other makes progress
+    is a failed check naming it (a file they shared said ok); a stopped worker's file is
+    left out; `--pid` judges one worker."""
+    base = str(tmp_path / "orders.progress")
+    now = time.time()
+    me, gone = os.getpid(), gone_pid()
+    assert check(base, 60)[0] is False, "no file at all"
+    Path(progress_file(base, gone)).write_text(f"{now}\n")
+    ok, message = check(base, 60)
+    assert not ok and f"only stopped workers': {gone}" in message, message
+    Path(progress_file(base, me)).write_text(f"{now - 120}\n")  # running, stalled
+    ok, message = check(base, 60, now=now)
+    assert not ok and "stalled" in message and f"(worker {me})" in message, message
+    Path(progress_file(base, me)).write_text(f"{now}\n")
+    assert check(base, 60, now=now)[0] is True, "the stopped worker's file is left out"
+    parent = os.getppid()  # another running worker, stalled
+    Path(progress_file(base, parent)).write_text(f"{now - 120}\n")
+    ok, message = check(base, 60, now=now)
+    assert not ok and f"worker {parent}: stalled" in message and f"worker {me}: ok" in message, message
+    assert check(base, 60, pid=me, now=now)[0] is True
+    assert check(base, 60, pid=gone, now=now) == (
+        False,
+        f"worker {gone} is not running (its last progress file is {progress_file(base, gone)})",
+    )
+    assert check(base, 60, pid=1234567, now=now)[0] is False
+    Path(tmp_path / "orders.x.progress").write_text("0\n")  # not a worker's: never read
+    Path(tmp_path / "orders-b.7.progress").write_text("0\n")
+    assert set(progress_files(base)) == {me, gone, parent}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from sqs_worker_engine.settings import ConfigError, ServiceDefaults, load_settings, redact_url
@@ -86,12 +88,12 @@ def test_without_a_queue_the_engine_refuses_to_start() -> None:
 @pytest.mark.parametrize(
     ("variable", "value", "fragment"),
     [
-        ("WORKER_CONCURRENCY", "", "valid integer"),
-        ("WORKER_CONCURRENCY", "abc", "valid integer"),
+        ("WORKER_CONCURRENCY", "", "not a whole number"),
+        ("WORKER_CONCURRENCY", "abc", "not a whole number"),
         ("WORKER_CONCURRENCY", "0", "greater than or equal to 1"),
         ("WORKER_CONCURRENCY", "-3", "greater than or equal to 1"),
         ("WORKER_CONCURRENCY", "99999999999999999999", "less than or equal to 1000"),
-        ("WORKER_JOB_TIMEOUT_MS", "1.5", "valid integer"),
+        ("WORKER_JOB_TIMEOUT_MS", "1.5", "not a whole number"),
         ("WORKER_SHUTDOWN_TIMEOUT_MS", "-1", "greater than or equal to 100"),
         ("WORKER_VISIBILITY_TIMEOUT_SECONDS", "50000", "less than or equal to 43200"),
         ("WORKER_HEARTBEAT_FRACTION", "1.5", "less than or equal to 0.9"),
@@ -108,8 +110,8 @@ def test_without_a_queue_the_engine_refuses_to_start() -> None:
         ("WORKER_HANDLERS", "no-colon", "package.module:attribute"),
         ("DB_POOL_SIZE", "0", "greater than or equal to 1"),
         ("WORKER_MAX_JOBS", "0", "greater than or equal to 1"),
-        ("WORKER_MAX_JOBS", "", "valid integer"),
-        ("WORKER_MAX_JOBS", "1.5", "valid integer"),
+        ("WORKER_MAX_JOBS", "", "not a whole number"),
+        ("WORKER_MAX_JOBS", "1.5", "not a whole number"),
         ("WORKER_IDLE_EXIT_SECONDS", "0", "greater than 0"),
         ("WORKER_IDLE_EXIT_SECONDS", "inf", "less than or equal to 604800"),
         ("WORKER_IDLE_EXIT_SECONDS", "nan", "less than or equal to"),
@@ -235,6 +237,19 @@ def test_a_rate_limit_applies_to_every_queue_and_a_queue_may_have_its_own() -> N
         load_settings({"WORKER_QUEUES": "orders", "WORKER_QUEUE_ORDERS_RATE_LIMIT": "lots"})
     [(variable, message)] = info.value.problems
     assert variable == "WORKER_QUEUE_ORDERS_RATE_LIMIT" and "N/s" in message
+
+
+def test_a_rate_s_burst_is_one_by_default_and_at_most_a_window_s_count() -> None:
+    config = load_settings(
+        {"WORKER_QUEUES": "orders,emails", "WORKER_RATE_LIMIT": "20/s", "WORKER_QUEUE_EMAILS_RATE_BURST": "5"}
+    )
+    assert {q.name: q.rate_burst for q in config.queues} == {"orders": 1, "emails": 5}
+    assert problems({"WORKER_QUEUES": "orders", "WORKER_RATE_BURST": "5"}) == {
+        "WORKER_RATE_BURST": "a burst is of a rate limit: set WORKER_RATE_LIMIT too"
+    }
+    assert problems(
+        {"WORKER_QUEUES": "orders", "WORKER_RATE_LIMIT": "20/s", "WORKER_QUEUE_ORDERS_RATE_BURST": "21"}
+    ) == {"WORKER_QUEUE_ORDERS_RATE_BURST": "21 is more starts at once than 20/s allows in a window (20)"}
 
 
 def test_a_group_cap_applies_to_standard_queues_below_their_concurrency() -> None:
@@ -420,3 +435,194 @@ def test_the_event_loop_is_auto_by_default_and_a_bad_choice_is_named(monkeypatch
     monkeypatch.setattr(settings, "uvloop_installed", lambda: False)
     assert "sqs-worker-engine[uvloop]" in problems({"WORKER_EVENT_LOOP": "uvloop"})["WORKER_EVENT_LOOP"]
     assert load_settings({"WORKER_EVENT_LOOP": "auto"}, SERVICE).settings.event_loop == "auto"
+
+
+def test_two_queues_sharing_one_per_queue_key_are_refused_naming_both_and_the_key() -> None:
+    """`a-v2` and `a_v2` are both WORKER_QUEUE_A_V2_*: an override would reach one of them
+    only, and which one is no one's choice."""
+    for env in (
+        {"WORKER_QUEUES": "a-v2,a_v2", "WORKER_QUEUE_A_V2_CONCURRENCY": "3"},
+        {"WORKER_QUEUES": "orders,Orders"},
+    ):
+        found = problems(env)
+        assert list(found) == ["WORKER_QUEUES"], found
+        message = found["WORKER_QUEUES"]
+        first, second = env["WORKER_QUEUES"].split(",")
+        assert repr(first) in message and repr(second) in message, message
+        assert f"WORKER_QUEUE_{first.upper().replace('-', '_')}_" in message, message
+    assert [q.name for q in load_settings({"WORKER_QUEUES": "a-v2,a_v3"}).queues] == ["a-v2", "a_v3"]
+
+
+# What kubelet injects into every pod for a Service in its namespace, for Services named
+# worker-queue (two ports, one named) and worker-queue-metrics (IPv6): service links.
+SERVICE_LINKS = {
+    "WORKER_QUEUE_SERVICE_HOST": "10.96.0.12",
+    "WORKER_QUEUE_SERVICE_PORT": "9102",
+    "WORKER_QUEUE_SERVICE_PORT_METRICS": "9102",
+    "WORKER_QUEUE_SERVICE_PORT_HTTP_ALT": "8080",
+    "WORKER_QUEUE_PORT": "tcp://10.96.0.12:9102",
+    "WORKER_QUEUE_PORT_9102_TCP": "tcp://10.96.0.12:9102",
+    "WORKER_QUEUE_PORT_9102_TCP_PROTO": "tcp",
+    "WORKER_QUEUE_PORT_9102_TCP_PORT": "9102",
+    "WORKER_QUEUE_PORT_9102_TCP_ADDR": "10.96.0.12",
+    "WORKER_QUEUE_PORT_8080_UDP": "udp://10.96.0.12:8080",
+    "WORKER_QUEUE_PORT_8080_UDP_PROTO": "udp",
+    "WORKER_QUEUE_PORT_8080_UDP_PORT": "8080",
+    "WORKER_QUEUE_PORT_8080_UDP_ADDR": "10.96.0.12",
+    "WORKER_QUEUE_METRICS_SERVICE_HOST": "fd00:10:96::7",
+    "WORKER_QUEUE_METRICS_SERVICE_PORT": "9102",
+    "WORKER_QUEUE_METRICS_PORT": "tcp://[fd00:10:96::7]:9102",
+    "WORKER_QUEUE_METRICS_PORT_9102_SCTP": "sctp://[fd00:10:96::7]:9102",
+    "WORKER_QUEUE_METRICS_PORT_9102_SCTP_PROTO": "sctp",
+    "WORKER_QUEUE_METRICS_PORT_9102_SCTP_PORT": "9102",
+    "WORKER_QUEUE_METRICS_PORT_9102_SCTP_ADDR": "fd00:10:96::7",
+}
+
+
+def test_service_links_of_services_named_worker_queue_are_told_apart_and_ignored() -> None:
+    config = load_settings(SERVICE_LINKS, SERVICE)
+    assert [(q.name, q.concurrency) for q in config.queues] == [("orders-worker-jobs", 8)]
+    # Beside a per-queue setting that is one, and for a queue named like a Service.
+    env = {**SERVICE_LINKS, "WORKER_QUEUES": "orders,metrics", "WORKER_QUEUE_METRICS_CONCURRENCY": "3"}
+    assert [q.concurrency for q in load_settings(env).queues] == [8, 3]
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "fragment"),
+    [
+        # Typos of per-queue settings, among service links: still refused, with the setting meant.
+        (
+            "WORKER_QUEUE_ORDERS_WORKER_JOBS_CONCURENCY",
+            "4",
+            "did you mean WORKER_QUEUE_ORDERS_WORKER_JOBS_CONCURRENCY?",
+        ),
+        ("WORKER_QUEUE_ORDERS_WORKER_JOBS_POLLER", "4", "did you mean WORKER_QUEUE_ORDERS_WORKER_JOBS_POLLERS?"),
+        # A link's name with a value no Service link has: a setting meant, not a link.
+        ("WORKER_QUEUE_PORT", "9102", "unknown per-queue setting"),
+        ("WORKER_QUEUE_SERVICE_HOST", "orders", "unknown per-queue setting"),
+        ("WORKER_QUEUE_SERVICE_PORT", "99999", "unknown per-queue setting"),
+        ("WORKER_QUEUE_PORT_9102_TCP", "tcp://10.96.0.12:9103", "unknown per-queue setting"),
+        ("WORKER_QUEUE_PORT_9102_TCP_PROTO", "udp", "unknown per-queue setting"),
+        ("WORKER_QUEUE_PORT_9102_TCP_PORT", "80", "unknown per-queue setting"),
+        ("WORKER_QUEUE_PORT_9102_TCP_ADDR", "10.96.0", "unknown per-queue setting"),
+        ("WORKER_QUEUE_PORT_9102_HTTP", "tcp://10.96.0.12:9102", "unknown per-queue setting"),
+        ("WORKER_PORT", "tcp://db.internal:5432", "unknown setting"),
+        ("WORKER_METRICS_SERVICE_HOST", "", "unknown setting"),
+    ],
+)
+def test_a_variable_shaped_like_a_service_link_without_a_links_value_is_refused(
+    variable: str, value: str, fragment: str
+) -> None:
+    found = problems({**SERVICE_LINKS, variable: value})
+    assert list(found) == [variable], found
+    assert fragment in found[variable], found
+
+
+WHOLE_NUMBERS_NOT_WRITTEN_IN_DIGITS = [
+    "\uff15",
+    "\u0663",
+    "1_0",
+    "+5",
+    " 5",
+    "5 ",
+    "5\n",
+    "5.0",
+    "0x5",
+    "1e1",
+    "",
+    "\u0663\u0663",
+]
+
+
+@pytest.mark.parametrize("value", WHOLE_NUMBERS_NOT_WRITTEN_IN_DIGITS)
+def test_a_per_queue_whole_number_is_read_as_the_global_one_is(value: str) -> None:
+    """One reading of a whole number for WORKER_CONCURRENCY and WORKER_QUEUE_<KEY>_CONCURRENCY:
+    plain digits 0-9; int() took Unicode digits, `1_0`, `+5` and spaces per queue only."""
+    for variable in ("WORKER_CONCURRENCY", "WORKER_QUEUE_ORDERS_WORKER_JOBS_CONCURRENCY", "WORKER_MAX_JOBS"):
+        found = problems({variable: value})
+        assert list(found) == [variable], found
+        assert "not a whole number" in found[variable] and repr(value) in found[variable], found
+
+
+def test_whole_numbers_far_past_their_bound_are_out_of_range_not_a_crash() -> None:
+    huge = "9" * 5000  # past int()'s 4,300 digits
+    for variable in ("WORKER_CONCURRENCY", "WORKER_QUEUE_ORDERS_WORKER_JOBS_CONCURRENCY"):
+        found = problems({variable: huge})
+        assert list(found) == [variable], found
+        assert "not a whole number" not in found[variable], found
+    config = load_settings({"WORKER_CONCURRENCY": "007", "WORKER_QUEUE_ORDERS_WORKER_JOBS_PREFETCH": "0"}, SERVICE)
+    assert (config.queues[0].concurrency, config.queues[0].prefetch) == (7, 0)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "0." + "0" * 37 + "28/s",  # 2.8e-39 a second: the next start in 10^31 years
+        "0.00001/s",  # one start in 28 hours
+        "0.04/h",  # one in 25 hours
+        "1" * 400 + "/s",  # infinite as a float
+        "\u0663/s",  # Arabic-Indic 3
+        "\uff150/min",  # fullwidth 5, then 0
+    ],
+)
+def test_a_rate_no_queue_could_live_with_is_refused_naming_the_variable(value: str) -> None:
+    for variable in ("WORKER_RATE_LIMIT", "WORKER_QUEUE_ORDERS_WORKER_JOBS_RATE_LIMIT"):
+        found = problems({variable: value})
+        assert list(found) == [variable], found
+    floor = problems({"WORKER_QUEUE_ORDERS_WORKER_JOBS_RATE_LIMIT": "0.04/h"})
+    assert "one start a day" in next(iter(floor.values())), floor
+
+
+def test_the_slowest_rate_taken_is_one_start_a_day() -> None:
+    config = load_settings(
+        {"WORKER_RATE_LIMIT": "0.0417/h", "WORKER_QUEUES": "a,b", "WORKER_QUEUE_B_RATE_LIMIT": "1/h"}
+    )
+    assert [round(86_400 * (q.rate_limit or 0), 2) for q in config.queues] == [1.0, 24.0]
+
+
+# -- the owner's secrets, and where metrics go ------------------------------------------
+
+
+def test_owner_secrets_show_as_set_or_unset_never_their_values() -> None:
+    service = ServiceDefaults(secrets=("API_TOKEN", "BILLING_DATABASE_URL", "DATABASE_URL"))
+    config = load_settings(
+        {"WORKER_QUEUES": "orders", "API_TOKEN": "tok-s3cr3t", "DATABASE_URL": "postgresql://u:pw-s3cr3t@db/x"}, service
+    )
+    described = config.describe()
+    assert described["secrets"] == {"API_TOKEN": "set", "BILLING_DATABASE_URL": "unset", "DATABASE_URL": "set"}
+    assert "s3cr3t" not in json.dumps(described)
+
+
+@pytest.mark.parametrize(
+    ("name", "fragment"),
+    [
+        ("api_token", "not an environment variable name"),
+        ("1TOKEN", "not an environment variable name"),
+        ("API-TOKEN", "not an environment variable name"),
+        ("WORKER_TOKEN", "a setting of the engine"),
+        ("AWS_SECRET_ACCESS_KEY", "a setting of the engine"),
+        ("LOG_LEVEL", "a setting of the engine"),
+    ],
+)
+def test_an_owner_secret_must_be_a_variable_of_the_services_own(name: str, fragment: str) -> None:
+    with pytest.raises(ValueError, match=fragment):
+        ServiceDefaults(secrets=(name,))
+
+
+def test_the_metrics_exporter_is_one_of_three() -> None:
+    assert load_settings({"WORKER_QUEUES": "orders"}).settings.metrics_exporter == "prometheus"
+    for exporter in ("otlp", "both"):
+        config = load_settings({"WORKER_QUEUES": "orders", "WORKER_METRICS_EXPORTER": exporter})
+        assert config.settings.metrics_exporter == exporter
+    with pytest.raises(ConfigError) as refused:
+        load_settings({"WORKER_QUEUES": "orders", "WORKER_METRICS_EXPORTER": "statsd"})
+    assert [var for var, _ in refused.value.problems] == ["WORKER_METRICS_EXPORTER"]
+
+
+def test_the_unprefixed_settings_limits_names_are_the_engines() -> None:
+    """limits.py lists them for the template's hooks, which cannot import the settings."""
+    from sqs_worker_engine.limits import RESERVED_PREFIXES, UNPREFIXED_SETTINGS
+    from sqs_worker_engine.settings import _ALIASES
+
+    unprefixed = {name for name in _ALIASES if not name.startswith(RESERVED_PREFIXES)} - {"DATABASE_URL"}
+    assert unprefixed == set(UNPREFIXED_SETTINGS)

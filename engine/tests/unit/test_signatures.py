@@ -23,7 +23,19 @@ from cryptography.x509.oid import NameOID
 
 from sqs_worker_engine.envelopes import open_envelope
 from sqs_worker_engine.errors import PayloadError
-from sqs_worker_engine.signatures import Signed, SnsSignatures, certificate_source, signed_of
+from sqs_worker_engine.signatures import (
+    CACHE_SIZE,
+    FAILURES_KEPT,
+    MAX_FETCHES,
+    MAX_PENDING,
+    PERMANENT_FAILURE_SECONDS,
+    TRANSIENT_FAILURE_SECONDS,
+    CertificateUnavailable,
+    Signed,
+    SnsSignatures,
+    certificate_source,
+    signed_of,
+)
 
 TOPIC = "arn:aws:sns:us-east-1:123456789012:payments-approved"
 CERT_PATH = "/SimpleNotificationService-test.pem"
@@ -200,17 +212,25 @@ def test_the_certificate_source_is_the_sns_host_or_the_emulators() -> None:
 
 
 def test_a_missing_certificate_is_a_payload_error_and_an_unavailable_one_is_retried() -> None:
+    now = [0.0]
+
     async def scenario(server: CertServer, signatures: SnsSignatures) -> None:
+        signatures._clock = lambda: now[0]
         server.status = 404
-        with pytest.raises(PayloadError, match="no SNS signing certificate"):
-            await check(signatures, notification())
+        for _ in range(2):
+            with pytest.raises(PayloadError, match="no SNS signing certificate"):
+                await check(signatures, notification())
+        now[0] += PERMANENT_FAILURE_SECONDS
         server.status = 503
         with pytest.raises(aiohttp.ClientResponseError, match="Service Unavailable"):  # may pass: retried
             await check(signatures, notification())
+        with pytest.raises(CertificateUnavailable, match="Service Unavailable"):  # remembered: retried too
+            await check(signatures, notification())
+        now[0] += TRANSIENT_FAILURE_SECONDS
         server.status = 200
         await check(signatures, notification())
 
-    run_with_server(scenario)
+    assert len(run_with_server(scenario).requests) == 3, "each failure asked once while remembered"
 
 
 def test_a_notification_without_string_signing_fields_has_no_signature() -> None:
@@ -223,3 +243,175 @@ def test_one_fetch_serves_many_jobs_checking_at_once() -> None:
         await asyncio.gather(*(check(signatures, notification()) for _ in range(20)))
 
     assert len(run_with_server(scenario).requests) == 1
+
+
+# -- fetching certificates: per URL, bounded, failures remembered (a fake fetcher) -------
+
+
+class FakeFetcher:
+    """Stands in for the HTTP GET: counts calls and how many run at once; each URL's
+    answer waits for its gate (open unless closed) and is CERT, or the error `failing` names."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+        self.running = 0
+        self.most_at_once = 0
+        self.gates: dict[str, asyncio.Event] = {}
+        self.failing: dict[str, BaseException] = {}
+
+    def close(self, url: str) -> asyncio.Event:
+        self.gates[url] = asyncio.Event()
+        return self.gates[url]
+
+    async def __call__(self, url: str) -> bytes:
+        self.calls.append(url)
+        self.running += 1
+        self.most_at_once = max(self.most_at_once, self.running)
+        try:
+            gate = self.gates.get(url)
+            if gate is not None:
+                await gate.wait()
+            if url in self.failing:
+                raise self.failing[url]
+            return CERT
+        finally:
+            self.running -= 1
+
+
+ENDPOINT = "http://127.0.0.1:4566"
+
+
+def cert_url(name: str) -> str:
+    return f"https://sns.us-east-1.amazonaws.com/SimpleNotificationService-{name}.pem"
+
+
+def source(name: str) -> str:
+    return f"{ENDPOINT}/SimpleNotificationService-{name}.pem"
+
+
+def checker(fetcher: FakeFetcher, clock: list[float] | None = None) -> SnsSignatures:
+    now = clock if clock is not None else [0.0]
+    return SnsSignatures(ENDPOINT, fetch=fetcher, clock=lambda: now[0])
+
+
+def test_certificates_of_different_urls_are_fetched_at_once_not_one_after_another() -> None:
+    """One lock across every fetch made each notification naming a new certificate URL wait
+    for all the fetches before it (each up to 10 s)."""
+
+    async def main() -> None:
+        fetcher = FakeFetcher()
+        slow, other = fetcher.close(source("slow")), fetcher.close(source("other"))
+        signatures = checker(fetcher)
+        checks = [
+            asyncio.ensure_future(check(signatures, notification(cert_url=cert_url(name))))
+            for name in ("slow", "other")
+        ]
+        for _ in range(50):
+            await asyncio.sleep(0)
+        assert fetcher.most_at_once == 2, "the second URL's fetch waited for the first's"
+        other.set()
+        await asyncio.wait_for(checks[1], 5)  # answered while the slow one still hangs
+        assert not checks[0].done()
+        slow.set()
+        await asyncio.wait_for(checks[0], 5)
+
+    asyncio.run(main())
+
+
+def test_each_url_is_fetched_once_however_many_checks_wait_for_it() -> None:
+    async def main() -> None:
+        fetcher = FakeFetcher()
+        gates = [fetcher.close(source(name)) for name in "abc"]
+        signatures = checker(fetcher)
+        checks = asyncio.gather(*(check(signatures, notification(cert_url=cert_url(n))) for n in "abc" * 10))
+        for _ in range(20):
+            await asyncio.sleep(0)
+        for gate in gates:
+            gate.set()
+        await asyncio.wait_for(checks, 5)
+        assert sorted(fetcher.calls) == sorted(source(n) for n in "abc")
+        await check(signatures, notification(cert_url=cert_url("a")))
+        assert len(fetcher.calls) == 3, "cached"
+
+    asyncio.run(main())
+
+
+def test_a_check_cancelled_while_its_certificate_is_fetched_leaves_the_fetch_to_the_others() -> None:
+    async def main() -> None:
+        fetcher = FakeFetcher()
+        gate = fetcher.close(source("a"))
+        signatures = checker(fetcher)
+        first = asyncio.ensure_future(check(signatures, notification(cert_url=cert_url("a"))))
+        second = asyncio.ensure_future(check(signatures, notification(cert_url=cert_url("a"))))
+        for _ in range(20):
+            await asyncio.sleep(0)
+        first.cancel()  # its job timed out, or lost its lease
+        await asyncio.gather(first, return_exceptions=True)
+        gate.set()
+        await asyncio.wait_for(second, 5)
+        assert fetcher.calls == [source("a")], "one fetch, finished for the check still waiting"
+
+    asyncio.run(main())
+
+
+def test_a_failed_fetch_is_remembered_for_a_while_not_repeated_for_every_message() -> None:
+    async def main() -> None:
+        fetcher = FakeFetcher()
+        fetcher.failing[source("gone")] = PayloadError("no SNS signing certificate at x (404)")
+        fetcher.failing[source("down")] = aiohttp.ClientConnectionError("connection refused")
+        clock = [1000.0]
+        signatures = checker(fetcher, clock)
+        for _ in range(5):
+            with pytest.raises(PayloadError, match="no SNS signing certificate"):
+                await check(signatures, notification(cert_url=cert_url("gone")))
+            with pytest.raises(Exception, match="connection refused") as unavailable:
+                await check(signatures, notification(cert_url=cert_url("down")))
+            assert not isinstance(unavailable.value, PayloadError), "a network failure is retried"
+        assert fetcher.calls == [source("gone"), source("down")], "each failure remembered"
+        clock[0] += TRANSIENT_FAILURE_SECONDS + 1
+        del fetcher.failing[source("down")]
+        await check(signatures, notification(cert_url=cert_url("down")))  # up again: fetched again
+        with pytest.raises(PayloadError):
+            await check(signatures, notification(cert_url=cert_url("gone")))
+        assert fetcher.calls.count(source("gone")) == 1, "a missing certificate is remembered longer"
+        clock[0] += PERMANENT_FAILURE_SECONDS
+        with pytest.raises(PayloadError):
+            await check(signatures, notification(cert_url=cert_url("gone")))
+        assert fetcher.calls.count(source("gone")) == 2
+
+    asyncio.run(main())
+
+
+def test_notifications_naming_ever_new_urls_choose_neither_the_memory_nor_the_fetches_at_once() -> None:
+    """Untrusted content names the certificate URL: what it costs is bounded."""
+
+    async def main() -> None:
+        fetcher = FakeFetcher()
+        signatures = checker(fetcher)
+        for n in range(3 * CACHE_SIZE):
+            await check(signatures, notification(cert_url=cert_url(f"ok{n}")))
+        for n in range(3 * FAILURES_KEPT):
+            fetcher.failing[source(f"bad{n}")] = PayloadError("no certificate")
+            with pytest.raises(PayloadError):
+                await check(signatures, notification(cert_url=cert_url(f"bad{n}")))
+        assert signatures.remembered() == (CACHE_SIZE, FAILURES_KEPT)
+        # Many new URLs at once, each fetch hanging: at most MAX_FETCHES run at once, at most
+        # MAX_PENDING wait, and past that a check is turned away (retried later) at once.
+        names = [f"hang{n}" for n in range(MAX_PENDING + 10)]
+        gates = [fetcher.close(source(name)) for name in names]
+        checks = [asyncio.ensure_future(check(signatures, notification(cert_url=cert_url(n)))) for n in names]
+        for _ in range(50):
+            await asyncio.sleep(0)
+        assert fetcher.most_at_once <= MAX_FETCHES
+        turned_away = [c for c in checks if c.done()]
+        assert len(turned_away) == 10
+        for c in turned_away:
+            assert not isinstance(c.exception(), PayloadError), "busy is not forged: retried"
+        # A cached certificate is checked meanwhile without waiting.
+        await asyncio.wait_for(check(signatures, notification(cert_url=cert_url(f"ok{3 * CACHE_SIZE - 1}"))), 5)
+        for gate in gates:
+            gate.set()
+        await asyncio.wait_for(asyncio.gather(*checks, return_exceptions=True), 5)
+        assert fetcher.most_at_once <= MAX_FETCHES
+
+    asyncio.run(main())

@@ -19,7 +19,7 @@ from prometheus_client.metrics import MetricWrapperBase
 from sqs_worker_engine import metrics
 from sqs_worker_engine.envelopes import ENVELOPES, ControlMessage, open_envelope, read_payload
 from sqs_worker_engine.errors import PayloadError
-from sqs_worker_engine.logs import configure
+from sqs_worker_engine.logs import LogFormat, configure
 from sqs_worker_engine.offload import PayloadStore, S3Pointer, pointer_of, pointer_problem, size_problem
 
 NOTIFICATION = {
@@ -176,13 +176,15 @@ def test_metric_labels_are_bounded_none_comes_from_message_content() -> None:
     assert labels and all(names <= bounded for names in labels.values()), labels
 
 
-def test_content_in_a_log_line_is_json_escaped(capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize("log_format", ["json", "text"])
+def test_content_in_a_log_line_is_escaped(capsys: pytest.CaptureFixture[str], log_format: LogFormat) -> None:
     """A producer's text that looks like a log record of its own stays inside one line's
-    message: a topic ARN (logged when its confirmation is dropped) with a newline and JSON."""
-    forged = 'arn"}\n{"level": "CRITICAL", "message": "forged record"}'
+    message: a topic ARN (logged when its confirmation is dropped) with a newline and JSON,
+    and a terminal's escape sequence; JSON-escaped in JSON lines, shown escaped in text ones."""
+    forged = 'arn"}\n{"level": "CRITICAL", "message": "forged record"}\x1b[2J'
     with pytest.raises(ControlMessage) as dropped:
         open_envelope("sns", json.dumps({"Type": "SubscriptionConfirmation", "TopicArn": forged}))
-    configure("svc", "INFO")
+    configure("svc", "INFO", log_format)
     # What this checks is the formatter; the engine loggers' levels are other tests' to
     # quieten (the property suites set CRITICAL while they run), so they are pinned here.
     loggers = [logging.getLogger("sqs_worker_engine"), logging.getLogger("sqs_worker_engine.pool")]
@@ -199,5 +201,9 @@ def test_content_in_a_log_line_is_json_escaped(capsys: pytest.CaptureFixture[str
             logger.disabled = disabled
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 1, (lines, kept)
-    record = json.loads(lines[0])
-    assert record["level"] == "INFO" and forged in record["message"]
+    if log_format == "json":
+        record = json.loads(lines[0])
+        assert record["level"] == "INFO" and forged in record["message"]
+    else:
+        assert " INFO " in lines[0] and "\x1b" not in lines[0], lines[0]
+        assert 'arn"}\\n{"level": "CRITICAL", "message": "forged record"}\\x1b[2J' in lines[0], lines[0]

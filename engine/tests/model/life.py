@@ -1,0 +1,353 @@
+"""Life events of the process, for the model's property suites (test_compositions.py,
+test_shared_compositions.py): what happens to a worker besides its messages.
+
+- the lifespan slow, failing or hanging, in its open or its close (the first worker's
+  only: the platform then starts another, whose lifespan is healthy);
+- SIGTERM in a phase of the worker's life rather than at a random time: while the
+  lifespan opens, during a pause, while a queue waits with nothing running (a budget's or
+  a rate limit's quiet spell), while a message settles;
+- SQS failing for a spell, per call kind, then answering again;
+- a handler process dying (`executor="process"` handlers on `FakeProcesses`: a process
+  pool on the loop's virtual time, in which a "crash" message kills its process).
+
+And what the suites check of them (`Watch`): no job starts after SIGTERM; once SQS
+answers again no queue still waits on it; no message is charged for a neighbour's crash;
+the worker stays live whenever it can make progress (the check of the check plays a
+handler that never ends, and liveness must fail on it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Iterator
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, field
+from typing import Any, Literal
+from unittest import mock
+
+from hypothesis import strategies as st
+
+from sqs_worker_engine import clock, processes
+from sqs_worker_engine.delivery import State
+from sqs_worker_engine.job import Job
+from sqs_worker_engine.memory import Fault
+from sqs_worker_engine.processes import HandlerProcessDied
+from sqs_worker_engine.router import Router
+from sqs_worker_engine.worker import StartupError, Worker, WorkerState
+
+Lifespan = Literal["none", "slow_open", "failing_open", "hanging_open", "slow_close", "failing_close", "hanging_close"]
+Phase = Literal["time", "opening", "paused", "quiet", "settling"]
+CALL_KINDS = ("ReceiveMessage", "DeleteMessageBatch", "ChangeMessageVisibilityBatch", "SendMessage")
+RECOVERY = 12.0  # seconds after SQS answers again by which no queue may still wait on it
+PHASE_WAIT = 60.0  # seconds a SIGTERM waits for its phase before it goes anyway
+OPEN_SECONDS = 20.0  # a slow lifespan's opening
+CLOSE_SECONDS = 5.0  # a slow lifespan's close
+STALLED_AFTER = "26"  # WORKER_STALLED_AFTER_SECONDS: above the job timeout and the long poll + 5 s
+PROCESS_POOL = "2"  # WORKER_PROCESS_POOL_SIZE
+CRASH_AFTER = 1.0  # seconds a "crash" message runs before its process dies
+
+
+@dataclass(frozen=True)
+class Life:
+    lifespan: Lifespan = "none"
+    phase: Phase = "time"  # when SIGTERM comes, if it does
+    outage: tuple[str, ...] = ()  # call kinds that fail from `outage_at` until SQS heals
+    outage_at: float = 0.0
+    processes: bool = False  # handlers in a process pool, where "crash" messages kill their process
+
+
+@st.composite
+def lives(draw: st.DrawFn, batch: bool) -> Life:
+    lifespan: Lifespan = draw(
+        st.sampled_from(
+            [
+                "none",
+                "none",
+                "none",
+                "slow_open",
+                "failing_open",
+                "hanging_open",
+                "slow_close",
+                "failing_close",
+                "hanging_close",
+            ]
+        )
+    )
+    phase: Phase = draw(st.sampled_from(["time", "time", "opening", "paused", "quiet", "settling"]))
+    if lifespan == "hanging_open":
+        phase = "opening"  # it never opens: only a SIGTERM ends it
+    return Life(
+        lifespan=lifespan,
+        phase=phase,
+        outage=tuple(draw(st.lists(st.sampled_from(CALL_KINDS), max_size=2, unique=True))),
+        outage_at=draw(st.floats(0, 20)),
+        processes=not batch and draw(st.booleans()),
+    )
+
+
+def env(life: Life) -> dict[str, str]:
+    return {
+        "WORKER_STALLED_AFTER_SECONDS": STALLED_AFTER,
+        **({"WORKER_PROCESS_POOL_SIZE": PROCESS_POOL} if life.processes else {}),
+    }
+
+
+def add_lifespan(router: Router, life: Life) -> None:
+    """The router's lifespan: it misbehaves as `life` says in the first worker only."""
+    opened: list[int] = []
+
+    @router.lifespan
+    async def resources() -> AsyncIterator[None]:
+        first = not opened
+        opened.append(1)
+        how = life.lifespan if first else "none"
+        if how == "failing_open":
+            raise ConnectionRefusedError("the database refused the connection")
+        if how in ("slow_open", "hanging_open"):
+            await _sleep(OPEN_SECONDS if how == "slow_open" else 10 * 3600, stubborn=how == "hanging_open")
+        try:
+            yield
+        finally:
+            if how == "failing_close":
+                raise ConnectionResetError("the pool's last connection reset while closing")
+            if how in ("slow_close", "hanging_close"):
+                await _sleep(CLOSE_SECONDS if how == "slow_close" else 10 * 3600, stubborn=how == "hanging_close")
+
+
+async def _sleep(seconds: float, stubborn: bool) -> None:
+    """Sleep; a stubborn sleeper swallows the first cancellation (a library that does)."""
+    try:
+        await asyncio.sleep(seconds)
+    except asyncio.CancelledError:
+        if not stubborn:
+            raise
+        await asyncio.sleep(seconds)
+
+
+class FakeProcesses(concurrent.futures.Executor):
+    """A process pool of `size` on the loop's virtual time. A job runs its handler when a
+    process takes it (its side effects, its answer), and the answer comes back after the
+    seconds `plan(job)` gives; a job `plan` marks as a crash kills its process instead:
+    every job of the pool, running or queued, fails with BrokenProcessPool and the pool
+    takes no more (as Python's does). `ended(job, ok)`: a job's process answered, or died."""
+
+    def __init__(
+        self, size: int, plan: Callable[[Job[Any]], tuple[float, bool]], ended: Callable[[Job[Any], bool], None]
+    ) -> None:
+        self.size = size
+        self.plan = plan
+        self.ended = ended
+        self.broken = False
+        self._running: dict[concurrent.futures.Future[Any], Job[Any]] = {}
+        self._queued: deque[tuple[concurrent.futures.Future[Any], Callable[..., Any], tuple[Any, ...]]] = deque()
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> concurrent.futures.Future[Any]:
+        if self.broken:
+            raise BrokenProcessPool("a process in the pool was terminated abruptly")
+        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        self._queued.append((future, fn, args))
+        self._next()
+        return future
+
+    def _next(self) -> None:
+        loop = asyncio.get_running_loop()
+        while len(self._running) < self.size and self._queued and not self.broken:
+            future, fn, args = self._queued.popleft()
+            if not future.set_running_or_notify_cancel():
+                continue
+            job: Job[Any] = args[-1]
+            seconds, crash = self.plan(job)
+            self._running[future] = job
+            if crash:
+                loop.call_later(seconds, self._break)
+                continue
+            try:
+                answer: tuple[Any, BaseException | None] = (fn(*args), None)
+            except Exception as exc:  # the handler's own failure: the process answers with it
+                answer = (None, exc)
+            loop.call_later(seconds, self._answer, future, answer)
+
+    def _answer(self, future: concurrent.futures.Future[Any], answer: tuple[Any, BaseException | None]) -> None:
+        job = self._running.pop(future, None)
+        if job is None:
+            return  # the pool broke meanwhile
+        result, error = answer
+        self.ended(job, error is None)
+        if error is None:
+            future.set_result(result)
+        else:
+            future.set_exception(error)
+        self._next()
+
+    def _break(self) -> None:
+        if self.broken:
+            return
+        self.broken = True
+        running, self._running = self._running, {}
+        queued, self._queued = self._queued, deque()
+        for future, job in running.items():
+            self.ended(job, False)
+            future.set_exception(BrokenProcessPool("a process in the pool was terminated abruptly"))
+        for future, _, _ in queued:
+            if not future.cancelled():
+                future.set_exception(BrokenProcessPool("a process in the pool was terminated abruptly"))
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        if cancel_futures:
+            for future, _, _ in self._queued:
+                future.cancel()
+            self._queued.clear()
+
+
+def owner(workers: list[Worker], admission: Any) -> Worker | None:
+    return next((w for w in workers if any(p.admission is admission for p in w.pools)), None)
+
+
+def phase_now(worker: Worker, phase: Phase) -> bool:
+    """Is `worker` in `phase` now?"""
+    if phase == "opening":
+        return worker.state is WorkerState.STARTING and worker.pools != [] and worker.resources is None
+    if worker.state is not WorkerState.RUNNING:
+        return False
+    pools = worker.pools
+    if phase == "paused":
+        return any(p.admission.breaker.paused for p in pools)
+    if phase == "quiet":
+        return any(p.admission.waiting and not p.admission.running for p in pools)
+    if phase == "settling":
+        return any(d.state is State.SETTLING for p in pools for d in p.book)
+    return True
+
+
+async def when(worker: Worker, phase: Phase) -> None:
+    """Until `worker` is in `phase` (at most PHASE_WAIT seconds)."""
+    deadline = clock.now() + PHASE_WAIT
+    while not phase_now(worker, phase) and clock.now() < deadline:
+        await asyncio.sleep(0.05)
+
+
+@dataclass
+class Watch:
+    """What the suites check of life events, as the run goes."""
+
+    problems: list[str] = field(default_factory=list)
+    healed_at: float | None = None  # when SQS answered again after an outage
+
+    def take(self, workers: list[Worker], admission: Any) -> None:
+        """A job takes a slot: never in a worker that was told to stop."""
+        worker = owner(workers, admission)
+        if worker is not None and worker._stop_reason:
+            self.problems.append(f"a job started after the worker was stopped ({worker._stop_reason})")
+
+    def failed(self, kinds: Callable[[str], str | None]) -> Callable[[dict[str, Any]], None]:
+        """A `job:failed` listener: a message is charged only for its own crash."""
+
+        def listener(event: dict[str, Any]) -> None:
+            error = event.get("error")
+            kind = kinds(str(event.get("job_id")))
+            if isinstance(error, (BrokenProcessPool, HandlerProcessDied)) and kind != "crash":
+                self.problems.append(f"a {kind} message was charged for a process that died ({type(error).__name__})")
+
+        return listener
+
+    def sample(self, workers: list[Worker]) -> None:
+        """Liveness while a worker runs, and SQS's recovery seen by every queue."""
+        now = clock.now()
+        for worker in workers:
+            if worker.state is not WorkerState.RUNNING or worker._stop_reason:
+                continue
+            if not worker.health.live():
+                self.problems.append(f"not live at {now:.1f} s ({worker.health.stalled_for():.1f} s without progress)")
+            if self.healed_at is not None and now > self.healed_at + RECOVERY:
+                # A queue holding messages that wait to start must have heard SQS answer
+                # (its lease keeper asks again within seconds); with nothing held, its next
+                # receive's answer says so, and no message waits on it meanwhile.
+                waiting = [p.name for p in worker.pools if not p.admission.sqs_ok and p.admission.waiting]
+                if waiting:
+                    self.problems.append(
+                        f"SQS answered again at {self.healed_at:.1f} s, {waiting} still wait at {now:.1f} s"
+                    )
+
+
+def process_plan(job: Job[Any]) -> tuple[float, bool]:
+    """How long a composition's message runs in its process, and whether it kills it."""
+    kind = job.payload["kind"]
+    if kind == "crash":
+        return CRASH_AFTER, True
+    return {"slow": 14.0, "lost": 12.0}.get(kind, 0.2), False
+
+
+@contextlib.contextmanager
+def fake_processes(ended: Callable[[Job[Any], bool], None]) -> Iterator[None]:
+    """Process pools made while this holds are FakeProcesses (`process_plan`)."""
+    with mock.patch.object(processes, "spawn_executor", lambda size: FakeProcesses(size, process_plan, ended)):
+        yield
+
+
+async def failed_to_open(running: Any, sqs: Any) -> None:
+    """The first worker's lifespan refused to open: it exits as a start-up error, having
+    received nothing (the platform then starts another)."""
+    try:
+        await running.task
+    except StartupError:
+        pass
+    else:
+        raise AssertionError("a worker whose lifespan failed to open did not refuse to start")
+    assert sqs.receipts == {}, f"a worker whose lifespan failed received {sqs.receipts}"
+
+
+async def outage(sqs: Any, events: Life) -> None:
+    """SQS fails these calls from `outage_at` until it heals (the scenario heals it)."""
+    if not events.outage:
+        return
+    await asyncio.sleep(events.outage_at)
+    for operation in events.outage:
+        sqs.faults[operation] = Fault(error="ServiceUnavailable")
+
+
+async def sigterm_moment(worker: Worker, events: Life, at: float | None) -> bool:
+    """Wait for the moment SIGTERM comes, if it does: `at` seconds in, or the worker's
+    phase. A lifespan that hangs in its open is always stopped while it opens."""
+    if events.lifespan == "hanging_open":
+        await when(worker, "opening")
+        return True
+    if at is None:
+        return False
+    if events.phase == "opening" and events.lifespan != "slow_open":
+        await asyncio.sleep(at)  # no opening to catch: the time it was given
+    elif events.phase == "time":
+        await asyncio.sleep(at)
+    else:
+        await when(worker, events.phase)
+    return True
+
+
+_tally: dict[str, int] = {}
+
+
+def tally(events: Life, sigterm: bool, kinds: Any) -> None:
+    """Count what a suite played (`told`)."""
+    played = [
+        f"lifespan {events.lifespan}" if events.lifespan != "none" else "",
+        f"SIGTERM {events.phase}" if sigterm or events.lifespan == "hanging_open" else "",
+        *(f"outage {kind}" for kind in events.outage),
+        "a handler process dying" if events.processes and any(k == "crash" for k, _ in kinds) else "",
+        "process pool" if events.processes else "",
+    ]
+    for name in filter(None, played):
+        _tally[name] = _tally.get(name, 0) + 1
+
+
+def told() -> str:
+    return ", ".join(f"{name} {n}" for name, n in sorted(_tally.items())) or "none"
+
+
+async def ignore_cancellation(seconds: float) -> None:
+    """A handler that ignores its cancellation for `seconds` (its timeout, a lost lease)."""
+    until = clock.now() + seconds
+    while clock.now() < until:
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.sleep(until - clock.now())

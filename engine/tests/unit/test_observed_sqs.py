@@ -1,0 +1,140 @@
+"""Every SQS call through one place (sqs.ObservedSqs): counted and timed by operation and
+outcome, and, with tracing, a CLIENT span only for the calls that are messaging operations."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind
+from opentelemetry.util._once import Once
+from prometheus_client import REGISTRY
+
+from sqs_worker_engine.memory import MemorySQS
+from sqs_worker_engine.sqs import ObservedSqs, lease_client, observed
+from sqs_worker_engine.tracing import error_type
+
+
+def sample(name: str, **labels: str) -> float:
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+@pytest.fixture
+def spans() -> Iterator[InMemorySpanExporter]:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    trace._TRACER_PROVIDER_SET_ONCE = Once()
+    trace._TRACER_PROVIDER = None
+    trace.set_tracer_provider(provider)
+    yield exporter
+    provider.shutdown()
+    trace._TRACER_PROVIDER_SET_ONCE = Once()
+    trace._TRACER_PROVIDER = None
+
+
+class Slow:
+    """An SQS whose receive never answers (a long poll), and whose delete fails."""
+
+    async def receive_message(self, **_: Any) -> Any:
+        await asyncio.sleep(3600)
+
+    async def delete_message_batch(self, **_: Any) -> Any:
+        from botocore.exceptions import ClientError
+
+        raise ClientError({"Error": {"Code": "RequestThrottled", "Message": "slow down"}}, "DeleteMessageBatch")
+
+
+def test_each_call_is_counted_and_timed_by_operation_and_outcome() -> None:
+    sqs = MemorySQS()
+    url = sqs.create_queue("timed")
+    before = {
+        key: sample(name, operation=operation, outcome=outcome)
+        for key, (name, operation, outcome) in {
+            "calls": ("sqs_api_calls_total", "GetQueueAttributes", "ok"),
+            "timed": ("sqs_request_duration_seconds_count", "GetQueueAttributes", "ok"),
+            "throttled": ("sqs_request_duration_seconds_count", "DeleteMessageBatch", "RequestThrottled"),
+            "cancelled": ("sqs_api_calls_total", "ReceiveMessage", "cancelled"),
+        }.items()
+    }
+    fast = sample("sqs_request_duration_seconds_bucket", operation="ReceiveMessage", outcome="cancelled", le="0.025")
+
+    async def scenario() -> None:
+        client = ObservedSqs(sqs)
+        await client.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])
+        slow = ObservedSqs(Slow())  # type: ignore[arg-type]
+        with pytest.raises(Exception, match="slow down"):
+            await slow.delete_message_batch(QueueUrl=url, Entries=[])
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(slow.receive_message(QueueUrl=url), 0.05)
+
+    asyncio.run(scenario())
+    assert sample("sqs_api_calls_total", operation="GetQueueAttributes", outcome="ok") == before["calls"] + 1
+    assert (
+        sample("sqs_request_duration_seconds_count", operation="GetQueueAttributes", outcome="ok")
+        == before["timed"] + 1
+    )
+    throttled = sample("sqs_request_duration_seconds_count", operation="DeleteMessageBatch", outcome="RequestThrottled")
+    assert throttled == before["throttled"] + 1
+    # A call given up before SQS answered (the caller's deadline, a poll at shutdown).
+    assert sample("sqs_api_calls_total", operation="ReceiveMessage", outcome="cancelled") == before["cancelled"] + 1
+    # ...timed until it was given up (50 ms here): not in the buckets below that.
+    assert (
+        sample("sqs_request_duration_seconds_bucket", operation="ReceiveMessage", outcome="cancelled", le="0.025")
+        == fast
+    )
+
+
+def test_spans_only_for_messaging_operations_and_none_for_lease_extensions(spans: InMemorySpanExporter) -> None:
+    sqs = MemorySQS()
+    url = sqs.create_queue("spans")
+
+    async def scenario() -> None:
+        client = observed(sqs, "worker-1")
+        assert observed(client, "other") is client  # observed once
+        await client.send_message(QueueUrl=url, MessageBody="{}")
+        await client.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])
+        got = await client.receive_message(QueueUrl=url, MaxNumberOfMessages=10, VisibilityTimeout=30)
+        [message] = got["Messages"]
+        entry = [{"Id": "0", "ReceiptHandle": message["ReceiptHandle"], "VisibilityTimeout": 60}]
+        await lease_client(client).change_message_visibility_batch(QueueUrl=url, Entries=entry)
+        entry[0]["VisibilityTimeout"] = 0
+        await client.change_message_visibility_batch(QueueUrl=url, Entries=entry)
+        got = await client.receive_message(QueueUrl=url, MaxNumberOfMessages=10)
+        gone = [{"Id": "0", "ReceiptHandle": "not-a-handle"}]
+        await client.delete_message_batch(QueueUrl=url, Entries=gone)
+
+    asyncio.run(scenario())
+    finished = spans.get_finished_spans()
+    assert [s.name for s in finished] == [
+        "dead_letter spans",  # SendMessage: on a worker's client, only ever the copy to the DLQ
+        "receive spans",
+        "change_visibility spans",  # the release; the lease extension made none
+        "receive spans",
+        "delete spans",
+    ]
+    assert {s.kind for s in finished} == {SpanKind.CLIENT}
+    receive = dict(finished[1].attributes or {})
+    assert receive["messaging.operation.type"] == "receive" and receive["messaging.batch.message_count"] == 1
+    assert receive["messaging.client.id"] == "worker-1" and receive["aws.sqs.queue.url"] == url
+    assert receive["sqs_worker.sqs_operation"] == "ReceiveMessage"
+    assert not [key for span in finished for key in (span.attributes or {}) if key.startswith("rpc.")]
+    settle = dict(finished[2].attributes or {})
+    assert (settle["messaging.operation.type"], settle["messaging.operation.name"]) == ("settle", "change_visibility")
+    delete = dict(finished[4].attributes or {})
+    assert delete["sqs_worker.failed_entries"] == 1 and delete["error.type"], delete
+    assert finished[4].status.status_code.name == "ERROR"
+
+
+def test_error_type_is_the_failures_class_or_the_outcome() -> None:
+    from sqs_worker_engine.errors import NonRetryableError
+
+    assert error_type(ValueError("x"), "retry") == "ValueError"
+    assert error_type(NonRetryableError("x"), "dead_letter") == "sqs_worker_engine.errors.NonRetryableError"
+    assert error_type(None, "lease_lost") == "lease_lost"

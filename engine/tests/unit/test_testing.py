@@ -1,0 +1,85 @@
+"""The testing helpers as an owner's tests use them: every outcome the worker acts on is named
+where they are documented, and a handler whose resources were made on the test's own event
+loop (an async client, a pool) runs with them through `run_handler_async`; the synchronous
+`run_handler`, which starts a loop of its own, says so instead of reporting the loop's error
+as the handler's failure."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from sqs_worker_engine import DownstreamUnavailable, Job, Router, testing
+from sqs_worker_engine.outcomes import OUTCOMES
+from sqs_worker_engine.testing import OtherLoopError, run_batch, run_handler, run_handler_async
+
+
+class Partner:
+    """Stands for an async client: its connection lives on the loop it was made on."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.calls: asyncio.Queue[str] = asyncio.Queue()
+
+    async def call(self, what: str) -> str:
+        if asyncio.get_running_loop() is not self.loop:
+            # What an aiohttp or asyncpg object says when used from another loop.
+            raise RuntimeError(f"Task got Future {what!r} attached to a different loop")
+        await self.calls.put(what)
+        return "ok"
+
+
+router = Router()
+
+
+@router.handler("orders")
+async def book(job: Job[dict[str, Any]]) -> None:
+    partner: Partner = job.resources
+    await partner.call(job.payload["order_id"])
+
+
+@router.batch_handler("bulk")
+async def book_all(jobs: list[Job[dict[str, Any]]]) -> None:
+    for job in jobs:
+        await job.resources.call(job.payload["order_id"])
+
+
+@router.handler("flaky")
+async def flaky(job: Job[dict[str, Any]]) -> None:
+    raise DownstreamUnavailable(30, "the partner answers 503")
+
+
+def test_every_outcome_is_named_in_the_helpers_documentation() -> None:
+    documented = testing.__doc__ or ""
+    missing = [outcome for outcome in OUTCOMES if f'"{outcome}"' not in documented]
+    assert missing == [], f"testing.py's docstring leaves out {missing}"
+
+
+def test_a_downstream_that_is_down_defers_the_message_with_its_pause() -> None:
+    result = run_handler(router, "flaky", {"order_id": "o-1"}, resources=None)
+    assert (result.outcome, result.retry_after) == ("deferred", 30)
+
+
+def test_resources_made_on_the_tests_own_loop_work_with_run_handler_async() -> None:
+    async def test_body() -> None:  # what an async test (pytest-asyncio, anyio) runs on its loop
+        partner = Partner()
+        result = await run_handler_async(router, "orders", {"order_id": "o-1"}, resources=partner)
+        assert result.outcome == "success", result.reason
+        assert partner.calls.get_nowait() == "o-1"
+
+    asyncio.run(test_body())
+
+
+def test_run_handler_says_when_resources_belong_to_another_loop() -> None:
+    async def made_elsewhere() -> Partner:
+        return Partner()
+
+    partner = asyncio.run(made_elsewhere())  # a fixture's loop, closed since
+    with pytest.raises(OtherLoopError, match=r"await run_handler_async\(\.\.\.\)"):
+        run_handler(router, "orders", {"order_id": "o-1"}, resources=partner)
+    with pytest.raises(OtherLoopError, match=r"pytest\.mark\.asyncio"):
+        run_batch(router, "bulk", [{"order_id": "o-1"}], resources=partner)
+    # Without resources= the helper never second-guesses a handler's error.
+    assert run_handler(router, "orders", {"order_id": "o-1"}).outcome == "retry"

@@ -1,0 +1,634 @@
+"""What a bake alerts on and shows: one table of alerts, one of dashboard panels.
+
+From `alerts()` come every alert of a bake, on each platform it targets:
+- `deploy/prometheus/alerts.yaml` (and the PrometheusRule rendered from it), for EKS and for
+  any Prometheus that scrapes the worker;
+- CloudWatch alarms for ECS: on SQS's own metrics in `deploy/aws/queues.yaml`, on the
+  worker's in `deploy/ecs/service.yaml` (the metrics its collector writes as EMF, in the
+  namespace of the service's name);
+- the runbook in `deploy/README.md`: what each alert means, what to look at, what to do,
+  under a heading its `runbook` anchor names.
+From `PANELS` comes the CloudWatch dashboard of `deploy/ecs/service.yaml`: the panels of
+`deploy/grafana/dashboard.json`, title for title and metric for metric (tests/test_artifacts.py
+holds the two together), as CloudWatch Metrics Insights queries.
+
+Loaded with `local_extensions.py` (cookiecutter puts the template's root on the import path).
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import local_extensions
+
+RUNBOOK = "deploy/README.md"
+SEVERITIES = ("critical", "warning", "info")
+
+
+@dataclass(frozen=True)
+class Bake:
+    """The answers the alerts read."""
+
+    slug: str
+    package: str
+    queue: str
+    dlq: str
+    concurrency: int
+    stalled_after: int  # the liveness threshold the deploy files give WORKER_STALLED_AFTER_SECONDS
+    ecs: bool
+    eks: bool
+
+    @classmethod
+    def of(cls, cookiecutter: dict[str, Any]) -> Bake:
+        limits = local_extensions.load_limits()
+        queue = str(cookiecutter["queue_name"])
+        return cls(
+            slug=str(cookiecutter["project_slug"]),
+            package=str(cookiecutter["package_name"]),
+            queue=queue,
+            dlq=limits.dlq_name(queue),
+            concurrency=int(cookiecutter["worker_concurrency"]),
+            stalled_after=int(cookiecutter["job_timeout_seconds"]) + 60,
+            ecs=cookiecutter["deploy_target"] != "eks",
+            eks=cookiecutter["deploy_target"] != "ecs",
+        )
+
+
+@dataclass(frozen=True)
+class Alert:
+    """One alert, on every platform. `expr` is PromQL over the worker's metrics; `alarm` the
+    CloudWatch alarm's properties (its metrics, statistic, threshold), in the stack `stack`
+    ("queues": on SQS's metrics; "service": on the worker's EMF metrics, ECS only)."""
+
+    name: str
+    severity: str
+    title: str  # one plain line: the CloudWatch alarm's description, the runbook's first words
+    summary: str  # Prometheus's annotation (its templating allowed)
+    expr: str
+    wait: str | None  # Prometheus's `for`
+    stack: str
+    alarm: dict[str, Any]
+    means: str
+    look: str
+    do: str
+    why: str = ""  # a comment in the rules file: why this threshold
+
+    @property
+    def anchor(self) -> str:
+        """The runbook heading's anchor (GitHub's: the heading in lower case)."""
+        return self.name.lower()
+
+    @property
+    def runbook(self) -> str:
+        return f"{RUNBOOK}#{self.anchor}"
+
+    def cloudwatch(self) -> dict[str, Any]:
+        """The AWS::CloudWatch::Alarm's properties, notifying the stack's AlarmTopicArn."""
+        topic = {"Fn::If": ["HasAlarmTopic", [{"Ref": "AlarmTopicArn"}], {"Ref": "AWS::NoValue"}]}
+        return {
+            "AlarmDescription": f"{self.title} Runbook: {self.runbook}",
+            **self.alarm,
+            "AlarmActions": topic,
+            "OKActions": topic,
+        }
+
+
+def _stat(
+    id_: str, namespace: str, metric: str, dimensions: dict[str, Any], stat: str, period: int = 60
+) -> dict[str, Any]:
+    return {
+        "Id": id_,
+        "ReturnData": False,
+        "MetricStat": {
+            "Metric": {
+                "Namespace": namespace,
+                "MetricName": metric,
+                **({"Dimensions": [{"Name": k, "Value": v} for k, v in dimensions.items()]} if dimensions else {}),
+            },
+            "Period": period,
+            "Stat": stat,
+        },
+    }
+
+
+def _expression(expression: str, label: str, period: int | None = None) -> dict[str, Any]:
+    found = {"Id": "alarm", "Expression": expression, "Label": label, "ReturnData": True}
+    return found | ({"Period": period} if period else {})
+
+
+def _math(
+    metrics: list[dict[str, Any]], threshold: float, periods: int, missing: str = "notBreaching"
+) -> dict[str, Any]:
+    return {
+        "Metrics": metrics,
+        "EvaluationPeriods": periods,
+        "DatapointsToAlarm": periods,
+        "Threshold": threshold,
+        "ComparisonOperator": "GreaterThanThreshold",
+        "TreatMissingData": missing,
+    }
+
+
+# What a job's outcome can be (jobs_processed_total{outcome}); the engine's outcomes.py.
+OUTCOMES = ("success", "retry", "dead_letter", "timeout", "lease_lost", "released", "dropped", "deferred")
+FAILED_OUTCOMES = ("retry", "dead_letter", "timeout")
+ERROR_RATIO = 0.1
+OLDEST_AGE_SECONDS = 600
+
+
+def alerts(cookiecutter: dict[str, Any]) -> list[Alert]:
+    """Every alert of this bake (the same list on each platform)."""
+    b = Bake.of(cookiecutter)
+    limits = local_extensions.load_limits()
+    platforms = [name for name, on in (("ECS", b.ecs), ("EKS", b.eks)) if on]
+
+    def each(**by_platform: str) -> str:
+        """Platform-specific advice, for the platforms this bake targets only."""
+        return "; ".join(
+            f"{name}: {by_platform[name.lower()]}" if len(platforms) > 1 else by_platform[name.lower()]
+            for name in platforms
+        )
+
+    job = f'job="{b.slug}"'
+    ns = b.slug  # the collector's EMF namespace
+    sqs = {"QueueName": b.queue}
+    queue = {"queue": b.queue}
+    standard = int(limits.MAX_INFLIGHT_STANDARD * limits.INFLIGHT_ALERT_FRACTION)
+    fifo = int(limits.MAX_INFLIGHT_FIFO * limits.INFLIGHT_ALERT_FRACTION)
+    inflight = limits.inflight_alert_threshold(b.queue)
+    outcomes = {f"o{i}": o for i, o in enumerate(OUTCOMES)}
+    failed = "+".join(f"FILL({i}, 0)" for i, o in outcomes.items() if o in FAILED_OUTCOMES)
+    every = "+".join(f"FILL({i}, 0)" for i in outcomes)
+    return [
+        Alert(
+            name="SQSOldestMessageAgeHigh",
+            severity="warning",
+            title=f"{b.queue}: the oldest message has waited more than {OLDEST_AGE_SECONDS} s.",
+            summary="{{ $labels.queue }}: oldest message is {{ $value | humanizeDuration }} old",
+            expr=f"max by (queue) (queue_oldest_message_seconds{{{job}}}) > {OLDEST_AGE_SECONDS}",
+            wait="10m",
+            stack="queues",
+            alarm={
+                "Namespace": "AWS/SQS",
+                "MetricName": "ApproximateAgeOfOldestMessage",
+                "Dimensions": [{"Name": "QueueName", "Value": {"Fn::GetAtt": ["Queue", "QueueName"]}}],
+                "Statistic": "Maximum",
+                "Period": 60,
+                "EvaluationPeriods": 10,
+                "Threshold": {"Ref": "OldestMessageAgeThresholdSeconds"},
+                "ComparisonOperator": "GreaterThanThreshold",
+                "TreatMissingData": "notBreaching",
+            },
+            means="Workers are not keeping up: messages wait longer than they should before a worker takes them.",
+            look="Whether autoscaling reached its cap (desired = maximum replicas); whether handlers slowed "
+            "down (job_duration_seconds) or fail (jobs_processed_total by outcome); whether receiving is "
+            "paused (worker_queue_paused) or rate limited.",
+            do="Fix what slows or fails the handlers first; raise the replica cap only within what the "
+            "downstream absorbs (deploy/README.md, Rollouts stay within the concurrency budget).",
+            why="Ten minutes behind is when a person should look, well before retention or the DLQ. "
+            "CloudWatch's ApproximateAgeOfOldestMessage is the authority; the worker's estimate is from receives.",
+        ),
+        Alert(
+            name="SQSBacklogPerWorkerHigh",
+            severity="warning",
+            title=f"{b.queue}: more than {b.concurrency * 10} visible messages wait per worker.",
+            summary="{{ $labels.queue }}: {{ $value | humanize }} visible messages per worker",
+            expr=(
+                f'max by (queue) (sqs_queue_messages{{{job}, state="visible"}}) '
+                f"/ on (queue) count by (queue) (worker_concurrency{{{job}}}) > {b.concurrency * 10}"
+            ),
+            wait="15m",
+            stack="service",
+            alarm=_math(
+                [
+                    _stat("visible", "AWS/SQS", "ApproximateNumberOfMessagesVisible", sqs, "Maximum"),
+                    _stat(
+                        "tasks",
+                        "ECS/ContainerInsights",
+                        "RunningTaskCount",
+                        {"ClusterName": {"Ref": "ClusterName"}, "ServiceName": b.slug},
+                        "Average",
+                    ),
+                    _expression("visible / tasks", "Visible messages per running task"),
+                ],
+                b.concurrency * 10,
+                15,
+            ),
+            means="Ten rounds of work wait per worker: autoscaling is capped, lagging or broken.",
+            look="The service's desired and running count against its maximum; the scaling activity ("
+            + each(ecs="the scalable target's activities", eks="the ScaledObject's events and KEDA's logs")
+            + ").",
+            do="If the cap is reached, decide with the downstream's owners whether it may rise; if "
+            "scaling lags, look at the errors of "
+            + each(ecs="Application Auto Scaling", eks="KEDA")
+            + " (permissions, metrics).",
+            why="Autoscaling holds the backlog near one round of work per worker.",
+        ),
+        Alert(
+            name="DeadLetterQueueInflow",
+            severity="warning",
+            title=f"Messages reached the dead-letter queue {b.dlq}.",
+            summary="{{ $labels.queue }}: {{ $value | humanize }} message(s) sent to the dead-letter queue in 10 min",
+            expr=f"sum by (queue) (increase(worker_dead_letter_sends_total{{{job}}}[10m])) > 0",
+            wait=None,
+            stack="queues",
+            alarm=_math(
+                [
+                    _stat(
+                        "depth",
+                        "AWS/SQS",
+                        "ApproximateNumberOfMessagesVisible",
+                        {"QueueName": {"Fn::GetAtt": ["DeadLetterQueue", "QueueName"]}},
+                        "Maximum",
+                    ),
+                    _expression("DIFF(depth)", "Messages added to the dead-letter queue"),
+                ],
+                0,
+                1,
+            ),
+            means="Jobs failed for good: a NonRetryableError or a body that fails its model (sent by the "
+            "worker), or a message received maxReceiveCount times (moved by SQS).",
+            look=f"`python -m {b.package} dlq peek`: each message's x-error-type, x-error-message and "
+            "x-error-context (its trace), and dead_lettered_by; the worker's logs for those job ids.",
+            do="Fix the handler or the producer, then `redrive` the messages back (they keep their "
+            "attributes and trace); delete those that must never run (`dlq delete --id`).",
+            why="Prometheus sees what the worker sends; CloudWatch's rise in the DLQ's depth sees SQS's moves too.",
+        ),
+        Alert(
+            name="WorkerStalled",
+            severity="critical",
+            title=f"A worker made no progress for more than {b.stalled_after} s.",
+            summary="{{ $labels.instance }}: no progress for {{ $value | humanizeDuration }}",
+            expr=f"time() - worker_last_progress_timestamp_seconds{{{job}}} > {b.stalled_after}",
+            wait="2m",
+            stack="service",
+            alarm=_math(
+                [
+                    _stat("progress", ns, "worker_last_progress_timestamp_seconds", {}, "Minimum"),
+                    _expression("EPOCH(progress) - progress", "Seconds since the stalest worker's last progress"),
+                ],
+                b.stalled_after,
+                2,
+                # No datapoint at all is a worker whose /metrics no longer answers (a blocked loop).
+                missing="breaching",
+            ),
+            means="The handler loop has neither received nor finished anything for longer than any job "
+            "may take: the same verdict as the liveness probe, which should be restarting it.",
+            look="The worker's last log lines (a blocking call on the event loop, a deadlock in a "
+            "handler); the probe's verdicts ("
+            + each(ecs="the task's health and its stopped reason", eks="the pod's events and restarts")
+            + ").",
+            do="If the platform does not restart it, check the health check or liveness probe; then "
+            "find the handler that blocks (a sync call in an async handler belongs in a thread).",
+            why="The same threshold as the liveness probes (WORKER_STALLED_AFTER_SECONDS).",
+        ),
+        Alert(
+            name="WorkerJobErrorRatioHigh",
+            severity="warning",
+            title=f"{b.queue}: more than {ERROR_RATIO:.0%} of jobs retried, dead-lettered or timed out.",
+            summary="{{ $labels.queue }}: {{ $value | humanizePercentage }} of jobs retried, dead-lettered or timed out",
+            expr=(
+                f'sum by (queue) (rate(jobs_processed_total{{{job}, outcome=~"{"|".join(FAILED_OUTCOMES)}"}}[10m])) '
+                f"/ sum by (queue) (rate(jobs_processed_total{{{job}}}[10m])) > {ERROR_RATIO}"
+            ),
+            wait="15m",
+            stack="service",
+            alarm=_math(
+                [_stat(i, ns, "jobs_processed_total", queue | {"outcome": o}, "Sum", 300) for i, o in outcomes.items()]
+                + [_expression(f"({failed}) / ({every})", "Failed share of jobs", 300)],
+                ERROR_RATIO,
+                3,
+            ),
+            means="Handlers fail often: a dependency is down or slow, or a release broke them.",
+            look="The worker's logs by outcome (`job failed`), the failing jobs' traces (error.type on their "
+            "spans), job_duration_seconds against the job timeout.",
+            do="Roll back a release that caused it; if a dependency is down, the retries with backoff "
+            "buy time (DownstreamUnavailable pauses the queue instead of spending attempts).",
+        ),
+        Alert(
+            name="WorkerLeasesLost",
+            severity="warning",
+            title=f"{b.queue}: leases were lost (a job may run twice).",
+            summary="{{ $labels.queue }}: {{ $value | humanize }} lease(s) lost in 15 min",
+            expr=f"sum by (queue) (increase(worker_leases_lost_total{{{job}}}[15m])) > 0",
+            wait=None,
+            stack="service",
+            alarm=_math(
+                [_stat("lost", ns, "worker_leases_lost_total", queue, "Sum", 900), _expression("lost", "Leases lost")],
+                0,
+                1,
+            ),
+            means="A lease's extension was refused or not confirmed in time: its job was cancelled and the "
+            "message will run again elsewhere.",
+            look="sqs_request_duration_seconds and sqs_api_calls_total for ChangeMessageVisibilityBatch "
+            "(slow or throttled SQS), a blocked event loop (WorkerStalled), the visibility timeout against "
+            "WORKER_HEARTBEAT_FRACTION.",
+            do="Keep handlers off the event loop; lengthen the visibility timeout if extensions are late; "
+            "make sure handlers are idempotent (the job will run again).",
+        ),
+        Alert(
+            name="SQSRequestErrors",
+            severity="warning",
+            title="SQS calls fail (throttled, refused or erroring).",
+            summary="{{ $labels.operation }}: failing with {{ $labels.outcome }}",
+            expr=f'sum by (operation, outcome) (rate(sqs_api_calls_total{{{job}, outcome!~"ok|cancelled"}}[5m])) > 0',
+            wait="10m",
+            stack="service",
+            alarm=_math(
+                [
+                    {
+                        "Id": "alarm",
+                        "Expression": (
+                            f'SELECT SUM(sqs_api_calls_total) FROM SCHEMA("{ns}", operation, outcome) '
+                            "WHERE outcome != 'ok' AND outcome != 'cancelled'"
+                        ),
+                        "Label": "Failed SQS calls",
+                        "Period": 60,
+                        "ReturnData": True,
+                    }
+                ],
+                0,
+                10,
+            ),
+            means="SQS answers the worker's calls with errors: throttling, access denied, a missing queue, "
+            "or SQS itself failing. Receives back off; settling retries for a while, then lets go.",
+            look="sqs_api_calls_total by operation and outcome (the error code); the worker's warnings; "
+            "sqs_request_duration_seconds for the same operations.",
+            do="AccessDenied: the worker's role (deploy/aws/worker-policy.json), the region, the queue name. "
+            "Throttling: fewer replicas or pollers. QueueDoesNotExist: deploy deploy/aws/queues.yaml.",
+        ),
+        Alert(
+            name="WorkerSettleFailures",
+            severity="info",
+            title=f"{b.queue}: deletes or visibility changes could not be confirmed.",
+            summary="{{ $labels.queue }}: {{ $value | humanize }} unconfirmed {{ $labels.action }}(s) in 15 min",
+            expr=f"sum by (queue, action) (increase(worker_settle_failures_total{{{job}}}[15m])) > 0",
+            wait=None,
+            stack="service",
+            alarm=_math(
+                [
+                    _stat("deletes", ns, "worker_settle_failures_total", queue | {"action": "delete"}, "Sum", 900),
+                    _stat("changes", ns, "worker_settle_failures_total", queue | {"action": "visibility"}, "Sum", 900),
+                    _expression("FILL(deletes, 0) + FILL(changes, 0)", "Unconfirmed settlements"),
+                ],
+                0,
+                1,
+            ),
+            means="A finished job's delete (or a retry's visibility change) never reached SQS: the message "
+            "will be delivered again.",
+            look="SQSRequestErrors at the same time; the worker's `could not delete` errors.",
+            do="Expect duplicate deliveries; handlers must be idempotent. Persisting: as SQSRequestErrors.",
+        ),
+        Alert(
+            name="SQSInFlightNearLimit",
+            severity="warning",
+            title=(
+                f"{b.queue}: more than {inflight} messages in flight, {limits.INFLIGHT_ALERT_FRACTION:.0%} "
+                "of what SQS allows a queue."
+            ),
+            summary="{{ $labels.queue }}: {{ $value | humanize }} messages in flight",
+            expr=(
+                f'max by (queue) (sqs_queue_messages{{{job}, state="in_flight", queue!~".+\\\\.fifo"}}) > {standard} '
+                f'or max by (queue) (sqs_queue_messages{{{job}, state="in_flight", queue=~".+\\\\.fifo"}}) > {fifo}'
+            ),
+            wait="5m",
+            stack="queues",
+            alarm={
+                "Namespace": "AWS/SQS",
+                "MetricName": "ApproximateNumberOfMessagesNotVisible",
+                "Dimensions": [{"Name": "QueueName", "Value": {"Fn::GetAtt": ["Queue", "QueueName"]}}],
+                "Statistic": "Maximum",
+                "Period": 60,
+                "EvaluationPeriods": 5,
+                "Threshold": inflight,
+                "ComparisonOperator": "GreaterThanThreshold",
+                "TreatMissingData": "notBreaching",
+            },
+            means="Close to SQS's quota of messages in flight per queue "
+            f"({limits.MAX_INFLIGHT_STANDARD:,} standard, {limits.MAX_INFLIGHT_FIFO:,} FIFO). Past it a "
+            "long poll returns nothing, silently: the queue stops being consumed.",
+            look="Who holds the messages: the fleet's prefetch (worker_prefetched_messages) and running "
+            "jobs, long visibility timeouts of retries (RetryLater), other consumers of the queue.",
+            do="Lower WORKER_PREFETCH or the retry delays, or split the traffic across queues; SQS raises "
+            "the quota for standard queues on request.",
+            why="SQS's quota, from the engine's limits.py; FIFO queues have the smaller one.",
+        ),
+        Alert(
+            name="WorkerConcurrencyAtFloor",
+            severity="warning",
+            title=f"{b.queue}: the adaptive concurrency limit stays at its floor.",
+            summary="{{ $labels.queue }}: adaptive limit at its floor of {{ $value }} on {{ $labels.instance }}",
+            expr=(
+                f"worker_concurrency_limit{{{job}}} <= on (instance, queue) worker_concurrency_floor{{{job}}} "
+                f"and on (instance, queue) (worker_concurrency_floor{{{job}}} < on (instance, queue) "
+                f"worker_concurrency{{{job}}})"
+            ),
+            wait="30m",
+            stack="service",
+            alarm=_math(
+                [
+                    _stat("limit", ns, "worker_concurrency_limit", queue, "Minimum", 300),
+                    _stat("floor", ns, "worker_concurrency_floor", queue, "Maximum", 300),
+                    _stat("ceiling", ns, "worker_concurrency", queue, "Maximum", 300),
+                    _expression("IF(limit <= floor AND floor < ceiling, 1, 0)", "At the floor", 300),
+                ],
+                0,
+                6,
+            ),
+            means="With WORKER_ADAPTIVE_CONCURRENCY the downstream's latency keeps the limit at "
+            "WORKER_CONCURRENCY_FLOOR: the downstream is overloaded or slow, and the queue drains at "
+            "the floor's pace.",
+            look="job_duration_seconds against its usual level, the downstream's own health, timeouts and "
+            "DownstreamUnavailable pauses.",
+            do="Relieve the downstream (its capacity, other callers); a floor set too high keeps "
+            "overloading it; a limit that should not adapt: WORKER_ADAPTIVE_CONCURRENCY=false.",
+            why="Only with adaptive concurrency (worker_concurrency_floor exists then).",
+        ),
+    ]
+
+
+# --- the dashboard ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Panel:
+    """One panel: its title (the Grafana panel's) and its series, each a label and a
+    Metrics Insights query (`{ns}` the EMF namespace) or a metric math expression over
+    `metrics` (CloudWatch metric ids -> the metric)."""
+
+    title: str
+    series: list[tuple[str, str]]
+    metrics: dict[str, tuple[str, str]] = field(default_factory=dict)  # id -> (metric, statistic)
+
+
+def _q(agg: str, metric: str, dims: str = "queue", group: str | None = None) -> str:
+    schema = f'SCHEMA("{{ns}}", {dims})' if dims else 'SCHEMA("{ns}")'
+    grouped = group if group is not None else dims
+    return f"SELECT {agg}({metric}) FROM {schema}" + (f" GROUP BY {grouped}" if grouped else "")
+
+
+PANELS = [
+    Panel("Oldest message age", [("oldest", _q("MAX", "queue_oldest_message_seconds"))]),
+    Panel("Backlog (visible / in flight / delayed)", [("messages", _q("MAX", "sqs_queue_messages", "queue, state"))]),
+    Panel("Throughput by outcome", [("jobs", _q("SUM", "jobs_processed_total", "outcome, queue", "queue, outcome"))]),
+    Panel(
+        "Job duration p50 / p95 / p99",
+        [("average", _q("AVG", "job_duration_seconds")), ("maximum", _q("MAX", "job_duration_seconds"))],
+    ),
+    Panel(
+        "In flight vs concurrency",
+        [
+            ("in flight", _q("SUM", "worker_inflight_jobs")),
+            ("concurrency", _q("SUM", "worker_concurrency")),
+            ("prefetched", _q("SUM", "worker_prefetched_messages")),
+            ("limit in use", _q("SUM", "worker_concurrency_limit")),
+            ("adaptive floor", _q("MIN", "worker_concurrency_floor")),
+        ],
+    ),
+    Panel(
+        "Lease extensions and losses",
+        [("extended", _q("SUM", "worker_lease_extensions_total")), ("lost", _q("SUM", "worker_leases_lost_total"))],
+    ),
+    Panel("Dead-letter sends", [("sent", _q("SUM", "worker_dead_letter_sends_total"))]),
+    Panel(
+        "SQS API calls by operation and outcome", [("calls", _q("SUM", "sqs_api_calls_total", "operation, outcome"))]
+    ),
+    Panel("Poll errors", [("errors", _q("SUM", "worker_poll_errors_total", "code, queue", "queue, code"))]),
+    Panel(
+        "Last progress age",
+        [("seconds since the stalest worker's last progress", "EPOCH(progress) - progress")],
+        {"progress": ("worker_last_progress_timestamp_seconds", "Minimum")},
+    ),
+    Panel(
+        "Settle failures", [("failures", _q("SUM", "worker_settle_failures_total", "action, queue", "queue, action"))]
+    ),
+    Panel(
+        "Message age at receive p95 and receive count p95",
+        [
+            ("age at receive (maximum)", _q("MAX", "sqs_message_age_at_receive_seconds")),
+            ("receive count (maximum)", _q("MAX", "sqs_message_receive_count")),
+        ],
+    ),
+    Panel("Database pool in use", [("in use (most of any worker)", _q("MAX", "db_pool_in_use", ""))]),
+    Panel(
+        "Paused on downstream trouble, and rate limited",
+        [
+            ("paused", _q("MAX", "worker_queue_paused")),
+            ("pauses", _q("SUM", "worker_queue_pauses_total")),
+            ("rate limited (s)", _q("SUM", "worker_rate_limited_seconds_total")),
+        ],
+    ),
+    Panel(
+        "Fair tenants",
+        [
+            ("running", _q("SUM", "worker_tenants_running")),
+            ("at cap", _q("SUM", "worker_tenants_at_cap")),
+            ("parked", _q("SUM", "worker_tenant_jobs_parked")),
+            ("capped", _q("SUM", "worker_tenant_capped_total", "action, queue", "queue, action")),
+        ],
+    ),
+    Panel(
+        "Batch handler calls",
+        [("size (average)", _q("AVG", "worker_batch_size")), ("size (maximum)", _q("MAX", "worker_batch_size"))],
+    ),
+    Panel("Jobs left before the worker exits", [("jobs left (fewest)", _q("MIN", "worker_jobs_left", ""))]),
+    Panel(
+        "Shared budget: slots per queue",
+        [
+            ("in use", _q("SUM", "worker_shared_slots_in_use")),
+            ("budget", _q("MAX", "worker_shared_concurrency", "")),
+            ("given", _q("SUM", "worker_shared_slots_given_total")),
+        ],
+    ),
+    Panel(
+        "SQS request duration by operation",
+        [
+            ("average", _q("AVG", "sqs_request_duration_seconds", "operation, outcome", "operation")),
+            ("maximum", _q("MAX", "sqs_request_duration_seconds", "operation, outcome", "operation")),
+        ],
+    ),
+]
+
+
+def selected(query: str) -> str | None:
+    """The metric a Metrics Insights query reads (`SELECT SUM(name) FROM ...`), else None."""
+    return query.split("(", 2)[1].split(")", 1)[0] if query.startswith("SELECT") else None
+
+
+def panel_metrics(panel: Panel) -> set[str]:
+    """The metric names a panel reads."""
+    names = {metric for metric, _ in panel.metrics.values()}
+    return names | {name for _, query in panel.series if (name := selected(query))}
+
+
+def dashboard(cookiecutter: dict[str, Any]) -> str:
+    """The CloudWatch dashboard's body: JSON for `Fn::Sub` (the region is the stack's)."""
+    b = Bake.of(cookiecutter)
+    widgets = []
+    for n, panel in enumerate(PANELS):
+        metrics: list[list[Any]] = []
+        for i, (label, query) in enumerate(panel.series):
+            expression = query.replace("{ns}", b.slug)
+            metrics.append([{"expression": expression, "label": label, "id": f"e{i}"}])
+        for id_, (metric, stat) in panel.metrics.items():
+            metrics.append([b.slug, metric, {"id": id_, "stat": stat, "visible": False}])
+        widgets.append(
+            {
+                "type": "metric",
+                "x": 12 * (n % 2),
+                "y": 6 * (n // 2),
+                "width": 12,
+                "height": 6,
+                "properties": {
+                    "title": panel.title,
+                    "region": "${AWS::Region}",
+                    "view": "timeSeries",
+                    "stacked": False,
+                    "period": 60,
+                    "metrics": metrics,
+                },
+            }
+        )
+    return json.dumps({"widgets": widgets}, indent=1)
+
+
+def emf_metrics(cookiecutter: dict[str, Any]) -> dict[str, list[str]]:
+    """The metrics CloudWatch makes of the collector's EMF (every other series stays in the
+    log group): what the service's alarms and the dashboard read, by whether they carry
+    labels ("labelled": by the label sets of EMF_DIMENSIONS; "plain": no dimension)."""
+    b = Bake.of(cookiecutter)
+    used = set().union(*(panel_metrics(p) for p in PANELS))
+    for alert in alerts(cookiecutter):
+        if alert.stack == "service":
+            used |= _alarm_metrics(alert.alarm, b.slug)
+    plain = {
+        "worker_last_progress_timestamp_seconds",
+        "db_pool_in_use",
+        "worker_jobs_left",
+        "worker_shared_concurrency",
+    }
+    return {"labelled": sorted(used - plain), "plain": sorted(used & plain)}
+
+
+# The label sets the worker's metrics carry, as CloudWatch dimension sets.
+EMF_DIMENSIONS = [
+    ["queue"],
+    ["queue", "outcome"],
+    ["queue", "state"],
+    ["queue", "code"],
+    ["queue", "action"],
+    ["operation", "outcome"],
+]
+
+
+def _alarm_metrics(alarm: dict[str, Any], namespace: str) -> set[str]:
+    names = set()
+    for metric in alarm.get("Metrics", []):
+        if "MetricStat" in metric and metric["MetricStat"]["Metric"]["Namespace"] == namespace:
+            names.add(metric["MetricStat"]["Metric"]["MetricName"])
+        elif name := selected(str(metric.get("Expression", ""))):
+            names.add(name)
+    return names
