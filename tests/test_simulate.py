@@ -91,8 +91,9 @@ def test_a_short_simulation_of_the_generated_fleet_keeps_every_message(
 ) -> None:
     read = deployfiles.read(bake(tmp_path, **SUPPORTED[name].answers) / "deploy")
     scaled_job = isinstance(read.kubernetes, deployfiles.ScaledJob) and platform == "kubernetes"
-    # Scale 8 for the Deployment and the service: each simulated call runs eight jobs.
-    options = Options(scale=None if scaled_job else 8, job_seconds=60.0 if scaled_job else 1.0)
+    # Scale 8 for the Deployment and the service: each simulated call runs eight jobs; jobs of
+    # 2 s keep the fleet busy with half the messages (and half the CPU) of 1 s ones.
+    options = Options(scale=None if scaled_job else 8, job_seconds=60.0 if scaled_job else 2.0)
     result = simulate(Run(SHORT, platform, read, options))
     invariants(result)
     # SIGTERM drains: a rollout never makes a message run twice (the grace period covers

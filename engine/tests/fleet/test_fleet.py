@@ -124,10 +124,11 @@ def test_past_the_in_flight_quota_receives_come_back_empty_and_nothing_is_lost()
 def test_a_message_standing_for_k_gives_the_figures_of_one_for_one() -> None:
     """The cross-check the scaled runs rest on: the same traffic at scale 1, at scale 4 (four
     side by side: the simulated concurrency is a quarter) and at scale 16 (four waves of
-    four), over two seeds."""
+    four). One seed: the run at scale 1 is most of this suite's CPU (seed 3 agrees as well:
+    docs/scaling.md gives both)."""
     shape = Shape("spike", "a spike", 1800.0, Spike(0.1, 8.0, 300.0, 600.0), events=(Event(1200.0, "deploy"),))
     runs: dict[int, list[dict[str, Any]]] = {1: [], 4: [], 16: []}
-    for seed in (1, 3):
+    for seed in (1,):
         for k in runs:
             result = simulate(
                 Run(
@@ -150,8 +151,8 @@ def test_a_message_standing_for_k_gives_the_figures_of_one_for_one() -> None:
         assert mean(k, "replica_minutes") == pytest.approx(mean(1, "replica_minutes"), rel=0.1), k
         assert mean(k, "peak_replicas") == pytest.approx(mean(1, "peak_replicas"), abs=1), k
         # Not the spike's p99 age: the counts a scaled run's autoscaler reads are noisier
-        # (they move by `width`), it reacts sooner, and that p99 comes out lower (by a
-        # quarter to a third over six seeds): docs/scaling.md runs the spike at scale 1.
+        # (they move by `width`), it reacts at other moments, and that p99 moves by up to a
+        # third either way (seeds 1 and 3): docs/scaling.md runs the spike at scale 1.
     # A group's first message waits for the rest up to the group span (half the waves' time),
     # and at a depth a message waits for the waves before its own.
     assert mean(4, "p50_oldest_age_seconds") == pytest.approx(mean(1, "p50_oldest_age_seconds"), abs=0.5)
