@@ -179,12 +179,15 @@ def _seconds(value: float) -> str:
 def markdown(report: dict[str, Any], plots: dict[str, str]) -> str:
     """report.md: the settings read, the targets, one table per shape, the plots."""
     deploy = report["deploy"]
+    jobs = report["options"]["job_seconds"]
+    means = sorted(set(jobs.values()))
+    job_means = f"{means[0]:g} s" if len(means) == 1 else ", ".join(f"{n} {s:g} s" for n, s in jobs.items())
     lines = [
         f"# Fleet simulation: {deploy['kind']} ({report['platform']})",
         "",
         f"Engine {report['engine_version']}; the deploy files' settings: concurrency {deploy['concurrency']}, "
         f"{deploy['min_replicas']}-{deploy['max_replicas']} replicas, grace period {deploy['grace_seconds']:g} s, "
-        f"job timeout {deploy['job_timeout_seconds']:g} s. Jobs: lognormal, mean {report['options']['job_seconds']}; "
+        f"job timeout {deploy['job_timeout_seconds']:g} s. Jobs: lognormal, mean {job_means}; "
         f"replicas start in {report['options']['start_seconds']:g} s (+-20%); SQS counts lag up to "
         f"{report['options']['count_lag']:g} s. Each shape is also run under an oracle that knows the traffic to "
         "come (same replicas, start latency and engine): ratios are ours / the oracle's.",
