@@ -77,8 +77,12 @@ def figures_section(out: Path) -> str:
             "",
             (
                 f"**{TARGETS.get(name, name)}** ([report](scaling/{name}/report.md)): "
-                f"{report['deploy']['min_replicas']}-{report['deploy']['max_replicas']} replicas of concurrency "
-                f"{report['deploy']['concurrency']}."
+                f"{report['deploy']['min_replicas']}-{report['deploy']['max_replicas']} "
+                + (
+                    "Jobs of one message each."
+                    if name == "scaledjob"
+                    else f"replicas of concurrency {report['deploy']['concurrency']}."
+                )
             ),
             "",
             (
