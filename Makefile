@@ -9,7 +9,7 @@ JOBS ?= 4
 
 SCANNERS := .venv-scanners
 
-.PHONY: install tools scanners scanners-lock test demo format bench bench-tracing bench-adaptive bench-priorities clean
+.PHONY: install tools scanners scanners-lock test demo format bench bench-tracing bench-adaptive bench-priorities simulate fleet-check clean
 
 $(UV):
 	$(PYTHON) -m venv $(VENV)
@@ -69,6 +69,19 @@ bench-adaptive: install
 # docs/benchmarks-priorities.{md,json}.
 bench-priorities: install
 	$(VENV)/bin/python bench/priorities.py --out docs
+
+# The fleet simulator on the template's own bakes (bench/fleet.py): the default service on EKS
+# and on ECS, and the ScaledJob answer, under the standard traffic shapes and a day at a
+# million messages an hour, beside an oracle; writes docs/scaling/<platform>/ (report.md,
+# report.json, plots), which docs/scaling.md quotes. Virtual time: about 20 minutes on 2 cores.
+simulate: install
+	$(VENV)/bin/python bench/fleet.py $(SIMULATE_ARGS)
+
+# The simulator checked against real worker processes on LocalStack (bench/fleet_check.py):
+# one small shape, completions and replicas minute by minute; writes
+# docs/scaling-localstack.json. About 20 minutes of real time.
+fleet-check: install
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/python bench/fleet_check.py
 
 format: install
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/python scripts/format_template.py

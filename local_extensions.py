@@ -12,7 +12,8 @@ cookiecutter.json) for every render, `cookiecutter` and `cruft` alike.
   alone; `engine_index`, the index it is pinned to when the bake names one; and
   `engine_index_unnamed`, true for the pin alone (an index the owner names at install time).
 - `engine_link(cookiecutter)`: the engine named in the generated README, linked to the
-  repository the service was baked from (or the checkout's path, for a local bake).
+  repository the service was baked from (or the checkout's path, for a local bake);
+  `template_doc_link(cookiecutter, doc)` the same for one of its documents.
 - `git_credential_helper`: the git credential helper the Dockerfile and CI of a service with
   the engine as a git source use to read the template repository with a token.
 - `partition` / `dns_suffix` (filters on a region): the AWS partition an ARN names and the
@@ -200,10 +201,10 @@ def template_origin(cookiecutter: dict[str, Any]) -> str:
     return as_url(origin) if origin else str(template or ROOT)
 
 
-def web_url(origin: str, commit: str) -> str | None:
-    """The page of the template's engine/ at `commit`, for a repository on a host that serves
-    one (https, or ssh to the same host); None for a checkout or a file:// clone on this
-    machine, which has no page."""
+def web_url(origin: str, commit: str, page: str = "engine", kind: str = "tree") -> str | None:
+    """The page of the template's `page` (engine/ by default; `kind` "blob" for a file) at
+    `commit`, for a repository on a host that serves one (https, or ssh to the same host);
+    None for a checkout or a file:// clone on this machine, which has no page."""
     url = as_url(origin)
     scheme, _, rest = url.partition("://")
     if scheme not in ("https", "http", "ssh") or "/" not in rest:
@@ -214,7 +215,7 @@ def web_url(origin: str, commit: str) -> str | None:
     if not host or not path:
         return None
     # GitHub's and Gitea's page of a folder at a commit; GitLab takes the same with a `/-`.
-    return f"https://{host}/{path}/tree/{commit or 'HEAD'}/engine"
+    return f"https://{host}/{path}/{kind}/{commit or 'HEAD'}/{page}"
 
 
 def engine_link(cookiecutter: dict[str, Any]) -> str:
@@ -226,6 +227,16 @@ def engine_link(cookiecutter: dict[str, Any]) -> str:
     if page:
         return f"[`sqs-worker-engine`]({page})"
     return f"`sqs-worker-engine` (`engine/` of the template checkout `{origin.removeprefix('file://')}`)"
+
+
+def template_doc_link(cookiecutter: dict[str, Any], doc: str) -> str:
+    """Markdown naming one of the template repository's documents (docs/scaling.md) where it
+    is: a link at the commit baked from, or its path in the checkout for a local bake."""
+    origin = template_origin(cookiecutter)
+    page = web_url(origin, _git("rev-parse", "HEAD") or "", doc, "blob")
+    if page:
+        return f"[{doc}]({page}) in the template's repository"
+    return f"`{doc}` of the template checkout `{origin.removeprefix('file://')}`"
 
 
 def engine_version() -> str:
@@ -421,6 +432,7 @@ class EngineExtension(Extension):
         environment.globals["engine_version"] = engine_version()
         environment.globals["template_origin"] = template_origin
         environment.globals["engine_link"] = engine_link
+        environment.globals["template_doc_link"] = template_doc_link
         environment.globals["git_credential_helper"] = GIT_CREDENTIAL_HELPER
         environment.globals["template_commit"] = lambda: _git("rev-parse", "HEAD") or ""
         environment.globals["worker_policy"] = worker_policy

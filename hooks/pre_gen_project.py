@@ -50,6 +50,7 @@ PYTHON_VERSIONS = ("3.11", "3.12", "3.13", "3.14")
 DEPLOY_TARGETS = ("ecs-and-eks", "ecs", "eks")
 ECS_TARGETS = ("ecs-and-eks", "ecs")
 WORKLOADS = ("deployment", "scaledjob")  # kubernetes_workload
+FIFO_THROUGHPUTS = ("standard", "high")  # fifo_throughput
 YES_NO = ("yes", "no")
 ENGINE_SOURCES = ("git", "index")
 
@@ -361,6 +362,7 @@ def check_choices(problems: Problems, answers: dict[str, object]) -> None:
     for name, choices in (
         ("deploy_target", DEPLOY_TARGETS),
         ("kubernetes_workload", WORKLOADS),
+        ("fifo_throughput", FIFO_THROUGHPUTS),
         ("use_idempotency", YES_NO),
         ("untrusted_input", YES_NO),
         ("large_payloads", YES_NO),
@@ -370,6 +372,20 @@ def check_choices(problems: Problems, answers: dict[str, object]) -> None:
         value = answers.get(name)
         if value not in choices:
             problem(problems, name, value, f"must be one of {', '.join(choices)}")
+
+
+def check_fifo_throughput(problems: Problems, answers: dict[str, object]) -> None:
+    """High-throughput mode is a FIFO queue's: on a standard queue it would be ignored
+    silently, which a person answering `high` did not mean."""
+    queue = answers.get("queue_name")
+    if answers.get("fifo_throughput") == "high" and isinstance(queue, str) and not queue.endswith(FIFO_SUFFIX):
+        problem(
+            problems,
+            "fifo_throughput",
+            "high",
+            f"high-throughput mode is for FIFO queues, and queue_name {show(queue)} is a standard queue "
+            f"(no throughput limit to raise): answer standard, or end queue_name in '{FIFO_SUFFIX}'",
+        )
 
 
 # An index URL as uv reads it from pyproject.toml: https (file:// for an index on this machine),
@@ -451,6 +467,7 @@ CHECKS: tuple[Callable[[Problems, dict[str, object]], None], ...] = (
     check_numbers,
     check_metrics_port,
     check_choices,
+    check_fifo_throughput,
     check_engine_index,
     check_secrets,
 )

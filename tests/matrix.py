@@ -104,9 +104,10 @@ SUPPORTED: dict[str, Combination] = {
             "use_idempotency": "yes",
             "python_version": "3.13",
             "large_payloads": "yes",
+            "fifo_throughput": "high",
         },
         "checked",
-        "FIFO on ECS with idempotency and large payloads",
+        "FIFO on ECS with idempotency, large payloads and high-throughput mode",
     ),
     # Hostile but legal text: YAML, JSON and TOML must still parse and read back exactly.
     "markup-characters": Combination(
@@ -353,6 +354,7 @@ _ON_COMMAND_LINE: list[tuple[dict[str, Any], str, str]] = [
     ({"metrics_port": "1023"}, "metrics_port", "from 1024 to 65535"),
     ({"metrics_port": "65536"}, "metrics_port", "from 1024 to 65535"),
     ({"metrics_port": "4566"}, "metrics_port", "LocalStack's port"),
+    ({"fifo_throughput": "high"}, "fifo_throughput", "high-throughput mode is for FIFO queues"),
     # The index the engine comes from, when named: a URL uv reads as given, holding no secret.
     (
         {"engine_index_url": "http://packages.example.com/simple/", "engine_source": "index"},
@@ -388,6 +390,7 @@ _FROM_REPLAY: list[tuple[dict[str, Any], str, str]] = [
     ({"tracing": "otel"}, "tracing", "must be one of yes, no"),
     ({"engine_source": "path"}, "engine_source", "must be one of git, index"),
     ({"kubernetes_workload": "job"}, "kubernetes_workload", "must be one of deployment, scaledjob"),
+    ({"fifo_throughput": "turbo", "queue_name": "jobs.fifo"}, "fifo_throughput", "must be one of standard, high"),
     ({"project_name": "{{ 7*7 }}"}, "project_name", "letters A-Z a-z"),
     ({"project_name": "a'''b\\\"c"}, "project_name", "letters A-Z a-z"),
     ({"description": "{{ cookiecutter.__class__ }}"}, "description", "template markers"),

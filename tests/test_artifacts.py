@@ -160,6 +160,7 @@ class Answers:
     large: bool
     tracing: bool
     workload: str = "deployment"
+    fifo_throughput: str = "standard"
     secrets: tuple[str, ...] = ("DATABASE_URL",)
 
     @classmethod
@@ -184,6 +185,7 @@ class Answers:
             large=c["large_payloads"] == "yes",
             tracing=c["tracing"] == "yes",
             workload=c["kubernetes_workload"],
+            fifo_throughput=c["fifo_throughput"],
             secrets=tuple(local_extensions.secrets(c)),
         )
 
@@ -752,6 +754,7 @@ def test_ecs_service(projects: dict[str, Path], key: str) -> None:
     tracking = policy["TargetTrackingScalingPolicyConfiguration"]
     assert policy["PolicyType"] == "TargetTrackingScaling"
     assert tracking["ScaleInCooldown"] >= 300 > tracking["ScaleOutCooldown"]
+    # One round of work per task, visible and in flight.
     assert tracking["TargetValue"] == answers.concurrency
     metrics = {m["Id"]: m for m in tracking["CustomizedMetricSpecification"]["Metrics"]}
     stats = {
@@ -760,11 +763,13 @@ def test_ecs_service(projects: dict[str, Path], key: str) -> None:
         if "MetricStat" in m
     }
     visible = stats[("AWS/SQS", "ApproximateNumberOfMessagesVisible")]
-    assert visible["MetricStat"]["Metric"]["Dimensions"] == [{"Name": "QueueName", "Value": answers.queue}]
+    in_flight = stats[("AWS/SQS", "ApproximateNumberOfMessagesNotVisible")]
+    for counted in (visible, in_flight):
+        assert counted["MetricStat"]["Metric"]["Dimensions"] == [{"Name": "QueueName", "Value": answers.queue}]
     tasks = stats[("ECS/ContainerInsights", "RunningTaskCount")]
     returned = [m for m in metrics.values() if m.get("ReturnData")]
     assert len(returned) == 1
-    assert returned[0]["Expression"].replace(" ", "") == f"{visible['Id']}/{tasks['Id']}"
+    assert returned[0]["Expression"].replace(" ", "") == f"({visible['Id']}+{in_flight['Id']})/{tasks['Id']}"
 
     # Roles: ECS tasks of this account only may assume them. The task role grants exactly
     # the policy file's statements (built by the stack for its partition, region, account
@@ -884,12 +889,14 @@ def check_scaledjob(scaled: dict[str, Any], answers: Answers) -> None:
     assert job["activeDeadlineSeconds"] >= idle + answers.job_timeout + answers.grace
     # Updating the ScaledJob lets running Jobs finish (the default deletes them).
     assert spec["rollout"] == {"strategy": "gradual"}
-    assert spec["scalingStrategy"]["strategy"] == "accurate"
+    # Messages visible and in flight less the Jobs not finished (`default`): `accurate` counts a
+    # message a ready pod has just taken again while SQS's count lags (docs/scaling.md).
+    assert spec["scalingStrategy"]["strategy"] == "default"
     assert spec["minReplicaCount"] == 0 and spec["pollingInterval"] <= 60
     assert 1 <= spec["successfulJobsHistoryLimit"] <= spec["failedJobsHistoryLimit"]
     (trigger,) = spec["triggers"]
-    # One Job per visible message; in-flight ones have their Job already.
-    assert trigger["metadata"]["queueLength"] == "1" and trigger["metadata"]["scaleOnInFlight"] == "false"
+    # One Job per message; a message in flight has its Job, which the strategy subtracts.
+    assert trigger["metadata"]["queueLength"] == "1" and trigger["metadata"]["scaleOnInFlight"] == "true"
     # Cluster Autoscaler and Karpenter leave a running job's pod alone.
     annotations = pod["metadata"]["annotations"]
     assert annotations["cluster-autoscaler.kubernetes.io/safe-to-evict"] == "false"
@@ -1022,8 +1029,12 @@ def test_kubernetes_objects(projects: dict[str, Path], key: str) -> None:
     if not answers.scaledjob:
         assert so["scaleTargetRef"]["name"] == workload["metadata"]["name"]
         assert so["minReplicaCount"] >= 1
-        scale_down = so["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]["scaleDown"]
+        behavior = so["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]
+        scale_down, scale_up = behavior["scaleDown"], behavior["scaleUp"]
         assert scale_down["stabilizationWindowSeconds"] >= 300 and scale_down["policies"]
+        # A minute of asking before a pod is added: one jittery read of SQS's counts adds none
+        # (docs/scaling.md: the simulated day's scale-ins followed by a scale-out).
+        assert 0 < scale_up["stabilizationWindowSeconds"] < scale_down["stabilizationWindowSeconds"]
     assert auth["spec"]["podIdentity"]["provider"] == "aws"
     assert auth["spec"]["podIdentity"]["roleArn"].startswith(f"arn:{partition}:iam::{PLACEHOLDER_ACCOUNT}:role/")
     known_metadata = {
@@ -1071,6 +1082,8 @@ def test_kubernetes_objects(projects: dict[str, Path], key: str) -> None:
     assert int(sqs["queueLength"]) >= 1 and "activationQueueLength" in sqs
     if answers.scaledjob:
         return
+    # One round of work per pod, visible and in flight (docs/scaling.md: two rounds thrash).
+    assert int(sqs["queueLength"]) == answers.concurrency and sqs["scaleOnInFlight"] == "true"
     age = triggers["aws-cloudwatch"]["metadata"]
     assert (age["namespace"], age["metricName"]) == ("AWS/SQS", "ApproximateAgeOfOldestMessage")
     assert (age["dimensionName"], age["dimensionValue"]) == ("QueueName", answers.queue)
@@ -1195,6 +1208,12 @@ def test_queues_template(projects: dict[str, Path], key: str) -> None:
     for props in (queue, dead):
         assert props.get("FifoQueue", False) is fifo
         assert props["SqsManagedSseEnabled"] is True
+    # fifo_throughput=high: the queue's limits per message group (its DLQ keeps the standard mode).
+    high = fifo and answers.fifo_throughput == "high"
+    assert (queue.get("DeduplicationScope"), queue.get("FifoThroughputLimit")) == (
+        ("messageGroup", "perMessageGroupId") if high else (None, None)
+    )
+    assert "FifoThroughputLimit" not in dead
     assert queue["VisibilityTimeout"] == answers.visibility
     assert queue["ReceiveMessageWaitTimeSeconds"] == LIMITS.MAX_WAIT_SECONDS
     assert queue["RedrivePolicy"] == {

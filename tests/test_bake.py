@@ -59,6 +59,16 @@ def test_generated_project_passes_its_own_checks(name: str, tmp_path: Path, loca
     expected = len(ids) if combo.depth == "full" else len(ids) - len(end_to_end)
     assert counts["passed"] == expected, f"{counts} of {len(ids)} collected ({len(end_to_end)} end-to-end)"
 
+    if combo.depth == "full":
+        # `make simulate` on the service's own deploy files, in the environment `make test` made.
+        simulated = run(["make", "simulate", "SIMULATE_ARGS=--shapes drip --no-oracle"], project, timeout=600)
+        assert simulated.returncode == 0, (simulated.stdout + simulated.stderr)[-3000:]
+        report = json.loads((project / "simulation" / "report.json").read_text())
+        drip = report["shapes"]["drip"]
+        assert drip["messages_lost"] == 0 and drip["unfinished"] == 0, drip
+        assert {"duplicate_runs", "p99_oldest_age_seconds", "replica_minutes", "sqs_requests", "cost"} <= set(drip)
+        assert (project / "simulation" / "report.md").is_file() and (project / "simulation" / "drip.png").is_file()
+
     # Baked from this checkout, the engine comes by path: an image build says why it cannot work.
     build = run(["make", "build"], project)
     assert build.returncode != 0 and "cannot see" in build.stdout, build.stdout + build.stderr

@@ -45,6 +45,7 @@ VALID: dict[str, str] = {
     "max_receive_count": "5",
     "deploy_target": "ecs-and-eks",
     "kubernetes_workload": "deployment",
+    "fifo_throughput": "standard",
     "metrics_port": "9102",
     "use_idempotency": "no",
     "untrusted_input": "no",

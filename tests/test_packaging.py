@@ -109,6 +109,12 @@ def test_the_readme_links_the_engine_where_the_service_was_baked_from(origin: st
     assert local_extensions.web_url(origin, COMMIT) == page
 
 
+def test_the_readme_links_the_scaling_doc_where_the_service_was_baked_from() -> None:
+    """The README's link to docs/scaling.md: the repository the bake came from, at its commit."""
+    page = local_extensions.web_url("https://github.com/acme/tpl.git", COMMIT, "docs/scaling.md", "blob")
+    assert page == f"https://github.com/acme/tpl/blob/{COMMIT}/docs/scaling.md"
+
+
 # --- the index route, end to end ---------------------------------------------------------------
 
 

@@ -1,0 +1,237 @@
+"""The simulator's report: per shape, the fleet's figures beside the oracle's and their
+ratios, the issue's targets met or not, as JSON (`report.json`) and Markdown (`report.md`).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from .deployfiles import Bake, Deployment, EcsService, ScaledJob
+from .traffic import SHAPES
+
+# Figures each shape shows beside the oracle's, as ratios (ours / oracle's).
+COMPARED = ("p99_oldest_age_seconds", "replica_minutes", "p99_wait_seconds")
+# What the oracle's run contributes to a shape's entry.
+ORACLE_KEYS = (
+    "p50_oldest_age_seconds",
+    "p99_oldest_age_seconds",
+    "max_oldest_age_seconds",
+    "p99_wait_seconds",
+    "replica_minutes",
+    "peak_replicas",
+    "scale_events",
+    "duplicate_runs",
+    "messages_lost",
+    "cost",
+)
+SPIKE_RATIO = 1.5
+REPLICA_MINUTES_RATIO = 1.3
+DAY_SECONDS = 600.0
+
+
+def combine(ours: dict[str, Any], oracle: dict[str, Any] | None) -> dict[str, Any]:
+    """One shape's entry: our figures, the oracle's (prefixed `oracle_`) and the ratios."""
+    entry = {k: v for k, v in ours.items() if k != "series"}
+    if oracle is None:
+        return entry
+    entry["oracle"] = {k: oracle[k] for k in ORACLE_KEYS}
+    for key in COMPARED:
+        entry[f"oracle_{key}"] = oracle[key]
+    entry["ratios"] = {key: _ratio(ours[key], oracle[key]) for key in COMPARED}
+    return entry
+
+
+def _ratio(a: float, b: float) -> float | None:
+    if b <= 0:
+        return None if a > 0 else 1.0
+    return round(a / b, 3)
+
+
+def targets(shapes: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """The issue's targets, each with its figure, on the shapes that measure it."""
+    rows: list[dict[str, Any]] = []
+    lost = {name: s["messages_lost"] for name, s in shapes.items()}
+    rows.append(
+        {
+            "target": "0 lost in every shape",
+            "figure": f"{sum(lost.values())} lost over {len(lost)} shapes",
+            "met": all(v == 0 for v in lost.values()),
+        }
+    )
+    over = {n: (s["duplicate_runs"], s["cut_off_by_sigkill"]) for n, s in shapes.items()}
+    rows.append(
+        {
+            "target": "duplicate runs no more than the jobs cut off by SIGKILL",
+            "figure": ", ".join(f"{n}: {d} <= {c}" for n, (d, c) in over.items()),
+            "met": all(d <= c for d, c in over.values()),
+        }
+    )
+    if "spike" in shapes and "ratios" in shapes["spike"]:
+        ratio = shapes["spike"]["ratios"]["p99_oldest_age_seconds"]
+        rows.append(
+            {
+                "target": f"10x spike: p99 oldest-message age within {SPIKE_RATIO}x the oracle's",
+                "figure": f"{shapes['spike']['p99_oldest_age_seconds']} s vs {shapes['spike']['oracle_p99_oldest_age_seconds']} s: {ratio}x",
+                "met": ratio is not None and ratio <= SPIKE_RATIO,
+            }
+        )
+    if "diurnal" in shapes:
+        day = shapes["diurnal"]
+        rows.append(
+            {
+                "target": "diurnal day: no scale-in followed by a scale-out within the stabilization window",
+                "figure": f"{day['thrash']} (window {day['thrash_window_seconds']:g} s; {day['scale_events']['out']} out, {day['scale_events']['in']} in)",
+                "met": day["thrash"] == 0,
+            }
+        )
+        if "ratios" in day:
+            ratio = day["ratios"]["replica_minutes"]
+            rows.append(
+                {
+                    "target": f"diurnal day: replica-minutes within {REPLICA_MINUTES_RATIO}x the oracle's",
+                    "figure": f"{day['replica_minutes']} vs {day['oracle_replica_minutes']}: {ratio}x",
+                    "met": ratio is not None and ratio <= REPLICA_MINUTES_RATIO,
+                }
+            )
+    if "day-1m" in shapes:
+        day = shapes["day-1m"]
+        rows.append(
+            {
+                "target": "a simulated day at a million messages an hour in under 10 minutes of wall time",
+                "figure": f"{day['wall_seconds']:g} s wall, {day['cpu_seconds']:g} s CPU ({day['messages']:,} messages, scale {day['scale']})",
+                "met": day["wall_seconds"] < DAY_SECONDS,
+            }
+        )
+    return rows
+
+
+def describe(bake: Bake, platform: str) -> dict[str, Any]:
+    """What the simulator read from the deploy files, for the report."""
+    spec = bake.kubernetes if platform == "kubernetes" else bake.ecs
+    assert spec is not None
+    worker = spec.worker
+    out: dict[str, Any] = {
+        "queue": worker.queue,
+        "concurrency": worker.concurrency,
+        "grace_seconds": worker.grace,
+        "job_timeout_seconds": worker.number("WORKER_JOB_TIMEOUT_MS", 60_000) / 1000,
+        "shutdown_timeout_seconds": worker.number("WORKER_SHUTDOWN_TIMEOUT_MS", 30_000) / 1000,
+        "visibility_timeout_seconds": worker.number("WORKER_VISIBILITY_TIMEOUT_SECONDS", 30),
+        "replica_cpu": worker.cpu,
+        "replica_memory_gib": round(worker.memory_gib, 3),
+    }
+    if isinstance(spec, Deployment):
+        s = spec.scaling
+        out.update(
+            kind="Deployment + KEDA ScaledObject",
+            min_replicas=s.minimum,
+            max_replicas=s.maximum,
+            polling_seconds=s.polling,
+            scale_up={"stabilization": s.scale_up.stabilization, "policies": [p.__dict__ for p in s.scale_up.policies]},
+            scale_down={
+                "stabilization": s.scale_down.stabilization,
+                "policies": [p.__dict__ for p in s.scale_down.policies],
+            },
+            sqs_trigger=s.sqs.__dict__ if s.sqs else None,
+            age_trigger=s.age.__dict__ if s.age else None,
+            max_unavailable=spec.max_unavailable,
+        )
+    elif isinstance(spec, ScaledJob):
+        out.update(
+            kind="KEDA ScaledJob",
+            min_replicas=spec.minimum,
+            max_replicas=spec.maximum,
+            polling_seconds=spec.polling,
+            strategy=spec.strategy,
+            pending_conditions=list(spec.pending_conditions),
+            sqs_trigger=spec.sqs.__dict__,
+            active_deadline_seconds=spec.deadline,
+        )
+    else:
+        assert isinstance(spec, EcsService)
+        out.update(
+            kind="ECS service + Application Auto Scaling target tracking",
+            min_replicas=spec.minimum,
+            max_replicas=spec.maximum,
+            target=spec.target,
+            scale_out_cooldown=spec.scale_out_cooldown,
+            scale_in_cooldown=spec.scale_in_cooldown,
+            min_healthy_percent=spec.min_healthy_percent,
+            max_percent=spec.max_percent,
+        )
+    return out
+
+
+def write_json(path: Path, report: dict[str, Any]) -> None:
+    path.write_text(json.dumps(report, indent=2, sort_keys=False) + "\n")
+
+
+def _seconds(value: float) -> str:
+    if value >= 3600:
+        return f"{value / 3600:.1f} h"
+    if value >= 120:
+        return f"{value / 60:.1f} min"
+    return f"{value:.1f} s"
+
+
+def markdown(report: dict[str, Any], plots: dict[str, str]) -> str:
+    """report.md: the settings read, the targets, one table per shape, the plots."""
+    deploy = report["deploy"]
+    jobs = report["options"]["job_seconds"]
+    means = sorted(set(jobs.values()))
+    job_means = f"{means[0]:g} s" if len(means) == 1 else ", ".join(f"{n} {s:g} s" for n, s in jobs.items())
+    lines = [
+        f"# Fleet simulation: {deploy['kind']} ({report['platform']})",
+        "",
+        f"Engine {report['engine_version']}; the deploy files' settings: concurrency {deploy['concurrency']}, "
+        f"{deploy['min_replicas']}-{deploy['max_replicas']} replicas, grace period {deploy['grace_seconds']:g} s, "
+        f"job timeout {deploy['job_timeout_seconds']:g} s. Jobs: lognormal, mean {job_means}; "
+        f"replicas start in {report['options']['start_seconds']:g} s (+-20%); SQS counts lag up to "
+        f"{report['options']['count_lag']:g} s. Each shape is also run under an oracle that knows the traffic to "
+        "come (same replicas, start latency and engine): ratios are ours / the oracle's.",
+        "",
+        "## Targets",
+        "",
+        "| target | figure | met |",
+        "|---|---|---|",
+    ]
+    lines += [f"| {t['target']} | {t['figure']} | {'yes' if t['met'] else '**no**'} |" for t in report["targets"]]
+    lines += [
+        "",
+        "## Shapes",
+        "",
+        "| shape | messages | lost | duplicate runs (cause) | cut off by SIGKILL | oldest age p50 / p99 / max | oracle p99 | "
+        "replica-min | oracle | scale out / in | thrash | in-flight peak | $ per million |",
+        "|---|---:|---:|---|---:|---|---:|---:|---:|---|---:|---:|---:|",
+    ]
+    for name, s in report["shapes"].items():
+        causes = ", ".join(f"{c} {n}" for c, n in s["duplicates_by_cause"].items()) or "-"
+        ratio = s.get("ratios", {})
+        lines.append(
+            f"| {name} | {s['messages']:,} | {s['messages_lost']} | {s['duplicate_runs']} ({causes}) | "
+            f"{s['cut_off_by_sigkill']} | {_seconds(s['p50_oldest_age_seconds'])} / "
+            f"{_seconds(s['p99_oldest_age_seconds'])} / {_seconds(s['max_oldest_age_seconds'])} | "
+            f"{_seconds(s.get('oracle_p99_oldest_age_seconds', 0.0))} ({ratio.get('p99_oldest_age_seconds', '-')}x) | "
+            f"{s['replica_minutes']:,.0f} | {s.get('oracle_replica_minutes', 0):,.0f} "
+            f"({ratio.get('replica_minutes', '-')}x) | {s['scale_events']['out']} / {s['scale_events']['in']} | "
+            f"{s['thrash']} | {s['inflight_peak']:,} ({s['inflight_peak_share_of_limit']:.2%} of SQS's limit) | "
+            f"{s['cost']['usd_per_million']:.2f} |"
+        )
+    lines += ["", "Per shape:", ""]
+    for name, s in report["shapes"].items():
+        title = SHAPES[name].title if name in SHAPES else s["title"]
+        lines.append(
+            f"- **{name}**: {title}. Scale {s['scale']} (each simulated message stood for {s['scale']} real ones), "
+            f"{s['simulated_messages']:,} simulated; SQS requests {s['sqs_requests']:,} "
+            f"({s['requests_per_message']} a message); cost ${s['cost']['total_usd']:.2f} "
+            f"(SQS {s['cost']['sqs_usd']:.2f}, compute {s['cost']['compute_usd']:.2f}); "
+            f"message wait p99 {_seconds(s['p99_wait_seconds'])}; {s['wall_seconds']:g} s wall."
+            + (f" Jobs created {s['jobs']['created']:,}, {s['jobs']['idle']} found nothing." if "jobs" in s else "")
+        )
+    if plots:
+        lines += ["", "## Over time", ""]
+        for name, path in plots.items():
+            lines += [f"### {name}", "", f"![{name}]({path})", ""]
+    return "\n".join(lines).rstrip() + "\n"

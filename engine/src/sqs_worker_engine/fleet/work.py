@@ -1,0 +1,353 @@
+"""What the simulated handlers do, and the ledger every message's life is checked against.
+
+Each simulated message is a `Batch` of real messages (one, at scale 1): ones that arrived
+together (traffic.Group). Its handler runs them in *waves* of `width`, side by side (the
+replica's real concurrency is `width` times its simulated one: simulation.worker_config),
+each wave for one job's duration (lognormal around the mean), slowed by the downstream
+past its knee (`Downstream`); waves run one after another. At scale k = width x depth a
+replica clears what it would of real messages, members of one wave finish together (as
+`width` real jobs of the same length would), and only a depth above 1 makes members wait
+for the waves before theirs (simulation.choose_scale says when).
+
+A batch is never more than its real messages would be:
+- on SIGTERM (`job.stopping`) its handler finishes the wave it runs, then gives the rest
+  back as a new simulated message: the worker would have received none of them;
+- when its replica is killed (SIGKILL) the wave it ran is cut off, and redone later:
+  duplicate runs; the waves not yet started are visible again at once, as they would have
+  been; a wave prefetched and never started waits out its visibility timeout, as it would;
+- a batch finished whose delete never reached SQS before the kill is redelivered and its
+  last wave redone: the real workers' unsent deletes.
+
+The ledger counts every member: sent, completed (first completions), dead-lettered,
+outstanding, the runs started, duplicate runs by what caused them, and the runs cut off by
+SIGKILL (handlers running, or finished with their delete not yet sent, when it came).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+import math
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .. import clock
+from ..job import Job
+from ..router import Router
+from .traffic import Group
+
+SLICE = 1.0  # seconds of work a handler does between looks at SIGTERM and the downstream
+# What stopped a replica, and so what caused a run it cut off to be redone.
+CAUSES = ("scale-in", "deploy", "crash", "deadline", "lease", "timeout")
+
+
+@dataclass(frozen=True)
+class Durations:
+    """Job durations: lognormal with this mean and shape (sigma 0.5: a coefficient of
+    variation of about 0.53), none past `longest` (the simulated jobs fit their timeout: a
+    job that does not is retried by any worker, whatever the fleet does)."""
+
+    mean: float
+    sigma: float = 0.5
+    longest: float = math.inf
+
+    def total(self, rng: random.Random, n: int) -> float:
+        """The time n jobs take one after another: a lognormal with their sum's mean and
+        variance (one draw, not n)."""
+        mean = n * self.mean
+        variance = n * self.mean**2 * (math.exp(self.sigma**2) - 1)
+        s2 = math.log(1 + variance / mean**2)
+        return min(n * self.longest, rng.lognormvariate(math.log(mean) - s2 / 2, math.sqrt(s2)))
+
+
+@dataclass(frozen=True)
+class Downstream:
+    """What the handlers call: each call takes its time while at most `capacity` calls are
+    in flight across the fleet, and (calls / capacity)^2 times as long beyond (calls
+    queue inside it). None: no knee."""
+
+    capacity: int | None
+
+    def factor(self, calls: int) -> float:
+        if self.capacity is None or calls <= self.capacity:
+            return 1.0
+        return (calls / self.capacity) ** 2
+
+
+class Histogram:
+    """Counts of durations in buckets 1% wide (from 1 ms), for quantiles of millions of
+    waits in little memory."""
+
+    FLOOR = 0.001
+    RATIO = 1.01
+
+    def __init__(self) -> None:
+        self.counts: dict[int, float] = {}
+        self.total = 0.0
+        self.max = 0.0
+
+    def _bucket(self, seconds: float) -> int:
+        return 0 if seconds <= self.FLOOR else 1 + int(math.log(seconds / self.FLOOR, self.RATIO))
+
+    def _edge(self, bucket: int) -> float:
+        return 0.0 if bucket == 0 else self.FLOOR * self.RATIO ** (bucket - 1)
+
+    def add_range(self, low: float, high: float, count: int) -> None:
+        """`count` values spread evenly from `low` to `high`."""
+        low, high = max(0.0, min(low, high)), max(0.0, low, high)
+        self.total += count
+        self.max = max(self.max, high)
+        first, last = self._bucket(low), self._bucket(high)
+        if first == last:
+            self.counts[first] = self.counts.get(first, 0.0) + count
+            return
+        width = high - low
+        for b in range(first, last + 1):
+            lo, hi = max(low, self._edge(b)), min(high, self._edge(b + 1))
+            if hi > lo:
+                self.counts[b] = self.counts.get(b, 0.0) + count * (hi - lo) / width
+
+    def quantile(self, q: float) -> float:
+        if not self.total:
+            return 0.0
+        wanted, seen = q * self.total, 0.0
+        for b in sorted(self.counts):
+            seen += self.counts[b]
+            if seen >= wanted:
+                return min(self.max, self._edge(b + 1))
+        return self.max
+
+
+@dataclass(slots=True, eq=False)
+class Batch:
+    id: int
+    count: int  # real messages it stands for
+    first: float  # when the first arrived
+    last: float  # when the last arrived (the rest evenly between)
+    done: int = 0  # members completed
+    runner: int | None = None  # the replica running it now
+    wave: int = 0  # members in the wave running now
+    cut: str | None = None  # a SIGKILL cut off the wave at `done` (why): its next run repeats it
+    cut_members: int = 0
+    rerun: str | None = None  # done, but its delete never reached SQS before a SIGKILL (why)
+    rerun_members: int = 0  # the last wave, run again on its redelivery
+    behind: int = 0  # members waiting, while it runs, for the waves before theirs
+
+    def arrival(self, member: int) -> float:
+        return self.first + (self.last - self.first) * member / max(1, self.count - 1)
+
+
+class Ledger:
+    def __init__(
+        self, durations: Durations, downstream: Downstream | None = None, seed: int = 0, width: int = 1
+    ) -> None:
+        """`width`: real messages a simulated handler call runs side by side (a wave)."""
+        self.durations = durations
+        self.width = width
+        self.downstream = downstream or Downstream(None)
+        self.batches: dict[int, Batch] = {}
+        self.sent = 0
+        self.completed = 0
+        self.dead_lettered = 0
+        self.runs = 0  # member runs started, redone ones included
+        self.duplicates: dict[str, int] = {}
+        self.cut: dict[str, int] = {}
+        self.calls = 0  # handler calls in flight across the fleet (the downstream's load)
+        self.peak_calls = 0
+        # Members of running batches waiting for the waves before theirs. Real messages
+        # would not wait so: any free worker would have taken them. Readers of the counts
+        # are shown the queue without them (see `observed`).
+        self.behind = 0
+        self.waits = Histogram()  # per message: from arrival to the start of the run that completed it
+        self.simulated = 0  # simulated messages sent (splits included)
+        self._oldest: list[tuple[float, int]] = []
+        self._ids = itertools.count(1)
+        self._rng = random.Random(seed)
+        self.put: Callable[[str], str] | None = None  # sends a simulated message (the queue's `put`)
+
+    # -- what the traffic and the queue tell it --------------------------------------------
+
+    def send(self, group: Group) -> str:
+        self.sent += group.count
+        return self._add(Batch(next(self._ids), group.count, group.first, group.last))
+
+    def _add(self, batch: Batch) -> str:
+        self.batches[batch.id] = batch
+        self.simulated += 1
+        heapq.heappush(self._oldest, (batch.first, batch.id))
+        return str(batch.id)
+
+    def deleted(self, body: str) -> None:
+        self.batches.pop(int(body), None)
+
+    def dead_lettered_(self, body: str) -> None:
+        batch = self.batches.pop(int(body), None)
+        if batch is not None:
+            self.dead_lettered += batch.count - batch.done
+
+    # -- what observers read -----------------------------------------------------------------
+
+    @property
+    def outstanding(self) -> int:
+        """Real messages sent and neither completed nor dead-lettered."""
+        return self.sent - self.completed - self.dead_lettered
+
+    def oldest_arrival(self) -> float | None:
+        """When the oldest message not yet completed arrived (groups never overlap in time,
+        so the group that arrived first holds it)."""
+        heap = self._oldest
+        while heap:
+            first, number = heap[0]
+            batch = self.batches.get(number)
+            if batch is not None and batch.first == first and batch.done < batch.count:
+                return batch.arrival(batch.done)
+            heapq.heappop(heap)
+        return None
+
+    @property
+    def observed(self) -> int:
+        """Outstanding as SQS would count it: less the members a simulated message keeps
+        waiting behind its own earlier waves (none at a depth of 1)."""
+        return self.outstanding - self.behind
+
+    def _behind(self, batch: Batch, members: int) -> None:
+        self.behind += members - batch.behind
+        batch.behind = members
+
+    @property
+    def duplicate_runs(self) -> int:
+        return sum(self.duplicates.values())
+
+    @property
+    def cut_off(self) -> int:
+        return sum(self.cut.values())
+
+    # -- the handler ---------------------------------------------------------------------------
+
+    def router(self, queue: str, replica: Replica) -> Router:
+        router = Router()
+
+        @router.handler(queue, payload=str)
+        async def simulated(job: Job[str]) -> None:
+            await self.run(job, replica)
+
+        return router
+
+    def _duplicate(self, cause: str, members: int) -> None:
+        self.duplicates[cause] = self.duplicates.get(cause, 0) + members
+
+    async def run(self, job: Job[str], replica: Replica) -> None:
+        batch = self.batches.get(int(job.body))
+        if batch is None:
+            return
+        if batch.runner is not None and batch.runner != replica.number:
+            self._duplicate("lease", batch.wave)  # its lease ran out while another replica ran it
+        if batch.rerun is not None:
+            self._duplicate(batch.rerun, batch.rerun_members)
+            members, batch.rerun = batch.rerun_members, None
+            self.runs += members
+            self.calls += members
+            try:
+                await asyncio.sleep(self.durations.total(self._rng, 1) * self.downstream.factor(self.calls))
+            finally:
+                self.calls -= members
+            return
+        batch.runner = replica.number
+        try:
+            while batch.done < batch.count:
+                if not await self._wave(batch, replica):
+                    return  # cut off by a SIGKILL, or redone elsewhere: the ledger counted it
+                if job.stopping and batch.done < batch.count:
+                    self.split(batch, batch.done)  # SIGTERM: the rest goes back, never started
+                    return
+        except asyncio.CancelledError:
+            # The job timeout (or its lease's loss) cancelled it: the wave it ran is redone.
+            if batch.runner == replica.number and not replica.killed and batch.done < batch.count:
+                batch.cut, batch.cut_members = "timeout", batch.wave
+            raise
+        finally:
+            if batch.runner == replica.number:
+                batch.runner = None
+                self._behind(batch, 0)
+
+    async def _wave(self, batch: Batch, replica: Replica) -> bool:
+        """Run the next `width` members side by side; False if the run was cut off."""
+        members = min(self.width, batch.count - batch.done)
+        if batch.cut is not None:
+            self._duplicate(batch.cut, min(members, batch.cut_members))
+            batch.cut = None
+        batch.wave = members
+        self._behind(batch, batch.count - batch.done - members)
+        self.runs += members
+        began = clock.now()
+        seconds = self.durations.total(self._rng, 1)
+        self.calls += members
+        self.peak_calls = max(self.peak_calls, self.calls)
+        try:
+            elapsed = 0.0
+            while elapsed < seconds:
+                step = min(SLICE, seconds - elapsed)
+                await asyncio.sleep(step * self.downstream.factor(self.calls))
+                if replica.killed or batch.runner != replica.number:
+                    return False
+                elapsed += step
+        finally:
+            self.calls -= members
+            batch.wave = 0
+        # Waits: from arrival to the start of the run that completed it.
+        first, last = batch.arrival(batch.done), batch.arrival(batch.done + members - 1)
+        self.waits.add_range(began - first, began - last, members)
+        self.completed += members
+        batch.done += members
+        return True
+
+    def split(self, batch: Batch, at: int) -> None:
+        """Members `at`.. of `batch` become a simulated message of their own, visible now."""
+        assert self.put is not None
+        rest = Batch(next(self._ids), batch.count - at, batch.arrival(at), batch.last)
+        batch.last = batch.arrival(at - 1) if at > 0 else batch.first
+        batch.count = at
+        self.put(self._add(rest))
+
+    # -- what the platform tells it --------------------------------------------------------------
+
+    def killed(self, replica: Replica, held: list[str], cause: str) -> None:
+        """`replica` was SIGKILLed (for `cause`) holding the simulated messages `held`."""
+        for body in held:
+            batch = self.batches.get(int(body))
+            if batch is None:
+                continue
+            if batch.done >= batch.count:  # finished, its delete never sent: its last wave again
+                last = batch.count % self.width or min(self.width, batch.count)
+                self.cut[cause] = self.cut.get(cause, 0) + last
+                batch.rerun, batch.rerun_members = cause, last
+                continue
+            if batch.runner == replica.number and batch.wave:
+                self.cut[cause] = self.cut.get(cause, 0) + batch.wave
+                batch.cut, batch.cut_members = cause, batch.wave
+            batch.runner = None
+            self._behind(batch, 0)
+            # What it had not started: one wave waits out its lease with the dead replica,
+            # the rest was never received.
+            if batch.count - batch.done > self.width:
+                self.split(batch, batch.done + self.width)
+
+
+class Replica:
+    """What the ledger needs to know of a replica: its number and whether it was killed."""
+
+    _numbers = itertools.count(1)
+
+    def __init__(self) -> None:
+        self.number = next(Replica._numbers)
+        self.killed = False
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The q-quantile (0-1) of `values` by the nearest-rank method (0 for none)."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]

@@ -1,0 +1,413 @@
+"""The fleet simulator's decisions, each a pure function, held to the platforms' documented
+behaviour and to the cases that bite: the HPA's tolerance, policies and windows; KEDA's
+ScaledJob strategies; ECS target tracking's alarms and cooldowns; the oracle; traffic; the
+lagging counts."""
+
+from __future__ import annotations
+
+import ast
+import itertools
+import math
+import random
+from pathlib import Path
+
+import pytest
+
+import sqs_worker_engine
+from sqs_worker_engine.fleet import deployfiles, hpa, keda, oracle, traffic
+from sqs_worker_engine.fleet.counts import Counts, Datapoint, Truth
+from sqs_worker_engine.fleet.deployfiles import (
+    DEFAULT_SCALE_DOWN,
+    DEFAULT_SCALE_UP,
+    EcsService,
+    Policy,
+    Rules,
+    SqsTrigger,
+    Worker,
+)
+from sqs_worker_engine.fleet.platform import ecs_batch
+from sqs_worker_engine.fleet.simulation import thrash
+from sqs_worker_engine.fleet.targettracking import TargetTracking
+from sqs_worker_engine.fleet.work import Durations, Histogram
+
+# The generated ScaledObject's behaviour (deploy/k8s/scaledobject.yaml).
+UP = Rules(0, "Max", (Policy("Percent", 100, 30), Policy("Pods", 4, 30)))
+DOWN = Rules(300, "Min", (Policy("Pods", 1, 60),))
+
+
+# -- the HPA ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "target", "current", "expected"),
+    [
+        (160, 16, 10, 10),  # on target
+        (170, 16, 10, 10),  # 6% over: within the 10% tolerance, no change
+        (180, 16, 10, 12),  # 12.5% over: ceil(180 / 16)
+        (0, 16, 3, 0),  # nothing: as few as the minimum allows
+        (5, 16, 0, 1),  # from none: no tolerance to apply
+    ],
+)
+def test_a_metric_proposes_ceil_value_over_target_outside_the_tolerance(value, target, current, expected) -> None:
+    assert hpa.proposal(value, target, current) == expected
+
+
+def test_scale_up_takes_the_policy_that_allows_most_and_counts_what_the_period_added() -> None:
+    # From 2: Percent 100 allows 4, Pods 4 allows 6; Max selects 6.
+    assert hpa.limit(40, 2, [], 0.0, UP, DOWN) == 6
+    # 4 added 10 s ago: the period started at 2, so 6 is still the bound.
+    assert hpa.limit(40, 6, [(-10.0, 4)], 0.0, UP, DOWN) == 6
+    # Once the period is over, from 6: Percent allows 12, Pods 10.
+    assert hpa.limit(40, 6, [(-31.0, 4)], 0.0, UP, DOWN) == 12
+
+
+def test_scale_down_removes_one_pod_a_minute() -> None:
+    assert hpa.limit(1, 10, [], 0.0, UP, DOWN) == 9
+    assert hpa.limit(1, 9, [(-30.0, -1)], 0.0, UP, DOWN) == 9  # one already this minute
+    assert hpa.limit(1, 9, [(-61.0, -1)], 0.0, UP, DOWN) == 8
+
+
+def test_the_scale_down_window_holds_the_highest_recent_proposal() -> None:
+    history = [(-200.0, 8), (-100.0, 3)]
+    assert hpa.stabilize(history, 2, 8, 0.0, UP, DOWN) == 8  # 8 was proposed within 300 s
+    assert hpa.stabilize([(-301.0, 8), (-100.0, 3)], 2, 8, 0.0, UP, DOWN) == 3
+    assert hpa.stabilize(history, 12, 8, 0.0, UP, DOWN) == 12  # up: no window, at once
+
+
+def test_the_default_behaviour_is_kubernetes() -> None:
+    """Without `behavior`: up by 100% or 4 pods per 15 s, down after 300 s by up to 100%."""
+    scaler = hpa.Hpa(1, 10, DEFAULT_SCALE_UP, DEFAULT_SCALE_DOWN)
+    assert scaler.decide(0.0, [9], 1) == 5
+    assert scaler.decide(16.0, [9], 5) == 9
+
+
+def test_an_hpa_scales_up_at_once_and_down_after_its_window_one_pod_a_minute() -> None:
+    scaler = hpa.Hpa(1, 10, UP, DOWN)
+    assert scaler.decide(0.0, [10], 1) == 5  # Pods 4: 1 -> 5 in the first 30 s
+    assert scaler.decide(15.0, [10], 5) == 5  # still within the period
+    assert scaler.decide(31.0, [10], 5) == 10
+    counts = [10]
+    for t in range(45, 1200, 15):  # nothing to do from now on
+        counts.append(scaler.decide(float(t), [1], counts[-1]))
+    first_down = next(i for i, c in enumerate(counts) if c < 10)
+    assert 45 + (first_down - 1) * 15 >= 300, "not before the 300 s window has passed since the last 10"
+    drops = [b - a for a, b in itertools.pairwise(counts) if b < a]
+    assert drops and all(d == -1 for d in drops), drops
+    assert counts[-1] == 1
+
+
+def test_thrash_is_a_scale_out_within_the_window_after_a_scale_in() -> None:
+    assert thrash([(0, 2), (100, 1), (250, 2)], 300) == 1
+    assert thrash([(0, 2), (100, 1), (450, 2)], 300) == 0
+    assert thrash([(0, 1), (100, 2), (200, 3)], 300) == 0
+
+
+# -- KEDA ---------------------------------------------------------------------------------
+
+
+def test_the_sqs_scaler_counts_in_flight_and_delayed_only_when_asked() -> None:
+    attrs = {
+        "ApproximateNumberOfMessages": 5,
+        "ApproximateNumberOfMessagesNotVisible": 3,
+        "ApproximateNumberOfMessagesDelayed": 2,
+    }
+    assert keda.queue_length(attrs, SqsTrigger(in_flight=True)) == 8
+    assert keda.queue_length(attrs, SqsTrigger(in_flight=False)) == 5
+    assert keda.queue_length(attrs, SqsTrigger(in_flight=False, delayed=True)) == 7
+
+
+@pytest.mark.parametrize(
+    ("strategy", "max_scale", "running", "pending", "expected"),
+    [
+        ("default", 5, 2, 0, 3),  # messages less jobs running
+        ("default", 5, 2, 2, 3),  # pending jobs are running jobs
+        ("accurate", 5, 2, 0, 5),  # running jobs took their messages already
+        ("accurate", 5, 2, 2, 3),  # pending ones have not
+        ("accurate", 9, 4, 0, 6),  # capped: max 10 less the 4 running
+        ("eager", 3, 2, 1, 3),
+        ("eager", 9, 4, 2, 4),
+    ],
+)
+def test_scaled_job_strategies_follow_keda(strategy, max_scale, running, pending, expected) -> None:
+    assert keda.jobs_to_create(strategy, max_scale, running, pending, 10) == expected
+
+
+def test_a_job_taken_message_still_counted_makes_accurate_start_another_job() -> None:
+    """kedacore/keda #7330: a Job whose pod is ready (no longer pending) has taken its
+    message, but the lagging count still shows it: accurate starts a second Job for it."""
+    assert keda.jobs_to_create("accurate", max_scale=1, running=1, pending=0, maximum=10) == 1
+    # Counting in-flight messages and subtracting every Job running does not.
+    assert keda.jobs_to_create("default", max_scale=1, running=1, pending=0, maximum=10) == 0
+
+
+# -- ECS ----------------------------------------------------------------------------------
+
+ECS = EcsService(Worker({}, 105), 2, 10, 8.0, 60, 300, 50, 100)
+
+
+def _points(values: list[tuple[float, int]]) -> list[Datapoint]:
+    """(visible, running) newest first."""
+    return [Datapoint(-i, v, 0, 0.0, r) for i, (v, r) in enumerate(values)]
+
+
+def test_target_tracking_scales_out_after_three_minutes_above_target() -> None:
+    policy = TargetTracking(ECS)
+    assert policy.decide(0.0, _points([(40, 2)] * 2), 2) == 2  # two datapoints: not yet
+    assert policy.decide(60.0, _points([(40, 2)] * 3), 2) == 5  # ceil(40 / 8)
+    # Within the cooldown the same backlog adds nothing more; a larger one does.
+    assert policy.decide(90.0, _points([(40, 2)] * 3), 5) == 5
+    assert policy.decide(100.0, _points([(72, 5)] * 3), 5) == 9
+
+
+def test_target_tracking_scales_in_after_fifteen_quiet_minutes_and_its_cooldown() -> None:
+    policy = TargetTracking(ECS)
+    assert policy.decide(0.0, _points([(0, 6)] * 14), 6) == 6
+    assert policy.decide(60.0, _points([(0, 6)] * 15), 6) == 2
+    assert policy.decide(120.0, _points([(0, 2)] * 15), 4) == 4  # the scale-in cooldown
+
+
+def test_an_ecs_rollout_stops_what_is_above_the_minimum_healthy() -> None:
+    assert ecs_batch(2, 50) == 1
+    assert ecs_batch(10, 50) == 5
+    assert ecs_batch(1, 0) == 1
+    assert ecs_batch(1, 50) == 1  # would be 0: a rollout must start
+
+
+# -- the oracle ---------------------------------------------------------------------------
+
+
+def test_the_oracle_sizes_for_the_rate_a_start_latency_ahead_and_the_backlog() -> None:
+    spike = traffic.Spike(base=10.0, factor=10.0, at=100.0, length=60.0)
+    the = oracle.Oracle(
+        lambda t: spike.rate(t), job_seconds=1.0, concurrency=8, start_seconds=30, minimum=1, maximum=10
+    )
+    assert the.desired(0.0, 0) == 2  # 10/s x 1 s / 0.9 / 8
+    assert the.desired(60.0, 0) == 10  # the spike is within a start latency and a sync: ready for it
+    assert the.desired(0.0, 1200) == 4  # 1200 waiting cleared in a minute: 20/s more
+
+
+# -- traffic ------------------------------------------------------------------------------
+
+
+def test_arrivals_follow_the_rate_in_groups_of_at_most_k() -> None:
+    shape = traffic.Shape("t", "t", 600.0, traffic.Steady(20.0), absolute=True)
+    groups = [g for _, gs in traffic.arrivals(shape, 1.0, 7, seed=3) for g in gs]
+    total = sum(g.count for g in groups)
+    assert abs(total - 12_000) < 4 * math.sqrt(12_000), total
+    assert all(1 <= g.count <= 7 for g in groups)
+    assert all(g.last - g.first <= traffic.MAX_SPAN + 1e-9 for g in groups)
+    firsts = [g.first for g in groups]
+    assert firsts == sorted(firsts), "groups never overlap in time"
+
+
+def test_a_quiet_spell_never_holds_a_message_back_for_its_group() -> None:
+    shape = traffic.Shape("t", "t", 3600.0, traffic.Steady(1 / 60), absolute=True)
+    for at, groups in traffic.arrivals(shape, 1.0, 50, seed=1):
+        for group in groups:
+            assert at - group.first <= traffic.MAX_SPAN + traffic.STEP
+
+
+def test_the_same_seed_gives_the_same_traffic() -> None:
+    shape = traffic.SHAPES["spike"]
+    a = list(traffic.arrivals(shape, 80.0, 1, seed=5))
+    assert a == list(traffic.arrivals(shape, 80.0, 1, seed=5))
+    assert a != list(traffic.arrivals(shape, 80.0, 1, seed=6))
+
+
+def test_the_day_averages_a_million_an_hour() -> None:
+    day = traffic.SHAPES["day-1m"]
+    assert abs(day.mean_rate(1.0) * 3600 - 1_000_000) < 10_000
+
+
+# -- what readers see ---------------------------------------------------------------------
+
+
+def test_approximate_counts_lag_up_to_a_minute_and_no_more() -> None:
+    counts = Counts(lag=60.0, seed=2)
+    for t in range(200):
+        counts.record(Truth(float(t), visible=t, inflight=0, oldest_age=0.0, running=1))
+    seen = [counts.approximate().visible for _ in range(500)]
+    assert min(seen) >= 199 - 61 and max(seen) <= 199
+    assert len(set(seen)) > 20, "each read draws its own lag"
+
+
+def test_cloudwatch_publishes_a_minute_after_it_ends() -> None:
+    counts = Counts(lag=0.0, delay=60.0, seed=2)
+    for t in range(0, 300):
+        counts.record(Truth(float(t), visible=t // 60, inflight=0, oldest_age=float(t), running=1))
+    (latest,) = counts.cloudwatch(300.0)
+    assert latest.minute == 3  # minute 4 ended at 300 s: published at 360 s
+    assert [p.minute for p in counts.cloudwatch(300.0, 3)] == [3, 2, 1]
+
+
+def test_job_durations_keep_their_mean_and_fit_their_timeout() -> None:
+    rng = random.Random(1)
+    durations = Durations(2.0, longest=5.0)
+    draws = [durations.total(rng, 1) for _ in range(20_000)]
+    assert max(draws) <= 5.0
+    assert abs(sum(draws) / len(draws) - 2.0) < 0.05
+    sums = [Durations(2.0).total(rng, 10) for _ in range(5000)]
+    assert abs(sum(sums) / len(sums) - 20.0) < 0.3
+
+
+def test_wait_quantiles_from_buckets() -> None:
+    waits = Histogram()
+    for i in range(1, 1001):
+        waits.add_range(i / 100, i / 100, 1)
+    assert waits.quantile(0.5) == pytest.approx(5.0, rel=0.02)
+    assert waits.quantile(0.99) == pytest.approx(9.9, rel=0.02)
+    spread = Histogram()
+    spread.add_range(0.0, 10.0, 1000)
+    assert spread.quantile(0.9) == pytest.approx(9.0, rel=0.03)
+    assert spread.max == 10.0
+
+
+# -- layering -----------------------------------------------------------------------------
+
+
+def test_the_simulator_sits_above_the_engine() -> None:
+    """Nothing in the engine imports the fleet package; the fleet package imports the
+    engine's public pieces and the virtual-time loop, never the runtime's insides."""
+    package = Path(sqs_worker_engine.__file__).parent
+    for path in package.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                assert not node.module.startswith("fleet") and node.module != "sqs_worker_engine.fleet", path.name
+    allowed = {"clock", "job", "limits", "router", "settings", "vtime", "worker", "_version"}
+    for path in (package / "fleet").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 2:
+                names = [node.module] if node.module else [alias.name for alias in node.names]
+                assert set(names) <= allowed, f"{path.name} imports {names} of the engine"
+
+
+# -- what the simulator reads ------------------------------------------------------------
+
+DEPLOYMENT = """
+apiVersion: apps/v1
+kind: Deployment
+spec:
+  strategy: {type: RollingUpdate, rollingUpdate: {maxSurge: 0, maxUnavailable: 1}}
+  template:
+    spec:
+      terminationGracePeriodSeconds: 105
+      containers:
+        - name: worker
+          env:
+            - {name: WORKER_QUEUES, value: "orders.fifo"}
+            - {name: WORKER_CONCURRENCY, value: "8"}
+            - name: FROM_A_SECRET
+              valueFrom: {secretKeyRef: {name: s, key: k}}
+          resources: {requests: {cpu: 250m, memory: 512Mi}}
+---
+apiVersion: keda.sh/v1alpha1
+kind: ScaledObject
+spec:
+  minReplicaCount: 1
+  maxReplicaCount: 10
+  advanced:
+    horizontalPodAutoscalerConfig:
+      behavior:
+        scaleDown:
+          stabilizationWindowSeconds: 300
+          selectPolicy: Min
+          policies: [{type: Pods, value: 1, periodSeconds: 60}]
+  triggers:
+    - type: aws-sqs-queue
+      metadata: {queueLength: "8", activationQueueLength: "0", scaleOnInFlight: "true"}
+    - type: aws-cloudwatch
+      metadata: {metricName: ApproximateAgeOfOldestMessage, targetMetricValue: "120"}
+"""
+
+SERVICE = """
+Parameters:
+  Target: {Type: Number, Default: 8}
+Resources:
+  Task:
+    Type: AWS::ECS::TaskDefinition
+    Properties:
+      Cpu: "512"
+      Memory: "1024"
+      ContainerDefinitions:
+        - Name: worker
+          StopTimeout: 105
+          Environment:
+            - {Name: WORKER_QUEUES, Value: "orders"}
+            - Name: WORKER_LARGE_PAYLOAD_BUCKET
+              Value: !Ref Bucket
+  Service:
+    Type: AWS::ECS::Service
+    Properties:
+      DeploymentConfiguration: {MaximumPercent: 100, MinimumHealthyPercent: 50}
+  Target2:
+    Type: AWS::ApplicationAutoScaling::ScalableTarget
+    Properties: {MinCapacity: 2, MaxCapacity: 10}
+  Policy:
+    Type: AWS::ApplicationAutoScaling::ScalingPolicy
+    Properties:
+      TargetTrackingScalingPolicyConfiguration:
+        TargetValue: !Ref Target
+        ScaleOutCooldown: 60
+        CustomizedMetricSpecification:
+          Metrics:
+            - Id: visible
+              MetricStat: {Metric: {MetricName: ApproximateNumberOfMessagesVisible}}
+            - Id: in_flight
+              MetricStat: {Metric: {MetricName: ApproximateNumberOfMessagesNotVisible}}
+            - Id: per_task
+              Expression: !Sub "(visible + in_flight) / tasks"
+"""
+
+
+def test_the_deploy_files_are_read_with_the_platforms_defaults_for_what_they_leave_out(tmp_path: Path) -> None:
+    (tmp_path / "k8s").mkdir()
+    (tmp_path / "k8s" / "worker.yaml").write_text(DEPLOYMENT)
+    (tmp_path / "ecs").mkdir()
+    (tmp_path / "ecs" / "service.yaml").write_text(SERVICE)
+    bake = deployfiles.read(tmp_path)
+    assert bake.platforms() == ["kubernetes", "ecs"]
+    k8s = bake.kubernetes
+    assert isinstance(k8s, deployfiles.Deployment)
+    assert (k8s.worker.queue, k8s.worker.fifo, k8s.worker.concurrency, k8s.worker.grace) == (
+        "orders.fifo",
+        True,
+        8,
+        105,
+    )
+    assert (k8s.worker.cpu, k8s.worker.memory_gib) == (0.25, 0.5)
+    assert "FROM_A_SECRET" not in k8s.worker.env
+    assert (k8s.max_surge, k8s.max_unavailable) == (0, 1)
+    scaling = k8s.scaling
+    assert (scaling.minimum, scaling.maximum, scaling.polling, scaling.cooldown) == (1, 10, 30, 300)
+    assert scaling.scale_up == DEFAULT_SCALE_UP, "no scaleUp: the HPA's default"
+    assert scaling.scale_down == Rules(300, "Min", (Policy("Pods", 1, 60),))
+    assert scaling.sqs == SqsTrigger(8, 0, True, False)
+    assert scaling.age is not None and scaling.age.target == 120.0
+    ecs = bake.ecs
+    assert ecs is not None
+    assert (ecs.minimum, ecs.maximum, ecs.target, ecs.scale_out_cooldown, ecs.scale_in_cooldown) == (
+        2,
+        10,
+        8.0,
+        60,
+        300,
+    )
+    assert (ecs.min_healthy_percent, ecs.max_percent, ecs.in_flight) == (50, 100, True)
+    assert (ecs.worker.cpu, ecs.worker.memory_gib, ecs.worker.grace) == (0.5, 1.0, 105.0)
+
+
+@pytest.mark.parametrize(
+    ("files", "fragment"),
+    [
+        ({}, "neither k8s/"),
+        ({"k8s/a.yaml": "kind: Deployment\nspec: {}\n"}, "without a KEDA ScaledObject"),
+        ({"k8s/a.yaml": "kind: [unclosed\n"}, "not YAML"),
+        ({"ecs/service.yaml": "Resources: {}\n"}, "no AWS::ECS::TaskDefinition"),
+    ],
+)
+def test_a_deploy_directory_the_simulator_cannot_play_is_named_with_why(tmp_path: Path, files, fragment) -> None:
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    with pytest.raises(deployfiles.DeployFileError, match=fragment):
+        deployfiles.read(tmp_path)
