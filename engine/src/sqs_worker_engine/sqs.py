@@ -131,8 +131,9 @@ _sanitize = botocore.useragent.sanitize_user_agent_string_component
 
 
 @functools.lru_cache(maxsize=1024)
-def _sanitized(raw: str, allow_hash: bool) -> str:
-    return _sanitize(raw, allow_hash)
+def _sanitized(raw_str: str, allow_hash: bool) -> str:
+    # botocore's own parameter names: it passes them by keyword too (the app id's component).
+    return _sanitize(raw_str, allow_hash)
 
 
 def _cache_user_agent() -> None:

@@ -32,11 +32,16 @@ SERVICE = ServiceDefaults(
 
 
 @pytest.fixture
-def lines(capsys: pytest.CaptureFixture[str]):
+def lines(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch):
     """Configure the logs, and read back what they printed."""
 
     def configured(log_format: logs.LogFormat) -> logging.Logger:
         logs.configure("orders-worker", "INFO", log_format)
+        # Another test of this process may have quietened the engine's loggers: these lines count.
+        for name in ("sqs_worker_engine", "sqs_worker_engine.worker"):
+            logger = logging.getLogger(name)
+            monkeypatch.setattr(logger, "level", logger.level)  # put back after the test
+            logger.setLevel(logging.NOTSET)  # (setLevel also clears the loggers' cached levels)
         return logging.getLogger("sqs_worker_engine.worker")
 
     yield configured, lambda: capsys.readouterr().out.splitlines()

@@ -143,6 +143,7 @@ def test_error_type_is_the_failures_class_or_the_outcome() -> None:
 def test_the_user_agent_cleaning_is_remembered_and_unchanged() -> None:
     """botocore cleans every User-Agent component twice a request; the engine's client
     remembers the cleaned strings (sqs._cache_user_agent), with botocore's own answers."""
+    import botocore.config
     import botocore.useragent
 
     from sqs_worker_engine import sqs
@@ -155,3 +156,9 @@ def test_the_user_agent_cleaning_is_remembered_and_unchanged() -> None:
     before = sqs._sanitized.cache_info().hits
     cleaned("Botocore/1.43", True)
     assert sqs._sanitized.cache_info().hits == before + 1
+    # botocore passes the app id's component by keyword (AWS_SDK_UA_APP_ID, user_agent_appid):
+    # taken by another name, every request of such a client raised TypeError.
+    assert cleaned(raw_str="my app#1", allow_hash=True) == sqs._sanitize("my app#1", True)
+    config = botocore.config.Config(user_agent_appid="orders worker")
+    agent = botocore.useragent.UserAgentString.from_environment().with_client_config(config)
+    assert "app/orders-worker" in agent.to_string()

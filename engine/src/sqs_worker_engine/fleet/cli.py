@@ -81,7 +81,16 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _work(run: Run) -> dict[str, Any]:
-    logging.getLogger("sqs_worker_engine").setLevel(logging.CRITICAL)  # hundreds of workers' logs
+    engine = logging.getLogger("sqs_worker_engine")
+    level = engine.level
+    engine.setLevel(logging.CRITICAL)  # hundreds of workers' logs
+    try:
+        return _simulate(run)
+    finally:
+        engine.setLevel(level)  # run in the caller's process too (processes=1): leave its logs as they were
+
+
+def _simulate(run: Run) -> dict[str, Any]:
     label = f"{run.shape.name}{' (oracle)' if run.oracle else ''}"
     last = [0.0]
 
