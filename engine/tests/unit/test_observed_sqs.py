@@ -159,6 +159,6 @@ def test_the_user_agent_cleaning_is_remembered_and_unchanged() -> None:
     # botocore passes the app id's component by keyword (AWS_SDK_UA_APP_ID, user_agent_appid):
     # taken by another name, every request of such a client raised TypeError.
     assert cleaned(raw_str="my app#1", allow_hash=True) == sqs._sanitize("my app#1", True)
-    config = botocore.config.Config(user_agent_appid="orders worker")
+    config = botocore.config.Config(user_agent_appid="orders worker")  # type: ignore[call-arg]  # not in the stubs
     agent = botocore.useragent.UserAgentString.from_environment().with_client_config(config)
     assert "app/orders-worker" in agent.to_string()
