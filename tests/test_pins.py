@@ -9,6 +9,7 @@ Python once `(?<name>` is written `(?P<name>`."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 from pathlib import Path
@@ -23,12 +24,22 @@ PINNED = re.compile(r"[a-z0-9][a-z0-9./_-]*:[A-Za-z0-9][A-Za-z0-9._-]*@sha256:[0
 VERSION_UPDATES = {"version-update:semver-major", "version-update:semver-minor", "version-update:semver-patch"}
 
 
+def source_files(root: Path) -> list[Path]:
+    """Every file under `root` but environments and git's: pruned, not filtered afterwards,
+    since a tool's temporary files under .venv come and go while the walk runs."""
+    files = []
+    for top, dirs, found in os.walk(root):
+        dirs[:] = [d for d in dirs if d not in (".venv", ".git")]
+        files += [Path(top) / name for name in found]
+    return files
+
+
 def renovate_tracked(root: Path) -> set[tuple[str, str]]:
     """(file, image) for every image renovate.json's regex managers find under `root`."""
     config = json.loads((root / "renovate.json").read_text())
     assert config["enabledManagers"] == ["custom.regex"], "Renovate only where Dependabot cannot read"
     found: set[tuple[str, str]] = set()
-    files = [p for p in root.rglob("*") if p.is_file() and ".venv" not in p.parts and ".git" not in p.parts]
+    files = source_files(root)
     for manager in config["customManagers"]:
         patterns = [re.compile(p.strip("/")) for p in manager["managerFilePatterns"]]
         matchers = [re.compile(m.replace("(?<", "(?P<")) for m in manager["matchStrings"]]

@@ -93,6 +93,9 @@ def test_sigterm_then_sigkill_at_random_moments_loses_nothing(
             # Stop workers that run, so that each SIGTERM has jobs to drain (a worker stopped
             # while still importing exits 0 holding nothing: tests/integration/test_shutdown.py).
             until(lambda s=slot: probe(fleet.current[s].port, "/livez") == 200, 60, "the worker to start")
+            # ... and that hold messages now (jobs are short: a stop between two of them drains nothing).
+            app = fleet.current[slot].app
+            until(lambda a=app: bool(proxy.held(a)) or not restarts.is_alive(), 60, "the worker to hold messages")
             in_flight_at_sigterm.append(len(proxy.held(fleet.current[slot].app)))
             fleet.sigterm(slot, wait=False)
             fleet.start(slot)
