@@ -9,7 +9,7 @@ From `alerts()` come every alert of a bake, on each platform it targets:
 - the runbook in `deploy/README.md`: what each alert means, what to look at, what to do,
   under a heading its `runbook` anchor names.
 From `PANELS` comes the CloudWatch dashboard of `deploy/ecs/service.yaml`: the panels of
-`deploy/grafana/dashboard.json`, title for title and metric for metric (tests/test_artifacts.py
+`deploy/grafana/dashboard.json`, title for title and metric for metric (tests/test_artifacts_monitoring.py
 holds the two together), as CloudWatch Metrics Insights queries.
 
 Loaded with `local_extensions.py` (cookiecutter puts the template's root on the import path).

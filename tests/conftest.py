@@ -115,7 +115,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 class Baked(dict[str, Path]):
     """Projects by supported answer set (tests/matrix.py), each baked on first use and then
-    shared by every test of the session in this process (test_artifacts, test_readmes)."""
+    shared by every test of the session in this process (test_artifacts_*, test_readmes)."""
 
     def __init__(self, out: Path) -> None:
         super().__init__()

@@ -2,7 +2,7 @@
 deploy/aws/queues.yaml, then the parts of deploy/ecs/service.yaml that LocalStack's free
 edition can create (IAM roles, the log groups, security groups, the CloudWatch alarms). What
 it cannot create (the ECS service and task definition, Application Auto Scaling) is held to
-botocore's models of those APIs in test_artifacts.py instead; the dashboard, which its
+botocore's models of those APIs in test_artifacts_ecs.py instead; the dashboard, which its
 CloudFormation does not create, goes through CloudWatch's own PutDashboard.
 
 Each stack goes to an account of its own (LocalStack takes a 12-digit access key id as the
@@ -19,9 +19,9 @@ from typing import Any
 
 import boto3
 import pytest
+from artifacts import ANSWERS, Answers
 from conftest import bake
 from matrix import LIMITS, SUPPORTED
-from test_artifacts import ANSWERS, Answers
 from validators import PLACEHOLDER_ACCOUNT, load_cfn
 
 import observability
@@ -233,12 +233,12 @@ def assert_service_parts(
 
     groups = aws["logs"].describe_log_groups(logGroupNamePrefix=f"/ecs/{answers.slug}")["logGroups"]
     # (LocalStack 4.14 creates the groups but does not apply RetentionInDays on create: the
-    # retention is held to the template in test_artifacts.py.) The worker's logs, and the
+    # retention is held to the template in test_artifacts_ecs.py.) The worker's logs, and the
     # collector's EMF metrics.
     assert sorted(g["logGroupName"] for g in groups) == [f"/ecs/{answers.slug}", f"/ecs/{answers.slug}/metrics"]
 
     # LocalStack 4.14 creates security groups but applies none of their rules (neither the
     # inline egress nor AWS::EC2::SecurityGroupIngress): the rules are held to the template
-    # in test_artifacts.py; here, the group exists in the VPC the stack was given.
+    # in test_artifacts_ecs.py; here, the group exists in the VPC the stack was given.
     (sg,) = aws["ec2"].describe_security_groups(GroupIds=[created["SecurityGroup"]])["SecurityGroups"]
     assert sg["VpcId"] == vpc and sg["Description"] == f"{answers.slug} worker tasks"

@@ -1,5 +1,5 @@
 """The READMEs are tests: what a generated service's docs say runs, for every supported
-answer set of tests/matrix.py, on the bakes test_artifacts makes (conftest's `projects`).
+answer set of tests/matrix.py, on the bakes the test_artifacts_* files make (conftest's `projects`).
 
 - Every Python block of the bake's README.md and deploy/README.md runs, as the script a
   reader would save it as (pytest-markdown-docs, with tests/readme_examples.py making each
@@ -10,8 +10,8 @@ answer set of tests/matrix.py, on the bakes test_artifacts makes (conftest's `pr
 - Every command of the docs names only what the bake renders (tests/doc_commands.py): files,
   Kubernetes kinds, names and containers, stack parameters and outputs, make targets.
 
-They run with the suite's interpreter and the bake's src/ on the path (as test_artifacts
-imports a bake), not in an environment per bake: the bake's own `make test` (test_bake.py)
+They run with the suite's interpreter and the bake's src/ on the path (as the artifact tests
+import a bake), not in an environment per bake: the bake's own `make test` (test_bake.py)
 installs one for the answer sets that run it.
 """
 

@@ -13,12 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from artifacts import Answers
 from conftest import bake
 from matrix import LIMITS, SUPPORTED, names
 from sqs_worker_engine.fleet import deployfiles
 from sqs_worker_engine.fleet.simulation import Options, Run, simulate
 from sqs_worker_engine.fleet.traffic import Event, Shape, Steady
-from test_artifacts import Answers
 
 
 @pytest.fixture(autouse=True)

@@ -1,7 +1,7 @@
 """Readers and validators for the generated service's deployment artifacts.
 
 Each validator returns the problems it found (an empty list: valid), so a test can assert
-`== []` on a good artifact and show it non-empty on a broken one (test_artifacts.py does
+`== []` on a good artifact and show it non-empty on a broken one (test_artifacts_*.py do
 both). The facts the artifacts are held against come from the engine, never from a
 rendered file: its metrics here, its limits and settings through tests/matrix.py and
 sqs_worker_engine.settings.

@@ -1,0 +1,380 @@
+"""The ECS stack (deploy/ecs/service.yaml): its task definition, the collector beside the worker
+(on Kubernetes too), the service and its scaling, and the secrets it hands the worker."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+from artifacts import (
+    ANSWERS,
+    CHECKED,
+    COLLECTOR_ENV,
+    ECS_RESOURCES,
+    ECS_SETS,
+    EcsStack,
+    as_list,
+    baked_service,
+    ecs_collector_config,
+    worker_pod,
+)
+from matrix import COOKIECUTTER, LIMITS
+from validators import (
+    PLACEHOLDER_ACCOUNT,
+    api_problems,
+    api_shape,
+    aws_partition,
+    cfn_names,
+    cfn_problems,
+    cfn_resolve,
+    ecs_problems,
+    engine_metric_labels,
+    engine_metrics,
+    env_list,
+    image_repository,
+    load_k8s,
+    seconds,
+)
+
+import local_extensions
+from local_extensions import PAYLOAD_BUCKET_PLACEHOLDER
+
+
+@pytest.mark.parametrize("key", ECS_SETS)
+def test_ecs_task_definition(projects: dict[str, Path], key: str) -> None:
+    project, answers = projects[key], ANSWERS[key]
+    stack = EcsStack.load(project, answers.region)
+    task = stack.api["AWS::ECS::TaskDefinition"]
+    assert ecs_problems(task) == []
+
+    assert task["networkMode"] == "awsvpc" and task["requiresCompatibilities"] == ["FARGATE"]
+    fargate_memory = {"256": range(512, 2049, 512), "512": range(1024, 4097, 1024), "1024": range(2048, 8193, 1024)}
+    assert int(task["memory"]) in fargate_memory[task["cpu"]], "not a Fargate cpu/memory combination"
+    written = stack.resources["AWS::ECS::TaskDefinition"]
+    assert written["ExecutionRoleArn"] == {"Fn::GetAtt": ["ExecutionRole", "Arn"]}
+    assert written["TaskRoleArn"] == {"Fn::GetAtt": ["TaskRole", "Arn"]}
+    containers = {c["name"]: c for c in task["containerDefinitions"]}
+    assert set(containers) == {"worker", "otel-collector"}, "the collector: metrics always, traces with tracing"
+    container = containers["worker"]
+    # Every container's memory within the task's.
+    assert sum(c["memory"] for c in containers.values()) <= int(task["memory"])
+    assert image_repository(container["image"]) == answers.slug
+    suffix = aws_partition(answers.region)[1]
+    assert container["image"].startswith(f"{PLACEHOLDER_ACCOUNT}.dkr.ecr.{answers.region}.{suffix}/")
+    assert container["essential"] is True and container["command"] == ["run"]
+    assert container["stopTimeout"] == answers.grace <= LIMITS.ECS_MAX_STOP_TIMEOUT
+    assert container["linuxParameters"]["initProcessEnabled"] is True
+    for name, each in containers.items():  # no capability for anything in the task
+        assert each.get("linuxParameters", {}).get("capabilities", {}).get("drop") == ["ALL"], name
+    assert container["user"] == "10001"
+    assert container["readonlyRootFilesystem"] is True
+    volumes = {v["name"] for v in task["volumes"]}
+    tmp = [m for m in container["mountPoints"] if m["containerPath"] == "/tmp"]
+    assert tmp and tmp[0]["sourceVolume"] in volumes and not tmp[0].get("readOnly")
+    assert container["memoryReservation"] <= container["memory"] <= int(task["memory"])
+    assert [p["containerPort"] for p in container["portMappings"]] == [answers.port]
+    assert env_list(container["environment"]) == answers.env(bucket="payloadbucketname-value")
+
+    check = container["healthCheck"]
+    assert check["command"] == [
+        "CMD",
+        "python",
+        "-m",
+        answers.package,
+        "healthcheck",
+        f"--stalled-after={answers.stalled_after}",
+    ]
+    # ECS's documented ranges for container health checks.
+    assert 5 <= check["interval"] <= 300 and 2 <= check["timeout"] <= 60
+    assert 1 <= check["retries"] <= 10 and 0 <= check["startPeriod"] <= 300
+
+    logs = container["logConfiguration"]
+    assert logs["logDriver"] == "awslogs"
+    assert logs["options"]["awslogs-region"] == answers.region
+    assert written["ContainerDefinitions"][0]["LogConfiguration"]["Options"]["awslogs-group"] == {"Ref": "LogGroup"}
+    log_group = stack.resources["AWS::Logs::LogGroup"]
+    assert log_group["LogGroupName"] == f"/ecs/{answers.slug}"
+    assert stack.template["Parameters"][log_group["RetentionInDays"]["Ref"]]["Default"] >= 1
+
+
+TRACED = [key for key in CHECKED if ANSWERS[key].tracing]
+assert any(ANSWERS[k].ecs for k in TRACED) and any(ANSWERS[k].eks for k in TRACED), "a collector goes unchecked"
+
+
+@pytest.mark.parametrize("key", TRACED)
+def test_collector_sidecar(projects: dict[str, Path], key: str) -> None:
+    """tracing=yes: an ADOT collector beside the worker on each platform, started before it
+    and stopped after it, OTLP/HTTP in where the worker sends, traces out to X-Ray."""
+    project, answers = projects[key], ANSWERS[key]
+    endpoint = COLLECTOR_ENV["OTEL_EXPORTER_OTLP_ENDPOINT"].removeprefix("http://")
+    if answers.ecs:
+        config = ecs_collector_config(project, answers.region)
+        assert config["receivers"]["otlp"]["protocols"]["http"]["endpoint"] == endpoint
+        assert config["exporters"]["awsxray"]["region"] == answers.region
+        assert config["service"]["pipelines"]["traces"]["exporters"] == ["awsxray"]
+    if answers.eks:
+        objects = load_k8s(project)
+        spec = worker_pod(objects)["spec"]
+        (sidecar,) = spec["initContainers"]
+        assert sidecar["restartPolicy"] == "Always", "a native sidecar: up before the worker, down after it"
+        assert sidecar["image"] == COOKIECUTTER["_adot_image"]
+        security = sidecar["securityContext"]
+        assert security["readOnlyRootFilesystem"] is True and security["allowPrivilegeEscalation"] is False
+        assert security["runAsNonRoot"] is True and security["capabilities"]["drop"] == ["ALL"]
+        assert ("cpu" in sidecar["resources"]["limits"]) is answers.untrusted and "memory" in sidecar["resources"][
+            "limits"
+        ]
+        (mount,) = sidecar["volumeMounts"]
+        volume = next(v for v in spec["volumes"] if v["name"] == mount["name"])
+        config_map = objects[f"ConfigMap/{answers.slug}-otel-collector"]
+        assert volume["configMap"]["name"] == config_map["metadata"]["name"]
+        (arg,) = sidecar["args"]
+        path = arg.removeprefix("--config=")
+        assert path.startswith(mount["mountPath"] + "/")
+        config = yaml.safe_load(config_map["data"][path.rsplit("/", 1)[1]])
+        assert config["receivers"]["otlp"]["protocols"]["http"]["endpoint"] == endpoint
+        assert config["exporters"]["awsxray"]["region"] == answers.region
+        pipeline = config["service"]["pipelines"]["traces"]
+        for kind in ("receivers", "processors", "exporters"):
+            assert set(pipeline[kind]) <= set(config[kind]), kind
+        health = int(config["extensions"]["health_check"]["endpoint"].rsplit(":", 1)[1])
+        ports = {p["name"]: p["containerPort"] for p in sidecar["ports"]}
+        for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+            assert ports[sidecar[probe]["httpGet"]["port"]] == health, probe
+
+
+@pytest.mark.parametrize("key", ECS_SETS)
+def test_ecs_collector(projects: dict[str, Path], key: str) -> None:
+    """On ECS the ADOT collector beside the worker scrapes its /metrics into CloudWatch (EMF
+    in a log group of the stack's, metrics for what the alert rules read); with tracing it
+    also sends the worker's spans to X-Ray. Started before the worker, stopped after it,
+    never essential, without a capability, in the answer's region."""
+    project, answers = projects[key], ANSWERS[key]
+    stack = EcsStack.load(project, answers.region)
+    containers = {c["name"]: c for c in stack.api["AWS::ECS::TaskDefinition"]["containerDefinitions"]}
+    worker, collector = containers["worker"], containers["otel-collector"]
+    assert collector["image"] == COOKIECUTTER["_adot_image"]
+    assert re.fullmatch(r"[\w.:/-]+:v[\d.]+@sha256:[0-9a-f]{64}", collector["image"]), "pin by digest"
+    assert collector["essential"] is False, "a dead collector must not stop the jobs"
+    assert "command" not in collector, "its configuration is AOT_CONFIG_CONTENT"
+    assert collector["readonlyRootFilesystem"] is True and collector["user"] != "0"
+    assert collector["healthCheck"]["command"] == ["CMD", "/healthcheck"]
+    assert worker["dependsOn"] == [{"containerName": "otel-collector", "condition": "START"}]
+    assert collector["stopTimeout"] < worker["stopTimeout"]
+    logs = collector["logConfiguration"]["options"]
+    assert logs["awslogs-group"] == worker["logConfiguration"]["options"]["awslogs-group"]
+    assert logs["awslogs-region"] == answers.region
+
+    config = ecs_collector_config(project, answers.region)
+    (scrape,) = config["receivers"]["prometheus"]["config"]["scrape_configs"]
+    assert scrape["job_name"] == answers.slug, "the job label the alert rules select"
+    assert scrape["static_configs"] == [{"targets": [f"127.0.0.1:{answers.port}"]}]
+    assert seconds(scrape["scrape_interval"]) <= 60
+    emf = config["exporters"]["awsemf"]
+    assert emf["region"] == answers.region and emf["namespace"] == answers.slug
+    metrics_group = stack.template["Resources"]["MetricsLogGroup"]["Properties"]
+    assert emf["log_group_name"] == metrics_group["LogGroupName"]
+    # CloudWatch metrics for every worker metric the stack's alarms and dashboard read, only
+    # engine metrics, each under the label sets it carries (none: a dimensionless metric).
+    template = stack.template["Resources"]
+    read = {
+        m["MetricStat"]["Metric"]["MetricName"]
+        for r in template.values()
+        if r["Type"] == "AWS::CloudWatch::Alarm"
+        for m in r["Properties"].get("Metrics", [])
+        if "MetricStat" in m and m["MetricStat"]["Metric"]["Namespace"] == answers.slug
+    }
+    read |= {
+        name
+        for r in template.values()
+        if r["Type"] == "AWS::CloudWatch::Alarm"
+        for m in r["Properties"].get("Metrics", [])
+        for name in re.findall(r"SELECT \w+\((\w+)\)", str(m.get("Expression", "")))
+    }
+    read |= set(re.findall(r"SELECT \w+\((\w+)\)", json.dumps(template["Dashboard"]["Properties"]["DashboardBody"])))
+    read |= set(
+        re.findall(
+            r'"' + re.escape(answers.slug) + r'", "(\w+)"',
+            json.dumps(template["Dashboard"]["Properties"]["DashboardBody"]),
+        )
+    )
+    labelled, plain = emf["metric_declarations"]
+    declared = {s.strip("^$") for d in (labelled, plain) for s in d["metric_name_selectors"]}
+    assert declared == read and declared <= set(engine_metrics()), declared ^ read
+    assert plain["dimensions"] == [[]]
+    labels = engine_metric_labels()
+    dimension_sets = {tuple(sorted(d)) for d in labelled["dimensions"]}
+    for name in declared:
+        assert (name in {s.strip("^$") for s in plain["metric_name_selectors"]}) is (not labels[name]), name
+        if labels[name]:
+            assert tuple(sorted(labels[name])) in dimension_sets, f"{name}: no dimension set for {labels[name]}"
+    pipelines = config["service"]["pipelines"]
+    assert pipelines["metrics"] == {
+        "receivers": ["prometheus"],
+        "processors": ["batch/metrics"],
+        "exporters": ["awsemf"],
+    }
+    assert ("traces" in pipelines) is answers.tracing
+    for pipeline in pipelines.values():
+        for kind in ("receivers", "processors", "exporters"):
+            assert set(pipeline[kind]) <= set(config[kind]), kind
+    assert config["extensions"]["health_check"]["endpoint"].endswith(":13133"), "what /healthcheck asks"
+
+    # The task role writes the EMF log streams of that group, nothing more.
+    policies = {p["PolicyName"]: p["PolicyDocument"] for p in stack.roles()["TaskRole"]["Policies"]}
+    (statement,) = policies["collector-metrics"]["Statement"]
+    assert statement["Resource"] == {"Fn::GetAtt": ["MetricsLogGroup", "Arn"]}
+    assert sorted(statement["Action"]) == ["logs:CreateLogStream", "logs:DescribeLogStreams", "logs:PutLogEvents"]
+
+
+@pytest.mark.parametrize("key", ECS_SETS)
+def test_ecs_service(projects: dict[str, Path], key: str) -> None:
+    project, answers = projects[key], ANSWERS[key]
+    path = project / "deploy" / "ecs" / "service.yaml"
+    assert cfn_problems(path, answers.region) == []
+    stack = EcsStack.load(project, answers.region)
+
+    # What CloudFormation would send, against botocore's models of the APIs it calls.
+    service = stack.api["AWS::ECS::Service"]
+    assert api_problems("ecs", "CreateService", service) == []
+    target = stack.api["AWS::ApplicationAutoScaling::ScalableTarget"]
+    assert api_problems("application-autoscaling", "RegisterScalableTarget", target) == []
+    policy = dict(stack.api["AWS::ApplicationAutoScaling::ScalingPolicy"])
+    assert policy.pop("ScalingTargetId") == ECS_RESOURCES["ScalableTarget"]
+    policy.update({k: target[k] for k in ("ServiceNamespace", "ResourceId", "ScalableDimension")})
+    assert api_problems("application-autoscaling", "PutScalingPolicy", policy) == []
+
+    # The service: private tasks, the roles' tag on every task, no exec, a guarded rollout.
+    assert service["launchType"] == "FARGATE" and "desiredCount" not in service, "autoscaling owns the count"
+    network = service["networkConfiguration"]["awsvpcConfiguration"]
+    assert network["assignPublicIp"] == "DISABLED"
+    assert service["propagateTags"] == "SERVICE" and {"key": "service", "value": answers.slug} in service["tags"]
+    assert service["enableExecuteCommand"] is False
+    deployment = service["deploymentConfiguration"]
+    assert deployment["deploymentCircuitBreaker"] == {"enable": True, "rollback": True}
+
+    # Capacity: never more tasks than desired, so tasks x concurrency stays within the
+    # budget during a rollout, and a rollout can always make progress (stop one task) at
+    # every count autoscaling may set. ECS rounds the maximum down and the minimum up.
+    low, high = target["MinCapacity"], target["MaxCapacity"]
+    assert 1 <= low <= high == answers.max_replicas
+    for desired in range(low, high + 1):
+        assert desired * deployment["maximumPercent"] // 100 == desired, f"{desired} tasks surge in a rollout"
+        healthy = -(-desired * deployment["minimumHealthyPercent"] // 100)
+        assert desired - healthy >= 1, f"a rollout of {desired} tasks can neither start nor stop one"
+    assert high * answers.concurrency <= max(LIMITS.FLEET_CONCURRENCY_BUDGET, answers.concurrency)
+
+    # Autoscaling on backlog per task, never on CPU.
+    assert target["ScalableDimension"] == "ecs:service:DesiredCount" and target["ServiceNamespace"] == "ecs"
+    assert target["ResourceId"] == f"service/CHANGE-ME-cluster/{ECS_RESOURCES['Service.Name']}"
+    tracking = policy["TargetTrackingScalingPolicyConfiguration"]
+    assert policy["PolicyType"] == "TargetTrackingScaling"
+    assert tracking["ScaleInCooldown"] >= 300 > tracking["ScaleOutCooldown"]
+    # One round of work per task, visible and in flight.
+    assert tracking["TargetValue"] == answers.concurrency
+    metrics = {m["Id"]: m for m in tracking["CustomizedMetricSpecification"]["Metrics"]}
+    stats = {
+        (m["MetricStat"]["Metric"]["Namespace"], m["MetricStat"]["Metric"]["MetricName"]): m
+        for m in metrics.values()
+        if "MetricStat" in m
+    }
+    visible = stats[("AWS/SQS", "ApproximateNumberOfMessagesVisible")]
+    in_flight = stats[("AWS/SQS", "ApproximateNumberOfMessagesNotVisible")]
+    for counted in (visible, in_flight):
+        assert counted["MetricStat"]["Metric"]["Dimensions"] == [{"Name": "QueueName", "Value": answers.queue}]
+    tasks = stats[("ECS/ContainerInsights", "RunningTaskCount")]
+    returned = [m for m in metrics.values() if m.get("ReturnData")]
+    assert len(returned) == 1
+    assert returned[0]["Expression"].replace(" ", "") == f"({visible['Id']}+{in_flight['Id']})/{tasks['Id']}"
+
+    # Roles: ECS tasks of this account only may assume them. The task role grants exactly
+    # the policy file's statements (built by the stack for its partition, region, account
+    # and cluster); the execution role pulls this image and writes this log group.
+    roles = stack.roles()
+    assert set(roles) == {"ExecutionRole", "TaskRole"}
+    for role in roles.values():
+        (trust,) = role["AssumeRolePolicyDocument"]["Statement"]
+        assert trust["Principal"] == {"Service": "ecs-tasks.amazonaws.com"} and trust["Action"] == "sts:AssumeRole"
+        assert trust["Condition"] == {"StringEquals": {"aws:SourceAccount": {"Ref": "AWS::AccountId"}}}
+    names = cfn_names(stack.template, answers.region, ECS_RESOURCES)
+    if answers.large:  # the bucket the stack is given, as the policy file spells it
+        names["PayloadBucketName"] = PAYLOAD_BUCKET_PLACEHOLDER
+    task_policies = {p["PolicyName"]: p for p in roles["TaskRole"]["Policies"]}
+    assert set(task_policies) == {"worker", "collector-metrics"}  # the collector's: test_ecs_collector
+    task_policy = task_policies["worker"]
+    file_policy = json.loads((project / "deploy" / "aws" / "worker-policy.json").read_text())
+    assert cfn_resolve(task_policy["PolicyDocument"], names) == file_policy
+    (execution_policy,) = roles["ExecutionRole"]["Policies"]
+    granted = {
+        statement["Sid"]: (sorted(as_list(statement["Action"])), statement["Resource"])
+        for statement in cfn_resolve(execution_policy["PolicyDocument"], names)["Statement"]
+    }
+    partition = aws_partition(answers.region)[0]
+    assert granted == {
+        "RegistryLogin": (["ecr:GetAuthorizationToken"], "*"),
+        "PullImage": (
+            ["ecr:BatchCheckLayerAvailability", "ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer"],
+            f"arn:{partition}:ecr:{answers.region}:{PLACEHOLDER_ACCOUNT}:repository/{answers.slug}",
+        ),
+        "WriteLogs": (["logs:CreateLogStream", "logs:PutLogEvents"], ECS_RESOURCES["LogGroup.Arn"]),
+    }
+
+    # The security group: HTTPS out, nothing in but the optional scrape rule on the port.
+    group = stack.resources["AWS::EC2::SecurityGroup"]
+    assert "SecurityGroupIngress" not in group
+    assert [(r["IpProtocol"], r["FromPort"], r["ToPort"]) for r in group["SecurityGroupEgress"]] == [("tcp", 443, 443)]
+    ingress = stack.resources["AWS::EC2::SecurityGroupIngress"]
+    assert (ingress["FromPort"], ingress["ToPort"]) == (answers.port, answers.port) and "CidrIp" not in ingress
+
+
+SECRET_ARNS = [
+    "arn:{partition}:secretsmanager:{region}:123456789012:secret:orders/database-url-AbCdEf",
+    "arn:{partition}:ssm:{region}:123456789012:parameter/orders/database-url",
+]
+
+
+@pytest.mark.parametrize("key", ECS_SETS)
+@pytest.mark.parametrize("secret", SECRET_ARNS, ids=["secretsmanager", "ssm"])
+def test_ecs_secrets(projects: dict[str, Path], key: str, secret: str) -> None:
+    """Each of the service's secrets (the `secrets` answer) reaches the worker as an ECS
+    secret from the ARN the stack is given, and the execution role may read the ARNs given
+    and nothing else; one given alone reaches the worker alone; with none, neither exists."""
+    project, answers = projects[key], ANSWERS[key]
+    assert answers.secrets, "a set without secrets has nothing to check here"
+    stack = EcsStack.load(project, answers.region)
+    partition = aws_partition(answers.region)[0]
+    arns = {
+        name: secret.format(partition=partition, region=answers.region).replace("database-url", name.lower())
+        for name in answers.secrets
+    }
+    parameters = {name: local_extensions.secret_parameter(name) for name in answers.secrets}
+    for name, parameter in parameters.items():
+        rule = stack.template["Parameters"][parameter]["AllowedPattern"]
+        assert re.fullmatch(rule, arns[name]) and re.fullmatch(rule, ""), parameter
+        assert not re.fullmatch(rule, "arn:aws:s3:::bucket/key"), "only the two secret stores"
+    choices = [{}, arns, dict(list(arns.items())[:1])]
+    for given in choices:
+        names = cfn_names(stack.template, answers.region, ECS_RESOURCES) | {
+            parameters[name]: given.get(name, "") for name in answers.secrets
+        }
+        task = api_shape(cfn_resolve(stack.resources["AWS::ECS::TaskDefinition"], names))
+        assert ecs_problems(task) == []
+        worker = next(c for c in task["containerDefinitions"] if c["name"] == "worker")
+        role = cfn_resolve(stack.roles()["ExecutionRole"]["Policies"][0]["PolicyDocument"], names)
+        reads = [s for s in role["Statement"] if s["Sid"] == "ReadSecrets"]
+        if not given:
+            assert "secrets" not in worker and reads == []
+            continue
+        assert worker["secrets"] == [{"name": name, "valueFrom": arn} for name, arn in given.items()]
+        environment = env_list(worker["environment"])
+        assert not set(answers.secrets) & set(environment), "a secret is never a plain value"
+        (read,) = reads
+        assert read["Resource"] == list(given.values()) and read["Effect"] == "Allow"
+        assert sorted(read["Action"]) == ["secretsmanager:GetSecretValue", "ssm:GetParameters"]
+    assert set(answers.secrets) <= answers.variables
+    # The service tells the engine its secrets: `config` shows them set or unset.
+    service, _ = baked_service(project, answers)
+    assert service.secrets == answers.secrets
