@@ -68,6 +68,24 @@ class Running:
         return clock.now() - began
 
 
+def memory_queue(
+    queue: str = QUEUE, *, dlq_after: int | None = None, messages: int = 0, **attributes: str
+) -> tuple[MemorySQS, Router]:
+    """An in-memory SQS with `queue` on it, and an empty Router for the test's handlers.
+
+    `dlq_after`: the queue gets its DLQ (`<queue>-dlq`), which takes a message at that many
+    receives. `messages`: that many are waiting on the queue, with bodies `m-0`, `m-1`, ...
+    `attributes`: the queue's own (VisibilityTimeout, ...)."""
+    sqs = MemorySQS()
+    if dlq_after is None:
+        sqs.create_queue(queue, **attributes)
+    else:
+        sqs.create_queue_with_dlq(queue, max_receive_count=dlq_after, **attributes)
+    for i in range(messages):
+        sqs.put(queue, f"m-{i}")
+    return sqs, Router()
+
+
 async def start(sqs: MemorySQS, router: Router, queue: str = QUEUE, **env: str) -> Running:
     running = Running(Worker(config(queue, **env), router, client=sqs))
     await until(lambda: running.worker.pools != [] or running.task.done(), 60)

@@ -19,7 +19,7 @@ from sqs_worker_engine.memory import MemorySQS
 from sqs_worker_engine.router import Router
 
 from . import vtime
-from .harness import QUEUE, Running, start, until
+from .harness import QUEUE, Running, memory_queue, start, until
 
 BASE = 0.05  # a call's seconds within the downstream's capacity
 
@@ -76,12 +76,8 @@ def watch(monkeypatch: pytest.MonkeyPatch) -> Watch:
 
 
 def backlog(downstream: Downstream, messages: int) -> tuple[MemorySQS, Router]:
-    sqs = MemorySQS()
-    sqs.create_queue(QUEUE)
-    for i in range(messages):
-        sqs.put(QUEUE, f"m-{i}")
+    sqs, router = memory_queue(messages=messages)
     sqs.slow("ReceiveMessage", before=0.02)
-    router = Router()
 
     @router.handler(QUEUE, payload=str)
     async def handle(job: Job[str]) -> None:
@@ -215,11 +211,7 @@ def test_a_handler_that_fails_fast_does_not_shrink_the_limit(watch: Watch) -> No
     done: set[str] = set()
 
     async def scenario() -> None:
-        sqs = MemorySQS()
-        sqs.create_queue(QUEUE)
-        for i in range(messages):
-            sqs.put(QUEUE, f"m-{i}")
-        router = Router()
+        sqs, router = memory_queue(messages=messages)
 
         @router.handler(QUEUE, payload=str)
         async def handle(job: Job[Any]) -> None:
@@ -324,11 +316,7 @@ def test_timeouts_halve_the_limit_through_the_worker(watch: Watch) -> None:
         took = [0.0]
 
         async def scenario() -> None:
-            sqs = MemorySQS()
-            sqs.create_queue(QUEUE)
-            for i in range(400):
-                sqs.put(QUEUE, f"m-{i}")
-            router = Router()
+            sqs, router = memory_queue(messages=400)
 
             @router.handler(QUEUE, payload=str)
             async def handle(job: Job[str]) -> None:

@@ -12,12 +12,11 @@ from typing import Any
 
 from sqs_worker_engine import DownstreamUnavailable, NonRetryableError, clock
 from sqs_worker_engine.job import Job
-from sqs_worker_engine.memory import Fault, MemorySQS
+from sqs_worker_engine.memory import Fault
 from sqs_worker_engine.offload import POINTER_CLASS, S3Pointer
-from sqs_worker_engine.router import Router
 
 from . import vtime
-from .harness import QUEUE, start, until
+from .harness import QUEUE, memory_queue, start, until
 
 
 def test_a_pause_ending_with_too_few_rate_tokens_does_not_wedge_the_queue() -> None:
@@ -28,11 +27,7 @@ def test_a_pause_ending_with_too_few_rate_tokens_does_not_wedge_the_queue() -> N
     troubled: set[str] = set()
 
     async def scenario() -> None:
-        sqs = MemorySQS()
-        sqs.create_queue(QUEUE)
-        for i in range(3):
-            sqs.put(QUEUE, f"m-{i}")
-        router = Router()
+        sqs, router = memory_queue(messages=3)
 
         @router.handler(QUEUE, payload=str)
         async def handle(job: Job[str]) -> None:
@@ -57,14 +52,12 @@ def test_a_pause_with_a_tenant_cap_and_parked_messages_does_not_wedge_the_queue(
     troubled: set[str] = set()
 
     async def scenario() -> None:
-        sqs = MemorySQS()
-        sqs.create_queue(QUEUE)
+        sqs, router = memory_queue()
         sqs.put(QUEUE, "a-slow", group="a")
         for i in range(5):
             sqs.put(QUEUE, f"a-{i}", group="a")
         for i in range(4):
             sqs.put(QUEUE, f"b-{i}", group="b")
-        router = Router()
 
         @router.handler(QUEUE, payload=str)
         async def handle(job: Job[str]) -> None:
@@ -90,11 +83,9 @@ def test_a_probe_parked_behind_a_long_job_does_not_keep_the_queue_paused() -> No
     troubled: set[str] = set()
 
     async def scenario() -> None:
-        sqs = MemorySQS()
-        sqs.create_queue(QUEUE, VisibilityTimeout="30")
+        sqs, router = memory_queue(VisibilityTimeout="30")
         sqs.put(QUEUE, "a-long", group="a")
         sqs.put(QUEUE, "b-trouble", group="b")
-        router = Router()
         began = clock.now()
 
         @router.handler(QUEUE, payload=str)
@@ -128,11 +119,7 @@ def test_prefetched_messages_do_not_start_during_a_pause() -> None:
     paused_at: list[float] = []
 
     async def scenario() -> None:
-        sqs = MemorySQS()
-        sqs.create_queue(QUEUE, VisibilityTimeout="60")
-        for i in range(30):
-            sqs.put(QUEUE, f"m-{i}")
-        router = Router()
+        sqs, router = memory_queue(VisibilityTimeout="60", messages=30)
 
         @router.handler(QUEUE, payload=str)
         async def handle(job: Job[str]) -> None:
@@ -158,11 +145,7 @@ def test_a_rate_limit_holds_in_every_one_second_window_from_a_cold_start() -> No
     starts: list[float] = []
 
     async def scenario() -> None:
-        sqs = MemorySQS()
-        sqs.create_queue(QUEUE)
-        for i in range(200):
-            sqs.put(QUEUE, f"m-{i}")
-        router = Router()
+        sqs, router = memory_queue(messages=200)
 
         @router.handler(QUEUE, payload=str)
         async def handle(job: Job[str]) -> None:
@@ -192,12 +175,8 @@ def test_held_messages_never_exceed_concurrency_plus_prefetch_while_dlq_sends_ar
     most = {"held": 0, "places": 0}
 
     async def scenario() -> None:
-        sqs = MemorySQS()
-        sqs.create_queue_with_dlq(QUEUE, 5)
-        for i in range(300):
-            sqs.put(QUEUE, f"m-{i}")
+        sqs, router = memory_queue(dlq_after=5, messages=300)
         sqs.slow("SendMessage", before=5.0)
-        router = Router()
 
         @router.handler(QUEUE, payload=str)
         async def handle(job: Job[str]) -> None:
@@ -245,15 +224,13 @@ def test_a_rate_limit_counts_starts_where_their_handlers_are_called() -> None:
     store = SlowStore(0.6)
 
     async def scenario() -> None:
-        sqs = MemorySQS()
-        sqs.create_queue(QUEUE)
+        sqs, router = memory_queue()
         size = {"ExtendedPayloadSize": {"DataType": "Number", "StringValue": "300000"}}
         for i in range(10):
             pointer = json.dumps([POINTER_CLASS, {"s3BucketName": "payloads", "s3Key": f"big-{i}"}])
             sqs.put(QUEUE, pointer, attributes=size)
         for i in range(50):
             sqs.put(QUEUE, json.dumps({"n": i}))
-        router = Router()
 
         @router.handler(QUEUE)
         async def handle(job: Job[Any]) -> None:
@@ -290,13 +267,11 @@ def test_no_handler_starts_after_its_lease_was_lost_during_the_payload_read() ->
     store = SlowStore(6.0)
 
     async def scenario() -> None:
-        sqs = MemorySQS()
-        sqs.create_queue(QUEUE, VisibilityTimeout="4")
+        sqs, router = memory_queue(VisibilityTimeout="4")
         pointer = json.dumps([POINTER_CLASS, {"s3BucketName": "payloads", "s3Key": "big-1"}])
         size = {"ExtendedPayloadSize": {"DataType": "Number", "StringValue": "300000"}}
         sqs.put(QUEUE, pointer, attributes=size)
         sqs.faults["ChangeMessageVisibilityBatch"] = Fault(before=3600)
-        router = Router()
 
         @router.handler(QUEUE)
         async def handle(job: Job[Any]) -> None:
@@ -339,11 +314,7 @@ def test_held_messages_do_not_start_while_sqs_cannot_settle_them() -> None:
     running_at_outage: list[int] = []
 
     async def scenario() -> None:
-        sqs = MemorySQS()
-        sqs.create_queue(QUEUE, VisibilityTimeout="10")
-        for i in range(400):
-            sqs.put(QUEUE, f"m-{i}")
-        router = Router()
+        sqs, router = memory_queue(VisibilityTimeout="10", messages=400)
 
         @router.handler(QUEUE, payload=str)
         async def handle(job: Job[str]) -> None:
@@ -374,11 +345,7 @@ def test_with_drain_polls_the_worker_exits_once_its_last_polls_answered() -> Non
     took: list[float] = []
 
     async def scenario() -> None:
-        sqs = MemorySQS()
-        sqs.create_queue(QUEUE)
-        for i in range(25):
-            sqs.put(QUEUE, f"m-{i}")
-        router = Router()
+        sqs, router = memory_queue(messages=25)
 
         @router.handler(QUEUE, payload=str)
         async def handle(job: Job[str]) -> None:
@@ -402,11 +369,7 @@ def test_a_pool_that_can_never_fill_a_delete_batch_does_not_wait_for_one() -> No
     took: list[float] = []
 
     async def scenario() -> None:
-        sqs = MemorySQS()
-        sqs.create_queue(QUEUE)
-        for i in range(50):
-            sqs.put(QUEUE, f"m-{i}")
-        router = Router()
+        sqs, router = memory_queue(messages=50)
 
         @router.handler(QUEUE, payload=str)
         async def handle(job: Job[str]) -> None:

@@ -14,10 +14,9 @@ from sqs_worker_engine.batches import failures
 from sqs_worker_engine.job import Job
 from sqs_worker_engine.logs import get_logger
 from sqs_worker_engine.memory import MemorySQS
-from sqs_worker_engine.router import Router
 
 from . import vtime
-from .harness import QUEUE, start, until
+from .harness import QUEUE, memory_queue, start, until
 
 
 class Calls:
@@ -43,13 +42,11 @@ def dlq_reasons(sqs: MemorySQS, name: str) -> dict[str, str]:
 
 def test_a_partial_failure_retries_exactly_the_failed_jobs_each_with_its_own_receives() -> None:
     async def scenario() -> None:
-        sqs = MemorySQS()
-        sqs.create_queue_with_dlq(QUEUE, max_receive_count=3)
+        sqs, router = memory_queue(dlq_after=3)
         bodies = [f"ok-{i}" for i in range(14)] + ["bad-1", "bad-2", "flaky-1", "flaky-2"]
         for body in bodies:
             sqs.put(QUEUE, body)
         calls = Calls()
-        router = Router()
 
         @router.batch_handler(QUEUE, payload=str, size=20, wait_ms=200)
         async def handle(jobs: list[Job[str]]) -> dict[str, Any]:
@@ -84,10 +81,8 @@ def test_a_partial_failure_retries_exactly_the_failed_jobs_each_with_its_own_rec
 
 def test_a_batch_fills_up_to_its_size_or_waits_no_longer_than_its_window() -> None:
     async def scenario() -> None:
-        sqs = MemorySQS()
-        sqs.create_queue(QUEUE)
+        sqs, router = memory_queue()
         calls = Calls()
-        router = Router()
 
         keys: list[dict[str, Any]] = []
 
@@ -115,12 +110,8 @@ def test_a_batch_fills_up_to_its_size_or_waits_no_longer_than_its_window() -> No
 
 def test_an_exception_ends_every_job_of_the_batch_with_it() -> None:
     async def scenario() -> None:
-        sqs = MemorySQS()
-        sqs.create_queue_with_dlq(QUEUE, max_receive_count=5)
-        for i in range(3):
-            sqs.put(QUEUE, f"m-{i}")
+        sqs, router = memory_queue(dlq_after=5, messages=3)
         calls = Calls()
-        router = Router()
 
         @router.batch_handler(QUEUE, payload=str, size=3, wait_ms=1000)
         async def handle(jobs: list[Job[str]]) -> None:
@@ -138,12 +129,10 @@ def test_an_exception_ends_every_job_of_the_batch_with_it() -> None:
 
 def test_a_response_naming_a_job_not_in_the_batch_fails_the_whole_batch() -> None:
     async def scenario() -> None:
-        sqs = MemorySQS()
-        sqs.create_queue_with_dlq(QUEUE, max_receive_count=2)
+        sqs, router = memory_queue(dlq_after=2)
         sqs.put(QUEUE, "m-0")
         sqs.put(QUEUE, "m-1")
         calls = Calls()
-        router = Router()
 
         @router.batch_handler(QUEUE, payload=str, size=2, wait_ms=1000)
         async def handle(jobs: list[Job[str]]) -> dict[str, Any]:
@@ -167,12 +156,10 @@ def test_a_body_that_fails_the_model_is_dead_lettered_and_never_reaches_a_batch(
         class Event(BaseModel):
             n: int
 
-        sqs = MemorySQS()
-        sqs.create_queue_with_dlq(QUEUE, max_receive_count=3)
+        sqs, router = memory_queue(dlq_after=3)
         for body in ('{"n": 1}', '{"n": "one"}', '{"n": 2}'):
             sqs.put(QUEUE, body)
         seen: list[list[int]] = []
-        router = Router()
 
         @router.batch_handler(QUEUE, payload=Event, size=3, wait_ms=500)
         async def handle(jobs: list[Job[Event]]) -> None:
@@ -189,13 +176,11 @@ def test_a_body_that_fails_the_model_is_dead_lettered_and_never_reaches_a_batch(
 
 def test_a_lost_lease_ends_only_its_own_job() -> None:
     async def scenario() -> None:
-        sqs = MemorySQS()
-        sqs.create_queue(QUEUE)
+        sqs, router = memory_queue()
         for body in ("a", "b", "c"):
             sqs.put(QUEUE, body)
         calls = Calls()
         cancelled: list[tuple[str, str | None]] = []
-        router = Router()
 
         @router.batch_handler(QUEUE, payload=str, size=3, wait_ms=1000)
         async def handle(jobs: list[Job[str]]) -> None:
@@ -223,13 +208,11 @@ def test_a_lost_lease_ends_only_its_own_job() -> None:
 
 def test_a_hung_batch_times_out_job_by_job_and_the_call_is_cancelled() -> None:
     async def scenario() -> None:
-        sqs = MemorySQS()
-        sqs.create_queue(QUEUE)
+        sqs, router = memory_queue()
         sqs.put(QUEUE, "a")
         sqs.put(QUEUE, "b")
         calls = Calls()
         cancelled_calls: list[int] = []
-        router = Router()
 
         @router.batch_handler(QUEUE, payload=str, size=2, wait_ms=100)
         async def handle(jobs: list[Job[str]]) -> None:
@@ -252,13 +235,11 @@ def test_a_hung_batch_times_out_job_by_job_and_the_call_is_cancelled() -> None:
 
 def test_a_fifo_batch_holds_one_message_per_group_and_keeps_each_group_s_order() -> None:
     async def scenario() -> None:
-        sqs = MemorySQS()
-        sqs.create_queue_with_dlq("jobs.fifo", max_receive_count=5)
+        sqs, router = memory_queue("jobs.fifo", dlq_after=5)
         for i in range(3):
             for group in ("g1", "g2", "g3"):
                 sqs.put("jobs.fifo", f"{group}-{i}", group=group)
         calls = Calls()
-        router = Router()
 
         @router.batch_handler("jobs.fifo", payload=str, size=10, wait_ms=200)
         async def handle(jobs: list[Job[str]]) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from sqs_worker_engine.router import Router
 from sqs_worker_engine.worker import WorkerState
 
 from . import vtime
-from .harness import QUEUE, Running, start, until
+from .harness import QUEUE, Running, memory_queue, start, until
 
 ROUND_TRIP = 0.05  # seconds each receive takes
 
@@ -45,12 +45,8 @@ def test_a_worker_capped_to_one_job_runs_one_exits_and_leaves_the_rest_receivabl
     seen: dict[str, Any] = {}
 
     async def scenario() -> None:
-        sqs = MemorySQS()
-        sqs.create_queue(QUEUE)
-        for i in range(3):
-            sqs.put(QUEUE, f"m-{i}")
+        sqs, router = memory_queue(messages=3)
         sqs.slow("ReceiveMessage", before=ROUND_TRIP)
-        router = Router()
 
         @router.handler(QUEUE, payload=str)
         async def handle(job: Job[str]) -> None:
@@ -85,12 +81,8 @@ def test_capped_to_n_it_never_holds_more_than_the_jobs_left() -> None:
     worst: dict[str, Any] = {"over": []}
 
     async def scenario() -> None:
-        sqs = MemorySQS()
-        sqs.create_queue(QUEUE)
-        for i in range(30):
-            sqs.put(QUEUE, f"m-{i}")
+        sqs, router = memory_queue(messages=30)
         sqs.slow("ReceiveMessage", before=ROUND_TRIP)
-        router = Router()
 
         @router.handler(QUEUE, payload=str)
         async def handle(job: Job[str]) -> None:
@@ -157,11 +149,9 @@ def test_a_fifo_retry_in_place_is_the_same_job() -> None:
 
     async def scenario() -> None:
         queue = "jobs.fifo"
-        sqs = MemorySQS()
-        sqs.create_queue(queue)
+        sqs, router = memory_queue(queue)
         for i in range(4):
             sqs.put(queue, f"m-{i}", group="g")
-        router = Router()
 
         @router.handler(queue, payload=str)
         async def handle(job: Job[str]) -> None:
@@ -187,11 +177,7 @@ def test_every_message_of_a_batch_call_is_a_job() -> None:
     seen: dict[str, Any] = {}
 
     async def scenario() -> None:
-        sqs = MemorySQS()
-        sqs.create_queue(QUEUE)
-        for i in range(10):
-            sqs.put(QUEUE, f"m-{i}")
-        router = Router()
+        sqs, router = memory_queue(messages=10)
 
         @router.batch_handler(QUEUE, payload=str, size=10, wait_ms=100)
         async def handle(jobs: list[Job[str]]) -> None:
@@ -215,12 +201,10 @@ def test_a_message_that_never_reaches_its_handler_is_not_a_job() -> None:
     seen: dict[str, Any] = {}
 
     async def scenario() -> None:
-        sqs = MemorySQS()
-        sqs.create_queue_with_dlq(QUEUE, 3)
+        sqs, router = memory_queue(dlq_after=3)
         sqs.put(QUEUE, "not json")
         sqs.put(QUEUE, '{"n": 1}')
         sqs.put(QUEUE, '{"n": 2}')
-        router = Router()
 
         @router.handler(QUEUE, payload=Item)
         async def handle(job: Job[Item]) -> None:
@@ -243,9 +227,7 @@ def test_an_idle_worker_exits_after_its_idle_spell() -> None:
     seen: dict[str, Any] = {}
 
     async def scenario() -> None:
-        sqs = MemorySQS()
-        sqs.create_queue(QUEUE)
-        router = Router()
+        sqs, router = memory_queue()
 
         @router.handler(QUEUE, payload=str)
         async def handle(job: Job[str]) -> None:
@@ -272,10 +254,8 @@ def test_the_idle_spell_begins_when_the_last_job_ends_not_while_it_runs() -> Non
     seen: dict[str, Any] = {}
 
     async def scenario() -> None:
-        sqs = MemorySQS()
-        sqs.create_queue(QUEUE)
+        sqs, router = memory_queue()
         sqs.put(QUEUE, "long")
-        router = Router()
         began = clock.now()
 
         @router.handler(QUEUE, payload=str)
@@ -341,9 +321,7 @@ def test_an_idle_exit_with_drain_polls_gives_a_late_message_back_at_once() -> No
     for drain in ("true", "false"):
 
         async def scenario(drain: str = drain) -> None:
-            sqs = MemorySQS()
-            sqs.create_queue(QUEUE)
-            router = Router()
+            sqs, router = memory_queue()
 
             @router.handler(QUEUE, payload=str)
             async def handle(job: Job[str]) -> None:

@@ -17,15 +17,13 @@ from sqs_worker_engine.memory import MemorySQS
 from sqs_worker_engine.router import Router
 
 from . import vtime
-from .harness import QUEUE, Recorder, start, until
+from .harness import QUEUE, Recorder, memory_queue, start, until
 
 
 def test_a_failing_fifo_head_does_not_push_its_group_mates_to_the_dlq() -> None:
     async def scenario() -> None:
-        sqs = MemorySQS()
-        sqs.create_queue_with_dlq("jobs.fifo", max_receive_count=3)
+        sqs, router = memory_queue("jobs.fifo", dlq_after=3)
         seen = Recorder()
-        router = Router()
 
         @router.handler("jobs.fifo", payload=str)
         async def handle(job: Job[str]) -> None:
@@ -48,9 +46,7 @@ def test_a_failing_fifo_head_does_not_push_its_group_mates_to_the_dlq() -> None:
 
 def test_a_message_given_back_at_sigterm_is_visible_at_once_not_after_the_slowest_job() -> None:
     async def scenario() -> None:
-        sqs = MemorySQS()
-        sqs.create_queue(QUEUE)
-        router = Router()
+        sqs, router = memory_queue()
 
         @router.handler(QUEUE, payload=str)
         async def handle(job: Job[str]) -> None:
@@ -75,10 +71,8 @@ def test_a_message_given_back_at_sigterm_is_visible_at_once_not_after_the_slowes
 
 def test_a_hung_lease_extension_does_not_freeze_lease_keeping() -> None:
     async def scenario() -> None:
-        sqs = MemorySQS()
-        sqs.create_queue(QUEUE)
+        sqs, router = memory_queue()
         seen = Recorder()
-        router = Router()
 
         @router.handler(QUEUE, payload=str)
         async def handle(job: Job[str]) -> None:
@@ -101,9 +95,7 @@ def test_a_hung_lease_extension_does_not_freeze_lease_keeping() -> None:
 
 def test_settlement_counts_against_in_flight() -> None:
     async def scenario() -> None:
-        sqs = MemorySQS()
-        sqs.create_queue_with_dlq(QUEUE, max_receive_count=5)
-        router = Router()
+        sqs, router = memory_queue(dlq_after=5)
 
         @router.handler(QUEUE, payload=str)
         async def handle(job: Job[str]) -> None:
@@ -152,10 +144,8 @@ def test_a_message_near_the_dlq_size_limit_is_dead_lettered_with_its_reason() ->
 
 def test_a_lost_waiting_fifo_member_holds_back_the_rest_of_its_group() -> None:
     async def scenario() -> None:
-        sqs = MemorySQS()
-        sqs.create_queue("jobs.fifo")
+        sqs, router = memory_queue("jobs.fifo")
         seen = Recorder()
-        router = Router()
 
         @router.handler("jobs.fifo", payload=str)
         async def handle(job: Job[str]) -> None:
@@ -178,9 +168,7 @@ def test_a_lost_waiting_fifo_member_holds_back_the_rest_of_its_group() -> None:
 
 def test_a_queued_retry_delay_is_not_overwritten_by_a_lease_extension() -> None:
     async def scenario() -> None:
-        sqs = MemorySQS()
-        sqs.create_queue(QUEUE)
-        router = Router()
+        sqs, router = memory_queue()
 
         @router.handler(QUEUE, payload=str)
         async def handle(job: Job[str]) -> None:
@@ -201,9 +189,7 @@ def test_a_queued_retry_delay_is_not_overwritten_by_a_lease_extension() -> None:
 
 def test_an_abandoned_poll_cannot_take_a_message_released_at_shutdown() -> None:
     async def scenario() -> None:
-        sqs = MemorySQS()
-        sqs.create_queue(QUEUE)
-        router = Router()
+        sqs, router = memory_queue()
 
         @router.handler(QUEUE, payload=str)
         async def handle(job: Job[str]) -> None:
@@ -225,10 +211,8 @@ def test_an_abandoned_poll_cannot_take_a_message_released_at_shutdown() -> None:
 
 def test_a_timed_out_job_that_cannot_be_interrupted_keeps_its_lease_until_it_returns() -> None:
     async def scenario() -> None:
-        sqs = MemorySQS()
-        sqs.create_queue(QUEUE)
+        sqs, router = memory_queue()
         seen = Recorder()
-        router = Router()
 
         @router.handler(QUEUE, payload=str)
         async def handle(job: Job[str]) -> None:
@@ -253,10 +237,8 @@ def test_a_timed_out_job_that_cannot_be_interrupted_keeps_its_lease_until_it_ret
 
 def test_a_thread_still_running_at_the_drain_deadline_is_released_at_exit() -> None:
     async def scenario() -> None:
-        sqs = MemorySQS()
-        sqs.create_queue(QUEUE)
+        sqs, router = memory_queue()
         gate = threading.Event()
-        router = Router()
 
         @router.handler(QUEUE, payload=str)
         def handle(job: Job[str]) -> None:
@@ -279,10 +261,8 @@ def test_a_thread_still_running_at_the_drain_deadline_is_released_at_exit() -> N
 
 def test_retry_later_sets_the_delay_the_handler_asked_for() -> None:
     async def scenario() -> None:
-        sqs = MemorySQS()
-        sqs.create_queue(QUEUE)
+        sqs, router = memory_queue()
         seen: list[float] = []
-        router = Router()
 
         @router.handler(QUEUE, payload=str)
         async def handle(job: Job[str]) -> None:
@@ -301,9 +281,7 @@ def test_retry_later_sets_the_delay_the_handler_asked_for() -> None:
 
 def test_a_message_out_of_attempts_is_dead_lettered_by_the_worker_with_its_last_error() -> None:
     async def scenario() -> None:
-        sqs = MemorySQS()
-        sqs.create_queue_with_dlq(QUEUE, max_receive_count=3)
-        router = Router()
+        sqs, router = memory_queue(dlq_after=3)
 
         @router.handler(QUEUE, payload=str)
         async def handle(job: Job[str]) -> None:
@@ -322,9 +300,7 @@ def test_a_message_out_of_attempts_is_dead_lettered_by_the_worker_with_its_last_
 
 def test_given_back_while_a_poll_outlasts_the_drain_it_is_visible_when_that_poll_ends() -> None:
     async def scenario() -> None:
-        sqs = MemorySQS()
-        sqs.create_queue(QUEUE)
-        router = Router()
+        sqs, router = memory_queue()
 
         @router.handler(QUEUE, payload=str)
         async def handle(job: Job[str]) -> None:

@@ -17,7 +17,7 @@ from sqs_worker_engine.memory import Fault, MemorySQS
 from sqs_worker_engine.router import Router
 
 from . import vtime
-from .harness import QUEUE, start, until
+from .harness import QUEUE, memory_queue, start, until
 
 
 def test_once_sqs_answers_again_a_received_message_starts_at_once() -> None:
@@ -27,9 +27,7 @@ def test_once_sqs_answers_again_a_received_message_starts_at_once() -> None:
     started: dict[str, float] = {}
 
     async def scenario() -> None:
-        sqs = MemorySQS()
-        sqs.create_queue(QUEUE, VisibilityTimeout="30")
-        router = Router()
+        sqs, router = memory_queue(VisibilityTimeout="30")
 
         @router.handler(QUEUE, payload=str)
         async def handle(job: Job[str]) -> None:
@@ -60,9 +58,7 @@ def test_once_sqs_answers_again_a_held_message_starts_without_waiting_for_its_le
     started: dict[str, float] = {}
 
     async def scenario() -> None:
-        sqs = MemorySQS()
-        sqs.create_queue(QUEUE, VisibilityTimeout="120")
-        router = Router()
+        sqs, router = memory_queue(VisibilityTimeout="120")
 
         @router.handler(QUEUE, payload=str)
         async def handle(job: Job[str]) -> None:
@@ -153,9 +149,7 @@ def test_a_message_that_never_reaches_its_handler_is_no_answer_to_a_pause() -> N
     handled: list[str] = []
 
     async def scenario() -> None:
-        sqs = MemorySQS()
-        sqs.create_queue_with_dlq(QUEUE, 5)
-        router = Router()
+        sqs, router = memory_queue(dlq_after=5)
 
         @router.handler(QUEUE, payload=Order)
         async def handle(job: Job[Order]) -> None:
@@ -196,9 +190,7 @@ def test_liveness_holds_through_a_pause_and_fails_on_a_handler_that_will_not_end
     released: list[bool] = []
 
     async def scenario() -> None:
-        sqs = MemorySQS()
-        sqs.create_queue(QUEUE)
-        router = Router()
+        sqs, router = memory_queue()
 
         @router.handler(QUEUE, payload=str)
         async def handle(job: Job[str]) -> None:
@@ -250,13 +242,9 @@ def test_a_rate_limit_paces_starts_evenly_and_keeps_close_to_the_limit() -> None
     starts: list[float] = []
 
     async def scenario() -> None:
-        sqs = MemorySQS()
-        sqs.create_queue(QUEUE)
-        for i in range(200):
-            sqs.put(QUEUE, f"m-{i}")
+        sqs, router = memory_queue(messages=200)
         sqs.slow("ReceiveMessage", after=0.02)
         sqs.slow("DeleteMessageBatch", after=0.02)
-        router = Router()
 
         @router.handler(QUEUE, payload=str)
         async def handle(job: Job[str]) -> None:
@@ -283,9 +271,7 @@ def test_one_job_that_ignores_its_timeout_does_not_halt_an_adaptive_queue() -> N
     release: list[bool] = []
 
     async def scenario() -> None:
-        sqs = MemorySQS()
-        sqs.create_queue(QUEUE, VisibilityTimeout="60")
-        router = Router()
+        sqs, router = memory_queue(VisibilityTimeout="60")
 
         @router.handler(QUEUE, payload=str)
         async def handle(job: Job[str]) -> None:
@@ -327,9 +313,9 @@ def test_a_fifo_receive_whose_answer_was_lost_is_retried_with_its_attempt_id() -
     started: list[float] = []
 
     async def scenario() -> None:
-        sqs = MemorySQS()
-        sqs.create_queue("jobs.fifo", VisibilityTimeout="30", FifoQueue="true", ContentBasedDeduplication="true")
-        router = Router()
+        sqs, router = memory_queue(
+            "jobs.fifo", VisibilityTimeout="30", FifoQueue="true", ContentBasedDeduplication="true"
+        )
 
         @router.handler("jobs.fifo", payload=str)
         async def handle(job: Job[str]) -> None:
@@ -379,9 +365,7 @@ def test_a_job_that_ends_is_progress() -> None:
     live: list[bool] = []
 
     async def scenario() -> None:
-        sqs = MemorySQS()
-        sqs.create_queue(QUEUE, VisibilityTimeout="60")
-        router = Router()
+        sqs, router = memory_queue(VisibilityTimeout="60")
 
         @router.handler(QUEUE, payload=str)
         async def handle(job: Job[str]) -> None:

@@ -16,7 +16,7 @@ from sqs_worker_engine.router import Router
 from sqs_worker_engine.worker import StartupError, Worker
 
 from . import vtime
-from .harness import QUEUE, config, start, until
+from .harness import QUEUE, config, memory_queue, start, until
 
 
 class Shared:
@@ -44,13 +44,11 @@ def recording(sqs: MemorySQS, timeline: list[str]) -> None:
 
 def test_the_lifespan_opens_before_the_first_receive_and_closes_after_the_drain() -> None:
     async def scenario() -> None:
-        sqs = MemorySQS()
-        sqs.create_queue(QUEUE)
+        sqs, router = memory_queue()
         sqs.create_queue("threads")
         sqs.create_queue("batches")
         timeline: list[str] = []
         recording(sqs, timeline)
-        router = Router()
 
         @router.lifespan
         async def resources() -> AsyncIterator[Shared]:
@@ -99,11 +97,9 @@ def test_the_lifespan_opens_before_the_first_receive_and_closes_after_the_drain(
 
 def test_a_lifespan_that_fails_refuses_to_start_and_receives_nothing() -> None:
     async def scenario() -> None:
-        sqs = MemorySQS()
-        sqs.create_queue(QUEUE)
+        sqs, router = memory_queue()
         timeline: list[str] = []
         recording(sqs, timeline)
-        router = Router()
 
         @router.lifespan
         async def resources() -> AsyncIterator[None]:

@@ -9,11 +9,9 @@ from collections import Counter
 
 from sqs_worker_engine import clock
 from sqs_worker_engine.job import Job
-from sqs_worker_engine.memory import MemorySQS
-from sqs_worker_engine.router import Router
 
 from . import vtime
-from .harness import QUEUE, start, until
+from .harness import QUEUE, memory_queue, start, until
 
 ROUND_TRIP = 0.1  # seconds each receive takes, as SQS's latency would make it
 
@@ -24,12 +22,8 @@ def busy_worker(prefetch: str, job_seconds: float, messages: int = 400, **env: s
     runs: Counter[str] = Counter()
 
     async def scenario() -> None:
-        sqs = MemorySQS()
-        sqs.create_queue(QUEUE)
-        for i in range(messages):
-            sqs.put(QUEUE, f"m-{i}")
+        sqs, router = memory_queue(messages=messages)
         sqs.slow("ReceiveMessage", before=ROUND_TRIP)
-        router = Router()
 
         @router.handler(QUEUE, payload=str)
         async def handle(job: Job[str]) -> None:
@@ -69,13 +63,9 @@ def test_with_a_cap_of_zero_nothing_is_received_ahead() -> None:
 
 def test_prefetched_messages_are_released_at_once_on_sigterm_and_none_runs_twice() -> None:
     async def scenario() -> None:
-        sqs = MemorySQS()
-        sqs.create_queue(QUEUE)
-        for i in range(100):
-            sqs.put(QUEUE, f"m-{i}")
+        sqs, router = memory_queue(messages=100)
         sqs.slow("ReceiveMessage", before=ROUND_TRIP)
         runs: Counter[str] = Counter()
-        router = Router()
 
         @router.handler(QUEUE, payload=str)
         async def handle(job: Job[str]) -> None:
@@ -96,14 +86,12 @@ def test_prefetched_messages_are_released_at_once_on_sigterm_and_none_runs_twice
 
 def test_a_fifo_queue_keeps_each_group_s_order_with_prefetch() -> None:
     async def scenario() -> None:
-        sqs = MemorySQS()
-        sqs.create_queue("jobs.fifo")
+        sqs, router = memory_queue("jobs.fifo")
         for i in range(10):
             for group in ("g1", "g2", "g3", "g4", "g5", "g6"):
                 sqs.put("jobs.fifo", f"{group}-{i}", group=group)
         sqs.slow("ReceiveMessage", before=ROUND_TRIP)
         done: list[str] = []
-        router = Router()
 
         @router.handler("jobs.fifo", payload=str)
         async def handle(job: Job[str]) -> None:
@@ -125,10 +113,8 @@ def test_an_idle_queue_costs_one_long_poll_at_a_time_and_work_wakes_every_poller
     result: dict[str, int] = {}
 
     async def scenario() -> None:
-        sqs = MemorySQS()
-        sqs.create_queue(QUEUE)
+        sqs, router = memory_queue()
         sqs.slow("ReceiveMessage", before=ROUND_TRIP)
-        router = Router()
 
         @router.handler(QUEUE, payload=str)
         async def handle(job: Job[str]) -> None:
@@ -171,13 +157,9 @@ def test_a_place_comes_back_when_its_delete_is_sent_within_a_bound() -> None:
     runs: Counter[str] = Counter()
 
     async def scenario() -> None:
-        sqs = MemorySQS()
-        sqs.create_queue(QUEUE)
-        for i in range(1000):
-            sqs.put(QUEUE, f"m-{i}")
+        sqs, router = memory_queue(messages=1000)
         sqs.slow("ReceiveMessage", before=ROUND_TRIP)
         sqs.slow("DeleteMessageBatch", before=1.0)
-        router = Router()
 
         @router.handler(QUEUE, payload=str)
         async def handle(job: Job[str]) -> None:
@@ -211,13 +193,9 @@ def test_short_jobs_at_an_in_region_round_trip_run_near_their_concurrency_by_def
     done: list[float] = []
 
     async def scenario() -> None:
-        sqs = MemorySQS()
-        sqs.create_queue(QUEUE)
-        for i in range(20_000):
-            sqs.put(QUEUE, f"m-{i}")
+        sqs, router = memory_queue(messages=20_000)
         sqs.slow("ReceiveMessage", before=0.02)
         sqs.slow("DeleteMessageBatch", before=0.02)
-        router = Router()
 
         @router.handler(QUEUE, payload=str)
         async def handle(job: Job[str]) -> None:
