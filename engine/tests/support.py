@@ -175,6 +175,28 @@ async def wait_for(predicate: Callable[[], bool], timeout: float = 60, what: str
         await asyncio.sleep(0.05)
 
 
+def wait_until(condition: Callable[[], bool], what: str, timeout: float = 30) -> None:
+    """`wait_for` for a test that is not a coroutine: poll until `condition()`."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+def cli(*args: str, stdin: str | None = None, **env: str) -> subprocess.CompletedProcess[str]:
+    """`python -m <package> <args>` in a separate process, as an operator types it."""
+    return subprocess.run(
+        [sys.executable, "-m", PACKAGE, *args],
+        env={**os.environ, "AWS_REGION": REGION, **env},
+        cwd=PROJECT_ROOT,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+
+
 @asynccontextmanager
 async def running_worker(
     env: Mapping[str, str],

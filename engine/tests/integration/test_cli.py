@@ -4,25 +4,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
 
-from ..support import PACKAGE, PROJECT_ROOT, REGION, Sqs
-
-
-def cli(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", PACKAGE, *args],
-        env={**os.environ, "AWS_REGION": REGION, **env},
-        cwd=PROJECT_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+from ..support import REGION, Sqs, cli
 
 
 def test_bootstrap_is_idempotent_and_wires_the_dlq(sqs: Sqs, localstack_endpoint: str) -> None:

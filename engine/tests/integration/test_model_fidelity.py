@@ -423,7 +423,7 @@ def test_a_visibility_past_twelve_hours(name: str, request: pytest.FixtureReques
 
 
 # StartMessageMoveTask (`redrive`): LocalStack runs it; moto's server 5.2 does not have it
-# (HTTP 500). `redrive --copy` works on both (test_operations.py, the interrupted copy).
+# (HTTP 500). `redrive --copy` works on both (test_operations_dlq.py, the interrupted copy).
 HAS_MOVE_TASKS = {"localstack": True, "moto": False}
 
 

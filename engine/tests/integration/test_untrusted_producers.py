@@ -18,8 +18,7 @@ from prometheus_client import REGISTRY, generate_latest
 
 from sqs_worker_engine import Job, Router
 
-from ..support import Queue, Sqs, env_for, running_worker, wait_for
-from .test_operations import cli
+from ..support import Queue, Sqs, cli, env_for, running_worker, wait_for
 from .test_sources import Aws, queue_arn
 
 
