@@ -22,6 +22,7 @@ import boto3
 from prometheus_client import REGISTRY
 
 from sqs_worker_engine import Router, Worker, WorkerState
+from sqs_worker_engine.emulators import free_port
 from sqs_worker_engine.settings import load_settings
 
 PACKAGE = "tests.service"
@@ -146,6 +147,14 @@ def env_for(endpoint: str, queues: str, health_file: str, **overrides: Any) -> d
     }
     env.update({k: str(v) for k, v in overrides.items()})
     return env
+
+
+def metrics_env(endpoint: str, queues: str, health_file: str, **overrides: Any) -> tuple[int, dict[str, str]]:
+    """`env_for`, with the worker's metrics and health server on a free port of 127.0.0.1:
+    that port, and the environment."""
+    port = free_port()
+    env = env_for(endpoint, queues, health_file, WORKER_METRICS_PORT=port, WORKER_METRICS_HOST="127.0.0.1", **overrides)
+    return port, env
 
 
 async def http_get(port: int, path: str) -> tuple[int, str]:

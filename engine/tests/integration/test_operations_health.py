@@ -28,6 +28,7 @@ from ..support import (
     env_for,
     http_get,
     log_lines,
+    metrics_env,
     running_worker,
     until_status,
     wait_for,
@@ -57,13 +58,10 @@ def test_metrics_move_as_jobs_flow(sqs: Sqs, localstack_endpoint: str, health_fi
             raise NonRetryableError("poison")
         await release.wait()
 
-    port = free_port()
-    env = env_for(
+    port, env = metrics_env(
         localstack_endpoint,
         queue.name,
         health_file,
-        WORKER_METRICS_PORT=port,
-        WORKER_METRICS_HOST="127.0.0.1",
         WORKER_BACKLOG_SAMPLE_SECONDS=1,
         WORKER_CONCURRENCY=4,
         DB_POOL_SIZE=8,
@@ -126,14 +124,11 @@ def test_liveness_reports_hung_handlers_and_recovers(sqs: Sqs, localstack_endpoi
     def stuck(job: Job[Any]) -> None:  # a thread that ignores the timeout: holds its slot
         unblock.wait(60)
 
-    port = free_port()
     progress = str(tmp_path / "progress")
-    env = env_for(
+    port, env = metrics_env(
         localstack_endpoint,
         queue.name,
         progress,
-        WORKER_METRICS_PORT=port,
-        WORKER_METRICS_HOST="127.0.0.1",
         WORKER_CONCURRENCY=1,
         WORKER_JOB_TIMEOUT_MS=1000,
         WORKER_WAIT_TIME_SECONDS=1,
@@ -192,13 +187,10 @@ def test_a_worker_paused_on_a_partner_outage_stays_live(sqs: Sqs, localstack_end
     async def handle(job: Job[Any]) -> None:
         raise DownstreamUnavailable(20, "partner answers 503")
 
-    port = free_port()
-    env = env_for(
+    port, env = metrics_env(
         localstack_endpoint,
         queue.name,
         str(tmp_path / "progress"),
-        WORKER_METRICS_PORT=port,
-        WORKER_METRICS_HOST="127.0.0.1",
         WORKER_JOB_TIMEOUT_MS=2000,
         WORKER_WAIT_TIME_SECONDS=1,
         WORKER_STALLED_AFTER_SECONDS=8,
@@ -232,13 +224,10 @@ def test_a_lower_queue_starved_by_strict_priority_stays_live(
     async def never_first(job: Job[Any]) -> None:
         pass
 
-    port = free_port()
-    env = env_for(
+    port, env = metrics_env(
         localstack_endpoint,
         f"{high.name},{low.name}",
         str(tmp_path / "progress"),
-        WORKER_METRICS_PORT=port,
-        WORKER_METRICS_HOST="127.0.0.1",
         WORKER_JOB_TIMEOUT_MS=2000,
         WORKER_WAIT_TIME_SECONDS=1,
         WORKER_STALLED_AFTER_SECONDS=8,
@@ -307,13 +296,10 @@ def test_readiness_follows_sqs_while_liveness_stays_healthy(health_file: str) ->
         async def handle(job: Job[Any]) -> None:
             done.append(job.payload["n"])
 
-        port = free_port()
-        env = env_for(
+        port, env = metrics_env(
             ls.endpoint,
             queue.name,
             health_file,
-            WORKER_METRICS_PORT=port,
-            WORKER_METRICS_HOST="127.0.0.1",
             WORKER_WAIT_TIME_SECONDS=1,
         )
         seen: list[tuple[str, int, int]] = []
@@ -514,13 +500,10 @@ def test_readiness_checks_the_configured_database(sqs: Sqs, localstack_endpoint:
     database = socket.socket()
     database.bind(("127.0.0.1", 0))
     db_port = database.getsockname()[1]
-    port = free_port()
-    env = env_for(
+    port, env = metrics_env(
         localstack_endpoint,
         queue.name,
         health_file,
-        WORKER_METRICS_PORT=port,
-        WORKER_METRICS_HOST="127.0.0.1",
         DATABASE_URL=f"postgresql://app:secret@127.0.0.1:{db_port}/orders",
     )
     seen: list[tuple[int, dict[str, bool]]] = []

@@ -11,10 +11,9 @@ from typing import Any
 import pytest
 
 from sqs_worker_engine import Job, Router
-from sqs_worker_engine.emulators import free_port
 
 from ..faultproxy import FaultProxy
-from ..support import Sqs, env_for, http_get, metric, running_worker, until_status, wait_for
+from ..support import Sqs, env_for, http_get, metric, metrics_env, running_worker, until_status, wait_for
 
 
 @pytest.fixture
@@ -37,13 +36,10 @@ def test_outage_backs_off_reports_not_ready_and_recovers(sqs: Sqs, proxy: FaultP
     async def handle(job: Job[Any]) -> None:
         done.add(job.payload["n"])
 
-    port = free_port()
-    env = env_for(
+    port, env = metrics_env(
         proxy.url,
         queue.name,
         health_file,
-        WORKER_METRICS_PORT=port,
-        WORKER_METRICS_HOST="127.0.0.1",
         WORKER_WAIT_TIME_SECONDS=2,
     )
     readiness: list[tuple[str, int, int]] = []
