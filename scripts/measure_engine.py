@@ -47,6 +47,7 @@ _LAYER_ORDER: tuple[tuple[str, ...], ...] = (
         "xray",
         "vtime",
         "otlp_metrics",
+        "tracing",  # the conventions, the provider, the SQS calls' client spans
     ),
     # formats
     ("payload", "envelopes", "signatures", "offload", "dlq"),
@@ -72,7 +73,7 @@ _LAYER_ORDER: tuple[tuple[str, ...], ...] = (
         "delivery",
         "acker",
         "reporting",
-        "tracing",
+        "job_spans",
         "backlog",
     ),
     # process
