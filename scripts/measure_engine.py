@@ -243,8 +243,9 @@ def long_test_files() -> list[Sized]:
 
 
 def message_way() -> list[str]:
-    """module.function for each call into an engine module, in order, from the
-    ReceiveMessage that hands one message out to the DeleteMessageBatch that settles it.
+    """module.function for each call into an engine module that is handed the message (or
+    an object carrying it), in order, from the ReceiveMessage that hands it out to the
+    DeleteMessageBatch that settles it.
     The real Worker on the in-memory SQS, on virtual time; the SQS model itself and the
     virtual clock are the world around the engine, not stops on the way."""
     sys.path.insert(0, str(PACKAGE.parent))
@@ -257,18 +258,51 @@ def message_way() -> list[str]:
     outside = {"sqs_worker_engine.memory", "sqs_worker_engine.vtime"}
     stops: list[str] = []
     recording = False
+    # What holds the message: its dict as SQS answered it, and every engine object found
+    # holding one of these (its delivery, ticket, job, the pool's run of it...). A stop is a
+    # call that is handed one of them: the message's hand-offs, not every helper called
+    # meanwhile (the clock, a metric, the next poll's bookkeeping).
+    carriers: dict[int, object] = {}
+
+    message_ids: set[str] = set()
+
+    def is_the_message(value: object) -> bool:
+        """The message's dict, or a copy of it (the poller keeps a copy of SQS's answer)."""
+        return isinstance(value, dict) and value.get("MessageId") in message_ids
+
+    def holds(value: object) -> bool:
+        if id(value) in carriers or is_the_message(value):
+            return True
+        if isinstance(value, list | tuple):
+            return any(id(item) in carriers or is_the_message(item) for item in value)
+        attributes = getattr(value, "__dict__", None)
+        if attributes is None and hasattr(type(value), "__slots__"):
+            attributes = {n: getattr(value, n, None) for n in getattr(type(value), "__slots__", ())}
+        return bool(attributes) and any(id(v) in carriers for v in attributes.values())
 
     def profile(frame: FrameType, event: str, _arg: Any) -> None:
-        if event == "call" and recording:
-            module = frame.f_globals.get("__name__", "")
-            if module.startswith("sqs_worker_engine.") and module not in outside:
-                stops.append(f"{module.removeprefix('sqs_worker_engine.')}.{frame.f_code.co_name}")
+        if event != "call" or not recording:
+            return
+        module = frame.f_globals.get("__name__", "")
+        if not module.startswith("sqs_worker_engine.") or module in outside:
+            return
+        code = frame.f_code
+        arguments = code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]
+        handed = [frame.f_locals.get(name) for name in arguments if name != "self"]
+        carried = [value for value in handed if value is not None and holds(value)]
+        if carried:
+            for value in carried:
+                carriers[id(value)] = value
+            stops.append(f"{module.removeprefix('sqs_worker_engine.')}.{code.co_name}")
 
     class Watched(MemorySQS):
         async def receive_message(self, **params: Any) -> dict[str, Any]:
             nonlocal recording
             answer = await super().receive_message(**params)
-            if answer.get("Messages") and not settled.is_set():
+            if answer.get("Messages") and not settled.is_set() and not message_ids:
+                for message in answer["Messages"]:
+                    carriers[id(message)] = message
+                    message_ids.add(message["MessageId"])
                 recording = True
             return answer
 
