@@ -23,6 +23,7 @@ from prometheus_client import REGISTRY
 
 from sqs_worker_engine import Router, Worker, WorkerState
 from sqs_worker_engine.emulators import free_port
+from sqs_worker_engine.events import EventName, Listener
 from sqs_worker_engine.settings import load_settings
 
 PACKAGE = "tests.service"
@@ -211,7 +212,7 @@ async def running_worker(
     env: Mapping[str, str],
     router: Router,
     on_client: Callable[[Any], None] | None = None,
-    listeners: Mapping[str, Callable[[dict[str, Any]], object]] | None = None,
+    listeners: Mapping[EventName, Listener] | None = None,
 ) -> Any:
     """Run a Worker in this event loop; stop (drain) it on exit."""
     worker = Worker(load_settings(env), router, on_client=on_client)

@@ -7,6 +7,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from .dlq import receive_whole
 from .limits import MAX_RETENTION_SECONDS as RETENTION_SECONDS  # the DLQ keeps messages as long as SQS allows
 from .limits import dlq_name
 from .offload import PayloadStore
@@ -102,17 +103,10 @@ async def peek(client: SQSClient, dlq_url: str, count: int) -> list[dict[str, An
     """Look at up to `count` DLQ messages without taking them (visibility 0)."""
     seen: dict[str, dict[str, Any]] = {}
     for _ in range(max(3, count // 5)):
-        resp = await client.receive_message(
-            QueueUrl=dlq_url,
-            MaxNumberOfMessages=min(10, count),
-            VisibilityTimeout=0,
-            WaitTimeSeconds=1,
-            MessageAttributeNames=["All"],
-            MessageSystemAttributeNames=["All"],
-        )
-        for message in resp.get("Messages", []):
+        messages = await receive_whole(client, dlq_url, hold=0, count=min(10, count))
+        for message in messages:
             seen.setdefault(message["MessageId"], dict(message))
-        if len(seen) >= count or not resp.get("Messages"):
+        if len(seen) >= count or not messages:
             break
     return list(seen.values())[:count]
 
@@ -127,16 +121,8 @@ async def find(client: SQSClient, dlq_url: str, ids: set[str], hold: int = 60) -
     idle = 0
     try:
         while len(found) < len(ids) and idle < 2:
-            resp = await client.receive_message(
-                QueueUrl=dlq_url,
-                MaxNumberOfMessages=10,
-                WaitTimeSeconds=1,
-                VisibilityTimeout=hold,
-                MessageAttributeNames=["All"],
-                MessageSystemAttributeNames=["All"],
-            )
             new = False
-            for message in resp.get("Messages", []):
+            for message in await receive_whole(client, dlq_url, hold):
                 message_id = message["MessageId"]
                 if message_id in ids:
                     new = new or message_id not in found

@@ -21,11 +21,11 @@ from . import clock
 from .batches import Collector
 from .errors import RetryLater
 from .job import Job
+from .job_spans import JobSpan
 from .outcomes import Ending, classify
 from .processes import ProcessPool
 from .reporting import QueueReport
 from .router import HandlerSpec, call_sync
-from .tracing import JobSpan
 
 CUT_GRACE = 0.5  # seconds a job cut off at the shutdown deadline gets to react to its cancellation
 Started = tuple[asyncio.Future[Any], asyncio.Future[None]]  # (its result, its work has ended)

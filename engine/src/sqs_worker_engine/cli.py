@@ -93,6 +93,14 @@ def main(service: ServiceDefaults | None = None, argv: Sequence[str] | None = No
 def build_parser(prog: str, name: str = "this service") -> argparse.ArgumentParser:
     parser = _Parser(prog=prog, description=DESCRIPTION.format(name=name))
     sub = parser.add_subparsers(dest="command", required=True, metavar="command")
+    _add_run_and_send(sub)
+    _add_setup_commands(sub)
+    _add_redrive(sub)
+    _add_dlq(sub)
+    return parser
+
+
+def _add_run_and_send(sub: argparse._SubParsersAction[_Parser]) -> None:
     sub.add_parser(
         "run",
         help="run the worker until SIGTERM/SIGINT",
@@ -123,6 +131,9 @@ def build_parser(prog: str, name: str = "this service") -> argparse.ArgumentPars
     send.add_argument(
         "--attribute", action="append", default=[], metavar="NAME=VALUE", help="a String message attribute (repeatable)"
     )
+
+
+def _add_setup_commands(sub: argparse._SubParsersAction[_Parser]) -> None:
     boot = sub.add_parser("bootstrap", help="create the queues and their DLQs (idempotent)")
     boot.add_argument("--max-receive-count", type=int, help="default: WORKER_MAX_RECEIVE_COUNT")
     sub.add_parser("config", help="print the effective configuration")
@@ -135,6 +146,9 @@ def build_parser(prog: str, name: str = "this service") -> argparse.ArgumentPars
     )
     health.add_argument("--stalled-after", type=float, help="seconds; default: WORKER_STALLED_AFTER_SECONDS")
     health.add_argument("--pid", type=int, help="judge this worker process only (default: every running one)")
+
+
+def _add_redrive(sub: argparse._SubParsersAction[_Parser]) -> None:
     redrive = sub.add_parser(
         "redrive",
         help="move DLQ messages back to their source queue",
@@ -160,37 +174,45 @@ def build_parser(prog: str, name: str = "this service") -> argparse.ArgumentPars
         metavar="MESSAGE_ID",
         help="move only this DLQ message, by the message_id `dlq peek` shows (repeatable; implies --copy)",
     )
+
+
+def _add_dlq(sub: argparse._SubParsersAction[_Parser]) -> None:
     dlq = sub.add_parser("dlq", help="look into or empty the DLQ")
     dlq_sub = dlq.add_subparsers(dest="dlq_command", required=True)
-    peek = dlq_sub.add_parser(
+    peek = _dlq_command(
+        dlq_sub,
         "peek",
-        help="show DLQ messages with their recorded errors, without taking them",
-        description="Print one JSON line per DLQ message without taking it: who dead-lettered it "
+        "show DLQ messages with their recorded errors, without taking them",
+        "Print one JSON line per DLQ message without taking it: who dead-lettered it "
         "(dead_lettered_by: worker, sqs or unknown), the reason the worker recorded (x-error-*; "
         "never a producer's attributes of the same name), the source queue's receive count, the "
         "producer's attributes and the start of the body. An empty DLQ is said so on stderr.",
     )
-    peek.add_argument("--queue", help="the source queue (default: the first of WORKER_QUEUES)")
     peek.add_argument("--count", type=int, default=10, help="show at most this many messages (default: 10)")
-    purge = dlq_sub.add_parser(
+    purge = _dlq_command(
+        dlq_sub,
         "purge",
-        help="delete every message in the DLQ (asks first)",
-        description="Delete every message in the DLQ. Asks for the DLQ's name on the terminal; "
+        "delete every message in the DLQ (asks first)",
+        "Delete every message in the DLQ. Asks for the DLQ's name on the terminal; "
         "without a terminal (a script, CI) it refuses unless --yes is given.",
     )
-    purge.add_argument("--queue", help="the source queue (default: the first of WORKER_QUEUES)")
     purge.add_argument("--yes", action="store_true", help="do not ask (default: ask on the terminal)")
-    delete = dlq_sub.add_parser(
+    delete = _dlq_command(
+        dlq_sub,
         "delete",
-        help="delete one DLQ message by its id",
-        description="Delete the DLQ messages with these ids (the message_id `dlq peek` shows), "
-        "leaving the others where they are.",
+        "delete one DLQ message by its id",
+        "Delete the DLQ messages with these ids (the message_id `dlq peek` shows), leaving the others where they are.",
     )
-    delete.add_argument("--queue", help="the source queue (default: the first of WORKER_QUEUES)")
     delete.add_argument(
         "--id", action="append", required=True, dest="ids", metavar="MESSAGE_ID", help="a DLQ message id (repeatable)"
     )
-    return parser
+
+
+def _dlq_command(dlq_sub: argparse._SubParsersAction[_Parser], name: str, help: str, description: str) -> _Parser:
+    """A `dlq` subcommand; each names its source queue the same way."""
+    command = dlq_sub.add_parser(name, help=help, description=description)
+    command.add_argument("--queue", help="the source queue (default: the first of WORKER_QUEUES)")
+    return command
 
 
 def cmd_run(config: WorkerConfig, args: argparse.Namespace) -> int:

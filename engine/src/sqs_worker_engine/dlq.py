@@ -283,3 +283,17 @@ def attributes_size(attributes: dict[str, Any]) -> int:
             raw = value["BinaryValue"]
             total += len(raw) if isinstance(raw, bytes | bytearray) else math.ceil(len(str(raw)) * 3 / 4)
     return total
+
+
+async def receive_whole(client: SqsApi, dlq_url: str, hold: int, count: int = 10) -> list[dict[str, Any]]:
+    """Up to `count` DLQ messages as the operator tools read them: every attribute, hidden
+    for `hold` seconds (0: left visible), waiting up to a second for them."""
+    resp = await client.receive_message(
+        QueueUrl=dlq_url,
+        MaxNumberOfMessages=count,
+        VisibilityTimeout=hold,
+        WaitTimeSeconds=1,
+        MessageAttributeNames=["All"],
+        MessageSystemAttributeNames=["All"],
+    )
+    return list(resp.get("Messages", []))

@@ -278,15 +278,9 @@ def start_moto(timeout: float = 60, port: int = 0) -> Emulator:
     env = {k: v for k, v in os.environ.items() if k not in ("AWS_ENDPOINT_URL", "PYTHONPATH")}
     for _ in range(3):  # a free port can be taken between the look and the bind: try another
         listen = free_port(port)
-        with open(log_path, "ab") as log:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(listen)],
-                env=env,
-                cwd=workdir,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+        proc = _spawn(
+            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(listen)], env, workdir, log_path
+        )
         endpoint = local_url(listen)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and proc.poll() is None:
@@ -303,6 +297,15 @@ def start_moto(timeout: float = 60, port: int = 0) -> Emulator:
     tail = Path(log_path).read_text(errors="replace")[-3000:]
     shutil.rmtree(workdir, ignore_errors=True)
     raise EmulatorError(f"moto's server did not start:\n{tail}")
+
+
+def _spawn(argv: list[str], env: Mapping[str, str], workdir: str, log_path: str) -> subprocess.Popen[bytes]:
+    """An emulator's process, in a session of its own (so that its whole group can be ended)
+    and writing to the end of its log."""
+    with open(log_path, "ab") as log:
+        return subprocess.Popen(
+            argv, env=env, cwd=workdir, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
 
 
 def start_private(services: str = SOURCES, persist: bool = False, timeout: float = 180, port: int = 0) -> Emulator:
@@ -344,15 +347,7 @@ def _start_host(port: int, workdir: str, services: str, persist: bool, timeout: 
         env.pop(var, None)
     log_path = os.path.join(workdir, "localstack.log")
     offset = os.path.getsize(log_path) if os.path.exists(log_path) else 0  # a restart appends
-    with open(log_path, "ab") as log:
-        proc = subprocess.Popen(
-            [python, "-m", "localstack.runtime.main"],
-            env=env,
-            cwd=workdir,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+    proc = _spawn([python, "-m", "localstack.runtime.main"], env, workdir, log_path)
     endpoint = local_url(port)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and proc.poll() is None:

@@ -77,6 +77,28 @@ class _Message:
     handle: str | None = None
     first_received: float | None = None
 
+    def describe(self) -> dict[str, Any]:
+        """The message as ReceiveMessage returns it."""
+        attributes = {
+            "ApproximateReceiveCount": str(self.receive_count),
+            "SentTimestamp": str(int(self.sent_at * 1000)),
+            "ApproximateFirstReceiveTimestamp": str(int((self.first_received or 0) * 1000)),
+        }
+        if self.group is not None:
+            attributes["MessageGroupId"] = self.group
+            attributes["SequenceNumber"] = str(self.seq)
+        if self.dedup_id is not None:
+            attributes["MessageDeduplicationId"] = self.dedup_id
+        described: dict[str, Any] = {
+            "MessageId": self.id,
+            "ReceiptHandle": self.handle,
+            "Body": self.body,
+            "Attributes": attributes,
+        }
+        if self.message_attributes:
+            described["MessageAttributes"] = dict(self.message_attributes)
+        return described
+
 
 @dataclass(eq=False)
 class _Queue:
@@ -123,6 +145,61 @@ class Misuse:
     at: float
 
 
+class _Receipts:
+    """The receipt handles handed out, and what a call with one does: the calls that used
+    one unsafely (`misuses`), the deletes and visibility changes it names."""
+
+    def __init__(self) -> None:
+        self.handles: dict[str, tuple[_Queue, str]] = {}
+        self.misuses: list[Misuse] = []
+        self.refused: dict[str, str] = {}  # message id -> error code for its visibility changes
+
+    def issue(self, queue: _Queue, message: _Message, serial: int) -> None:
+        message.handle = f"{message.id}:{message.receive_count}:{serial}"
+        self.handles[message.handle] = (queue, message.id)
+
+    def check(self, operation: str, queue: _Queue, handle: str, at: float) -> None:
+        known = self.handles.get(handle)
+        if known is None:
+            return
+        message = queue.messages.get(known[1])
+        if message is None:
+            return  # gone: the call fails, which is harmless
+        if message.handle != handle:
+            self.misuses.append(Misuse(operation, message.id, "the message was received again since", at))
+        elif message.visible_at <= at:
+            self.misuses.append(Misuse(operation, message.id, "its visibility timeout had run out", at))
+
+    def message_for(self, queue: _Queue, handle: str) -> _Message | None:
+        known = self.handles.get(handle)
+        return None if known is None else queue.messages.get(known[1])
+
+    def delete(self, queue: _Queue, entry: dict[str, Any]) -> dict[str, Any] | None:
+        message = self.message_for(queue, str(entry["ReceiptHandle"]))
+        if message is None:
+            return {"Code": "ReceiptHandleIsInvalid", "Message": "The receipt handle is not valid."}
+        del queue.messages[message.id]  # an old handle deletes it too: that is SQS
+        queue.notify()
+        return None
+
+    def change_visibility(self, queue: _Queue, entry: dict[str, Any]) -> dict[str, Any] | None:
+        message = self.message_for(queue, str(entry["ReceiptHandle"]))
+        now = clock.now()
+        if message is None:
+            return {"Code": "ReceiptHandleIsInvalid", "Message": "The receipt handle is not valid."}
+        if message.id in self.refused:
+            return {"Code": self.refused[message.id], "Message": "injected", "SenderFault": False}
+        if message.visible_at <= now:
+            return {"Code": "MessageNotInflight", "Message": "The message is not in flight."}
+        seconds = int(entry["VisibilityTimeout"])
+        first = message.first_received if message.first_received is not None else now
+        if not 0 <= seconds <= MAX_VISIBILITY_SECONDS or now + seconds - first > MAX_VISIBILITY_SECONDS:
+            return {"Code": "InvalidParameterValue", "Message": "Total VisibilityTimeout exceeds 12 hours."}
+        message.visible_at = now + seconds
+        queue.notify()
+        return None
+
+
 class MemorySQS:
     """An SQS account in memory. Create queues with `create_queue`, then hand it to the
     worker as its client (`Worker(config, router, client=MemorySQS())`)."""
@@ -132,13 +209,12 @@ class MemorySQS:
         self.account = account
         self.queues: dict[str, _Queue] = {}
         self.faults: dict[str, Fault] = {}
-        self.misuses: list[Misuse] = []
+        self._handles = _Receipts()
+        self.misuses = self._handles.misuses  # the record a test checks
         self.calls: dict[str, int] = {}
         self.receipts: dict[str, int] = {}  # body -> how many times any queue handed it out
-        self._handles: dict[str, tuple[_Queue, str]] = {}
         self._ids = itertools.count(1)
         self._servers: set[asyncio.Task[Any]] = set()
-        self._refused: dict[str, str] = {}  # message id -> error code for its visibility changes
         # FIFO ReceiveRequestAttemptId -> (until when it is remembered, what that receive gave)
         self._attempts: dict[tuple[str, str], tuple[float, list[dict[str, Any]]]] = {}
 
@@ -172,9 +248,9 @@ class MemorySQS:
         """Make every visibility change of one message fail with `code` (an entry failure
         that is SQS's fault, not the caller's); None, None: accept them again."""
         if message_id is None or code is None:
-            self._refused.clear()
+            self._handles.refused.clear()
         else:
-            self._refused[message_id] = code
+            self._handles.refused[message_id] = code
 
     def message_id(self, name: str, body: str) -> str:
         return next(m.id for m in self.queues[name].messages.values() if m.body == body)
@@ -250,7 +326,7 @@ class MemorySQS:
         if again is not None and again[0] > clock.now():
             # A FIFO receive retried with its attempt id, within 5 minutes: the same
             # messages with the same receipt handles, those still in flight (SQS's rule).
-            messages = [m for m in again[1] if m["ReceiptHandle"] in self._handles]
+            messages = [m for m in again[1] if m["ReceiptHandle"] in self._handles.handles]
             await asyncio.sleep(fault.before + fault.after)
             return {"Messages": messages} if messages else {}
         # Once sent, a request reaches SQS and is served whether or not its caller still
@@ -269,10 +345,10 @@ class MemorySQS:
         return {"Messages": messages} if messages else {}
 
     async def delete_message_batch(self, *, QueueUrl: str, Entries: list[dict[str, Any]]) -> dict[str, Any]:  # noqa: N803
-        return await self._batch("DeleteMessageBatch", QueueUrl, Entries, self._delete_entry)
+        return await self._batch("DeleteMessageBatch", QueueUrl, Entries, self._handles.delete)
 
     async def change_message_visibility_batch(self, *, QueueUrl: str, Entries: list[dict[str, Any]]) -> dict[str, Any]:  # noqa: N803
-        return await self._batch("ChangeMessageVisibilityBatch", QueueUrl, Entries, self._visibility_entry)
+        return await self._batch("ChangeMessageVisibilityBatch", QueueUrl, Entries, self._handles.change_visibility)
 
     async def send_message(
         self,
@@ -401,12 +477,11 @@ class MemorySQS:
                 continue
             message.receive_count += 1
             self.receipts[message.body] = self.receipts.get(message.body, 0) + 1
-            message.handle = f"{message.id}:{message.receive_count}:{next(self._ids)}"
+            self._handles.issue(queue, message, next(self._ids))
             message.visible_at = now + visibility
             if message.first_received is None:
                 message.first_received = now
-            self._handles[message.handle] = (queue, message.id)
-            taken.append(self._describe(message))
+            taken.append(message.describe())
         return taken
 
     def _move_to_dlq(self, queue: _Queue, message: _Message, dlq_arn: str) -> None:
@@ -416,28 +491,6 @@ class MemorySQS:
         message.handle = None
         dlq.messages[message.id] = message
         dlq.notify()
-
-    @staticmethod
-    def _describe(message: _Message) -> dict[str, Any]:
-        attributes = {
-            "ApproximateReceiveCount": str(message.receive_count),
-            "SentTimestamp": str(int(message.sent_at * 1000)),
-            "ApproximateFirstReceiveTimestamp": str(int((message.first_received or 0) * 1000)),
-        }
-        if message.group is not None:
-            attributes["MessageGroupId"] = message.group
-            attributes["SequenceNumber"] = str(message.seq)
-        if message.dedup_id is not None:
-            attributes["MessageDeduplicationId"] = message.dedup_id
-        described: dict[str, Any] = {
-            "MessageId": message.id,
-            "ReceiptHandle": message.handle,
-            "Body": message.body,
-            "Attributes": attributes,
-        }
-        if message.message_attributes:
-            described["MessageAttributes"] = dict(message.message_attributes)
-        return described
 
     async def _batch(
         self,
@@ -452,7 +505,7 @@ class MemorySQS:
         fault = self._fault(operation)
         sent = clock.now()
         for entry in entries:  # judged when the call is made, not when it arrives
-            self._check_handle(operation, queue, str(entry["ReceiptHandle"]), sent)
+            self._handles.check(operation, queue, str(entry["ReceiptHandle"]), sent)
         await asyncio.sleep(fault.before)
         self._raise(fault, operation)
         successful, failed = [], []
@@ -464,44 +517,3 @@ class MemorySQS:
                 failed.append({"Id": entry["Id"], "SenderFault": problem.pop("SenderFault", True), **problem})
         await asyncio.sleep(fault.after)
         return {"Successful": successful, "Failed": failed}
-
-    def _check_handle(self, operation: str, queue: _Queue, handle: str, at: float) -> None:
-        known = self._handles.get(handle)
-        if known is None:
-            return
-        message = queue.messages.get(known[1])
-        if message is None:
-            return  # gone: the call fails, which is harmless
-        if message.handle != handle:
-            self.misuses.append(Misuse(operation, message.id, "the message was received again since", at))
-        elif message.visible_at <= at:
-            self.misuses.append(Misuse(operation, message.id, "its visibility timeout had run out", at))
-
-    def _message_for(self, queue: _Queue, handle: str) -> _Message | None:
-        known = self._handles.get(handle)
-        return None if known is None else queue.messages.get(known[1])
-
-    def _delete_entry(self, queue: _Queue, entry: dict[str, Any]) -> dict[str, Any] | None:
-        message = self._message_for(queue, str(entry["ReceiptHandle"]))
-        if message is None:
-            return {"Code": "ReceiptHandleIsInvalid", "Message": "The receipt handle is not valid."}
-        del queue.messages[message.id]  # an old handle deletes it too: that is SQS
-        queue.notify()
-        return None
-
-    def _visibility_entry(self, queue: _Queue, entry: dict[str, Any]) -> dict[str, Any] | None:
-        message = self._message_for(queue, str(entry["ReceiptHandle"]))
-        now = clock.now()
-        if message is None:
-            return {"Code": "ReceiptHandleIsInvalid", "Message": "The receipt handle is not valid."}
-        if message.id in self._refused:
-            return {"Code": self._refused[message.id], "Message": "injected", "SenderFault": False}
-        if message.visible_at <= now:
-            return {"Code": "MessageNotInflight", "Message": "The message is not in flight."}
-        seconds = int(entry["VisibilityTimeout"])
-        first = message.first_received if message.first_received is not None else now
-        if not 0 <= seconds <= MAX_VISIBILITY_SECONDS or now + seconds - first > MAX_VISIBILITY_SECONDS:
-            return {"Code": "InvalidParameterValue", "Message": "Total VisibilityTimeout exceeds 12 hours."}
-        message.visible_at = now + seconds
-        queue.notify()
-        return None

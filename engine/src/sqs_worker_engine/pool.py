@@ -34,7 +34,7 @@ from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import clock, tracing
+from . import clock, job_spans, tracing
 from .adaptive import Limit
 from .admission import Admission, Ticket
 from .budget import SharedBudget
@@ -110,7 +110,7 @@ class Run:
     cut: asyncio.Future[None] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
     job: Job[Any] | None = None
     payload: Payload = field(default_factory=Payload)  # where its payload is, once read
-    span: tracing.JobSpan | None = None  # this attempt's `process` span, when tracing
+    span: job_spans.JobSpan | None = None  # this attempt's `process` span, when tracing
 
 
 class QueuePool:
@@ -447,7 +447,7 @@ class QueuePool:
 
     def _start_span(self, run: Run) -> None:
         if self.tracing:
-            run.span = tracing.JobSpan(
+            run.span = job_spans.JobSpan(
                 self.name, run.delivery.message, self.worker_id, run.attempt, self.options.trace_parent
             )
             run.delivery.observer = run.span.note

@@ -34,7 +34,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from .dlq import MOVED_BY_SQS, original_attributes, system_arguments, worker_record
+from .dlq import MOVED_BY_SQS, original_attributes, receive_whole, system_arguments, worker_record
 from .producer import _batches
 from .sqs import SQSClient
 
@@ -211,15 +211,7 @@ async def copy_back(
     kept: set[str] = set()  # refused this run: left hidden in the DLQ
     while empty_polls < 2:
         started = time.monotonic()
-        resp = await client.receive_message(
-            QueueUrl=dlq_url,
-            MaxNumberOfMessages=10,
-            WaitTimeSeconds=1,
-            VisibilityTimeout=BATCH_VISIBILITY,
-            MessageAttributeNames=["All"],
-            MessageSystemAttributeNames=["All"],
-        )
-        batch = [dict(m) for m in resp.get("Messages", [])]
+        batch = [dict(m) for m in await receive_whole(client, dlq_url, BATCH_VISIBILITY)]
         if not batch:
             empty_polls += 1
             continue

@@ -643,10 +643,7 @@ def load_settings(environ: Mapping[str, str] | None = None, service: ServiceDefa
     defaults); raise ConfigError naming every bad variable."""
     service = service or ServiceDefaults()
     given = os.environ if environ is None else environ
-    defaults = dict(service.environ)
-    if "AWS_DEFAULT_REGION" in given:
-        defaults.pop("AWS_REGION", None)  # a region the environment gives beats the service's default
-    env = {**defaults, **given}
+    env = _environment(given, service)
     # A misspelt variable would otherwise be ignored without a word, and its default used.
     problems: list[tuple[str, str]] = [(var, unknown_setting(var)) for var in sorted(env) if _is_unknown(var, env[var])]
     values: dict[str, Any] = {k: v for k, v in env.items() if k in _ALIASES}
@@ -660,6 +657,41 @@ def load_settings(environ: Mapping[str, str] | None = None, service: ServiceDefa
     except ValidationError as exc:
         raise ConfigError(problems + _explain(exc, env)) from None
 
+    overrides = _queue_overrides(env, settings, problems)
+    shared = settings.shared_concurrency
+    if shared is None and settings.priority is not None:
+        problems.append(
+            ("WORKER_PRIORITY", "chooses how a shared budget's slots are given: set WORKER_SHARED_CONCURRENCY")
+        )
+    # With a shared budget a queue may take all of it unless its own concurrency (or one the
+    # environment sets for every queue) caps it lower; a service's default does not.
+    base_concurrency = settings.concurrency if shared is None or "WORKER_CONCURRENCY" in given else shared
+    queues = [
+        _QueueReader(name, overrides[name], settings, problems).read(base_concurrency) for name in settings.queues
+    ]
+    _check_timeouts(settings, queues, overrides, problems)
+    _check_capacity(settings, queues, problems)
+    secrets = {name: bool(env.get(name)) for name in service.secrets}
+    config = WorkerConfig(settings, tuple(queues), service, owners, secrets)
+    _check_stall_threshold(settings, queues, problems)
+    if problems:
+        raise ConfigError(problems)
+    return config
+
+
+def _environment(given: Mapping[str, str], service: ServiceDefaults) -> dict[str, str]:
+    """The environment over the service's defaults."""
+    defaults = dict(service.environ)
+    if "AWS_DEFAULT_REGION" in given:
+        defaults.pop("AWS_REGION", None)  # a region the environment gives beats the service's default
+    return {**defaults, **given}
+
+
+def _queue_overrides(
+    env: Mapping[str, str], settings: Settings, problems: list[tuple[str, str]]
+) -> dict[str, dict[str, str]]:
+    """Each queue's WORKER_QUEUE_<KEY>_<SETTING> values, by queue name; the ones naming no
+    queue, or no setting, are problems."""
     by_key = {queue_env_key(name): name for name in settings.queues}
     overrides: dict[str, dict[str, str]] = {name: {} for name in settings.queues}
     for var, value in env.items():
@@ -686,124 +718,134 @@ def load_settings(environ: Mapping[str, str] | None = None, service: ServiceDefa
             problems.append((var, f"no queue with key {key!r} in WORKER_QUEUES ({', '.join(settings.queues)})"))
             continue
         overrides[by_key[key]][setting] = value
+    return overrides
 
-    shared = settings.shared_concurrency
-    if shared is None and settings.priority is not None:
-        problems.append(
-            ("WORKER_PRIORITY", "chooses how a shared budget's slots are given: set WORKER_SHARED_CONCURRENCY")
+
+class _QueueReader:
+    """One queue's settings: its overrides over the worker-wide values, each problem
+    named by the variable that made it (in the order the checks run)."""
+
+    def __init__(self, name: str, own: Mapping[str, str], settings: Settings, problems: list[tuple[str, str]]):
+        self.name = name
+        self.own = own
+        self.settings = settings
+        self.problems = problems
+        self.prefix = f"{QUEUE_OVERRIDE_PREFIX}{queue_env_key(name)}_"
+
+    def number(self, setting: str, default: int, low: int, high: int) -> int:
+        return _int(self.own, setting, self.prefix, default, low, high, self.problems)
+
+    def refuse(self, var: str, problem: str) -> None:
+        self.problems.append((var, problem))
+
+    def read(self, base_concurrency: int) -> QueueSettings:
+        own, prefix, settings = self.own, self.prefix, self.settings
+        concurrency = self.number("CONCURRENCY", base_concurrency, 1, 1000)
+        weight = self._weight()
+        job_timeout_ms = self.number("JOB_TIMEOUT_MS", settings.job_timeout_ms, 100, MAX_VISIBILITY_SECONDS * 1000)
+        visibility = self.number(
+            "VISIBILITY_TIMEOUT_SECONDS", settings.visibility_timeout_seconds, 2, MAX_VISIBILITY_SECONDS
         )
-    # With a shared budget a queue may take all of it unless its own concurrency (or one the
-    # environment sets for every queue) caps it lower; a service's default does not.
-    base_concurrency = settings.concurrency if shared is None or "WORKER_CONCURRENCY" in given else shared
-    queues: list[QueueSettings] = []
-    for name in settings.queues:
-        own = overrides[name]
-        prefix = f"{QUEUE_OVERRIDE_PREFIX}{queue_env_key(name)}_"
-        concurrency = _int(own, "CONCURRENCY", prefix, base_concurrency, 1, 1000, problems)
-        weight = _int(own, "WEIGHT", prefix, 1, 1, 1000, problems)
-        if "WEIGHT" in own and shared is None:
-            problems.append(
-                (prefix + "WEIGHT", "a weight is a share of a shared budget: set WORKER_SHARED_CONCURRENCY too")
+        default_ahead = default_prefetch(concurrency) if settings.prefetch is None else settings.prefetch
+        prefetch = self.number("PREFETCH", default_ahead, 0, 10_000)
+        pollers = self._pollers(concurrency, prefetch)
+        url = own.get("URL") or None
+        if url is not None and http_url_problem(url):
+            self.refuse(prefix + "URL", f"{redact_url(url)!r} is not a queue URL")
+        rate, burst = self._rate()
+        # FIFO runs one job per group anyway; at or above the concurrency the cap never bites.
+        group_cap = self.number("GROUP_CONCURRENCY", settings.group_concurrency or 0, 1, 1000) or None
+        if self.name.endswith(".fifo") or (group_cap is not None and group_cap >= concurrency):
+            group_cap = None
+        adaptive, least = self._adaptive(concurrency)
+        return QueueSettings(
+            self.name,
+            url,
+            concurrency,
+            job_timeout_ms,
+            visibility,
+            pollers,
+            rate,
+            burst,
+            group_cap,
+            prefetch,
+            adaptive,
+            least,
+            weight,
+        )
+
+    def _weight(self) -> int:
+        weight = self.number("WEIGHT", 1, 1, 1000)
+        if "WEIGHT" in self.own and self.settings.shared_concurrency is None:
+            self.refuse(
+                self.prefix + "WEIGHT", "a weight is a share of a shared budget: set WORKER_SHARED_CONCURRENCY too"
             )
-        elif "WEIGHT" in own and settings.priority == "strict":
-            problems.append(
-                (
-                    prefix + "WEIGHT",
-                    "strict priority reads no weights (the order of WORKER_QUEUES decides): "
-                    "drop it, or set WORKER_PRIORITY=weighted",
-                )
+        elif "WEIGHT" in self.own and self.settings.priority == "strict":
+            self.refuse(
+                self.prefix + "WEIGHT",
+                "strict priority reads no weights (the order of WORKER_QUEUES decides): "
+                "drop it, or set WORKER_PRIORITY=weighted",
             )
-        job_timeout_ms = _int(
-            own, "JOB_TIMEOUT_MS", prefix, settings.job_timeout_ms, 100, MAX_VISIBILITY_SECONDS * 1000, problems
-        )
-        visibility = _int(
-            own,
-            "VISIBILITY_TIMEOUT_SECONDS",
-            prefix,
-            settings.visibility_timeout_seconds,
-            2,
-            MAX_VISIBILITY_SECONDS,
-            problems,
-        )
-        prefetch = _int(
-            own,
-            "PREFETCH",
-            prefix,
-            default_prefetch(concurrency) if settings.prefetch is None else settings.prefetch,
-            0,
-            10_000,
-            problems,
-        )
+        return weight
+
+    def _pollers(self, concurrency: int, prefetch: int) -> int:
         # One long poll returns at most 10 messages, so a pool needs ceil(places / 10)
         # pollers to keep every place filled (the concurrency, plus the prefetch).
         # Each poller holds a connection; past MAX_POLLERS the default is refused, not clamped,
         # naming what made it (a typo such as WORKER_PREFETCH=10000 would otherwise open 1,001).
         places = concurrency + prefetch
         needed = math.ceil(places / MAX_RECEIVE_BATCH)
-        if not settings.pollers and "POLLERS" not in own and needed > MAX_POLLERS:
-            problems.append(
-                (
-                    prefix + "PREFETCH" if "PREFETCH" in own else "WORKER_PREFETCH",
-                    f"concurrency {concurrency} + prefetch {prefetch} would need {needed} pollers, more than "
-                    f"{MAX_POLLERS}: lower the prefetch (or the concurrency), or set WORKER_POLLERS",
-                )
+        if not self.settings.pollers and "POLLERS" not in self.own and needed > MAX_POLLERS:
+            self.refuse(
+                self.prefix + "PREFETCH" if "PREFETCH" in self.own else "WORKER_PREFETCH",
+                f"concurrency {concurrency} + prefetch {prefetch} would need {needed} pollers, more than "
+                f"{MAX_POLLERS}: lower the prefetch (or the concurrency), or set WORKER_POLLERS",
             )
             needed = MAX_POLLERS
-        pollers = _int(own, "POLLERS", prefix, settings.pollers or needed, 1, MAX_POLLERS, problems)
-        url = own.get("URL") or None
-        if url is not None and http_url_problem(url):
-            problems.append((prefix + "URL", f"{redact_url(url)!r} is not a queue URL"))
-        rate_text = own.get("RATE_LIMIT", settings.rate_limit or "")
+        return self.number("POLLERS", self.settings.pollers or needed, 1, MAX_POLLERS)
+
+    def _rate(self) -> tuple[float | None, int]:
+        """The rate limit (starts a second) and its burst."""
+        rate_text = self.own.get("RATE_LIMIT", self.settings.rate_limit or "")
         rate: float | None = None
         if rate_text:
             try:
                 rate = rate_per_second(rate_text)
             except ValueError as exc:
-                problems.append((prefix + "RATE_LIMIT", str(exc)))
-        burst = _int(own, "RATE_BURST", prefix, settings.rate_burst or 1, 1, 1_000_000, problems)
-        burst_var = prefix + "RATE_BURST" if "RATE_BURST" in own else "WORKER_RATE_BURST"
+                self.refuse(self.prefix + "RATE_LIMIT", str(exc))
+        burst = self.number("RATE_BURST", self.settings.rate_burst or 1, 1, 1_000_000)
+        burst_var = self.prefix + "RATE_BURST" if "RATE_BURST" in self.own else "WORKER_RATE_BURST"
         if burst > 1 and not rate_text:
-            problems.append((burst_var, "a burst is of a rate limit: set WORKER_RATE_LIMIT too"))
+            self.refuse(burst_var, "a burst is of a rate limit: set WORKER_RATE_LIMIT too")
         elif rate is not None and burst > window_of(rate)[0]:
-            problems.append(
-                (
-                    burst_var,
-                    f"{burst} is more starts at once than {rate_text} allows in a window ({window_of(rate)[0]})",
-                )
+            self.refuse(
+                burst_var, f"{burst} is more starts at once than {rate_text} allows in a window ({window_of(rate)[0]})"
             )
-        # FIFO runs one job per group anyway; at or above the concurrency the cap never bites.
-        group_cap = _int(own, "GROUP_CONCURRENCY", prefix, settings.group_concurrency or 0, 1, 1000, problems) or None
-        if name.endswith(".fifo") or (group_cap is not None and group_cap >= concurrency):
-            group_cap = None
-        adaptive = _bool(own, "ADAPTIVE_CONCURRENCY", prefix, settings.adaptive_concurrency, problems)
-        least = _int(own, "CONCURRENCY_FLOOR", prefix, settings.concurrency_floor, 1, 1000, problems)
+        return rate, burst
+
+    def _adaptive(self, concurrency: int) -> tuple[bool, int]:
+        """Whether the concurrency adapts, and its floor."""
+        own, prefix = self.own, self.prefix
+        adaptive = _bool(own, "ADAPTIVE_CONCURRENCY", prefix, self.settings.adaptive_concurrency, self.problems)
+        least = self.number("CONCURRENCY_FLOOR", self.settings.concurrency_floor, 1, 1000)
         if adaptive and least > concurrency:
             names = [prefix + s if s in own else "WORKER_" + s for s in ("CONCURRENCY_FLOOR", "CONCURRENCY")]
-            problems.append(
-                (
-                    names[0],
-                    f"the adaptive concurrency's floor {least} is above {name}'s concurrency {concurrency} "
-                    f"({names[1]}, the ceiling)",
-                )
+            self.refuse(
+                names[0],
+                f"the adaptive concurrency's floor {least} is above {self.name}'s concurrency {concurrency} "
+                f"({names[1]}, the ceiling)",
             )
-        queues.append(
-            QueueSettings(
-                name,
-                url,
-                concurrency,
-                job_timeout_ms,
-                visibility,
-                pollers,
-                rate,
-                burst,
-                group_cap,
-                prefetch,
-                adaptive,
-                least,
-                weight,
-            )
-        )
+        return adaptive, least
 
+
+def _check_timeouts(
+    settings: Settings,
+    queues: list[QueueSettings],
+    overrides: Mapping[str, Mapping[str, str]],
+    problems: list[tuple[str, str]],
+) -> None:
+    """Each queue's visibility timeout leaves the heartbeat room, and its job timeout ends
+    before the shutdown timeout; the retry backoff's bounds are in order."""
     for q in queues:
         heartbeat = heartbeat_problem(q.visibility_timeout_seconds, settings.heartbeat_fraction)
         if heartbeat is not None:
@@ -829,6 +871,11 @@ def load_settings(environ: Mapping[str, str] | None = None, service: ServiceDefa
             )
     if settings.retry_max_seconds < settings.retry_base_seconds:
         problems.append(("WORKER_RETRY_MAX_SECONDS", "must be at least WORKER_RETRY_BASE_SECONDS"))
+
+
+def _check_capacity(settings: Settings, queues: list[QueueSettings], problems: list[tuple[str, str]]) -> None:
+    """The database pool serves every handler that may run at once."""
+    shared = settings.shared_concurrency
     total = sum(q.concurrency for q in queues)
     if shared is not None:
         total = min(total, shared)  # the queues never run more than the budget together
@@ -842,8 +889,9 @@ def load_settings(environ: Mapping[str, str] | None = None, service: ServiceDefa
                 f"({what}); lower {lower} or raise the pool",
             )
         )
-    secrets = {name: bool(env.get(name)) for name in service.secrets}
-    config = WorkerConfig(settings, tuple(queues), service, owners, secrets)
+
+
+def _check_stall_threshold(settings: Settings, queues: list[QueueSettings], problems: list[tuple[str, str]]) -> None:
     if settings.stalled_after_seconds is not None:
         # Progress is marked when a long poll returns and when a job ends: the threshold
         # must outlast both, or an idle or busy worker would look stalled.
@@ -857,9 +905,6 @@ def load_settings(environ: Mapping[str, str] | None = None, service: ServiceDefa
                     "or a busy or idle worker looks stalled",
                 )
             )
-    if problems:
-        raise ConfigError(problems)
-    return config
 
 
 def _int(

@@ -18,7 +18,7 @@ On the wire:
 The spans (names `{messaging.operation.name} {queue}`):
 - `receive <queue>`, CLIENT: one per ReceiveMessage, `messaging.batch.message_count` the
   messages it brought;
-- `process <queue>`, CONSUMER: one per job, with the producer's context as its parent and
+- `process <queue>`, CONSUMER (job_spans.py): one per job, with the producer's context as its parent and
   as a link (`WORKER_TRACE_PARENT=false`: a link only, a trace of its own per job); the
   job's life as events; `error.type` when it failed;
 - `delete <queue>`, `change_visibility <queue>` (a retry's delay, a release) and
@@ -40,11 +40,8 @@ from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
-from opentelemetry.trace import Link, NonRecordingSpan, Span, SpanContext, SpanKind, Status, StatusCode, TraceFlags
+from opentelemetry.trace import Span, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
-
-from .decisions import DeadLetter, Release, RetryAfter, RetryInPlace, Settlement
-from .outcomes import Ending
 
 log = logging.getLogger(__name__)
 TRACEPARENT = "traceparent"
@@ -53,8 +50,6 @@ XRAY_ATTRIBUTE = "AWSTraceHeader"
 MAX_ATTRIBUTES = 10
 SCOPE = "sqs_worker_engine"
 VENDOR = "sqs_worker"  # the prefix of the engine's own span attributes
-# A job's endings that are failures of its processing (error.type, status ERROR).
-FAILED = frozenset({"retry", "dead_letter", "timeout", "lease_lost", "deferred"})
 # SQS operations that are messaging operations: (messaging.operation.type, .name).
 OPERATIONS: dict[str, tuple[str, str]] = {
     "ReceiveMessage": ("receive", "receive"),
@@ -121,15 +116,6 @@ def traces_endpoint() -> str:
     return base.rstrip("/") + "/v1/traces"
 
 
-def error_type(error: BaseException | None, outcome: str) -> str:
-    """`error.type` of a failed job: its exception's class, fully qualified (builtins by
-    name alone), or the outcome itself when nothing was raised (a lost lease)."""
-    if error is None:
-        return outcome
-    cls = type(error)
-    return cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
-
-
 # -- the producer's side -------------------------------------------------------------
 
 
@@ -178,94 +164,6 @@ def producer_context(message: Mapping[str, Any]) -> SpanContext | None:
     high, low, parent, sampled = match.groups()
     flags = TraceFlags(TraceFlags.SAMPLED if sampled == "1" else TraceFlags.DEFAULT)
     return SpanContext(int(high + low, 16), int(parent, 16), is_remote=True, trace_flags=flags)
-
-
-class JobSpan:
-    """One job's `process <queue>` span: started before the handler is called, current
-    while it runs (its logs and child spans belong to it), ended once the message is settled,
-    so the settlement is on it too."""
-
-    def __init__(
-        self,
-        queue: str,
-        message: Mapping[str, Any],
-        worker_id: str,
-        attempt: int,
-        as_parent: bool = True,
-    ) -> None:
-        linked = producer_context(message)
-        parent = trace.set_span_in_context(NonRecordingSpan(linked)) if linked is not None and as_parent else None
-        attributes: dict[str, Any] = {
-            "messaging.system": "aws_sqs",
-            "messaging.operation.type": "process",
-            "messaging.operation.name": "process",
-            "messaging.destination.name": queue,
-            "messaging.message.id": str(message.get("MessageId", "")),
-            "messaging.client.id": worker_id,
-            f"{VENDOR}.receive_count": attempt,
-        }
-        group = (message.get("Attributes") or {}).get("MessageGroupId")
-        if group:
-            attributes[f"{VENDOR}.message_group_id"] = group  # the registry has no SQS group attribute
-        self.span: Span = tracer().start_span(
-            f"process {queue}",
-            context=parent if parent is not None else otel_context.Context(),
-            kind=SpanKind.CONSUMER,
-            links=[Link(linked)] if linked is not None else None,
-            attributes=attributes,
-        )
-        self._token: object | None = None
-        context = self.span.get_span_context()
-        # Fixed for the span's life, and asked for on every log binding, exemplar and DLQ copy.
-        self.ids: dict[str, str] = (
-            {"trace_id": f"{context.trace_id:032x}", "span_id": f"{context.span_id:016x}"}
-            if context.is_valid and self.span.is_recording()
-            else {}
-        )
-
-    def __enter__(self) -> JobSpan:
-        """Make the span current (for the handler's task, created meanwhile)."""
-        self._token = otel_context.attach(trace.set_span_in_context(self.span))
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        if self._token is not None:
-            otel_context.detach(self._token)  # type: ignore[arg-type]
-            self._token = None
-
-    def event(self, name: str, **attributes: Any) -> None:
-        self.note(name, attributes)
-
-    def note(self, name: str, attributes: Mapping[str, Any]) -> None:
-        """A span event (the lease book's observer has this shape)."""
-        self.span.add_event(name, {k: v for k, v in attributes.items() if v is not None})
-
-    def log_ids(self) -> dict[str, str | None]:
-        """Its trace and span ids for the job's log lines; None for a span not sampled: the
-        log formatter drops None, so no earlier job's trace lingers on this one's lines
-        (one task runs a FIFO group's jobs in turn)."""
-        ids: dict[str, str | None] = {"trace_id": None, "span_id": None}
-        return ids | self.ids
-
-    def settled(self, settlement: Settlement, ending: Ending) -> None:
-        """What became of the message, as an event; then the span ends."""
-        if isinstance(settlement, RetryAfter | RetryInPlace):
-            self.event("retry", delay_seconds=settlement.seconds, in_place=isinstance(settlement, RetryInPlace))
-        elif isinstance(settlement, DeadLetter):
-            self.event("dead_letter", reason=settlement.why[:1024])
-        elif isinstance(settlement, Release):
-            self.event("released", reason="shutdown" if ending.outcome == "released" else ending.outcome)
-        self.end(ending.outcome, ending.error)
-
-    def end(self, outcome: str, error: BaseException | None) -> None:
-        self.span.set_attribute(f"{VENDOR}.outcome", outcome)
-        if outcome in FAILED:
-            self.span.set_attribute("error.type", error_type(error, outcome))
-            if error is not None:
-                self.span.record_exception(error)
-            description = f"{type(error).__name__}: {error}" if error is not None else outcome
-            self.span.set_status(Status(StatusCode.ERROR, description[:256]))
-        self.span.end()
 
 
 def client_span(

@@ -36,7 +36,7 @@ from .backoff import Backoff
 from .budget import SharedBudget
 from .completion import Completion
 from .ecs import ScaleInProtection
-from .events import Events, Listener
+from .events import EventName, Events, Listener, Subscribe
 from .health import Health, database_check
 from .offload import PayloadStore
 from .pool import PoolOptions, QueuePool
@@ -144,10 +144,12 @@ class Worker:
 
     # -- the SDK-style surface -------------------------------------------------
 
-    def on(self, event: str, listener: Listener) -> Any:
-        return self.events.on(event, listener)
+    @property
+    def on(self) -> Subscribe:
+        """`on(event, listener)`: subscribe; returns a function that unsubscribes."""
+        return self.events.on
 
-    def off(self, event: str, listener: Listener) -> None:
+    def off(self, event: EventName, listener: Listener) -> None:
         self.events.off(event, listener)
 
     @property

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from sqs_worker_engine import Job, Router, Worker, WorkerState
+from sqs_worker_engine.events import Error, JobStarted
 from sqs_worker_engine.receiving import EMPTY_SHORT_POLL_PAUSE
 from sqs_worker_engine.settings import load_settings
 from sqs_worker_engine.worker import StartupError
@@ -333,7 +334,7 @@ def test_events_state_and_job_context(sqs: Sqs, localstack_endpoint: str, health
         unsubscribe = {}
         for name in ("started", "job:claimed", "job:started", "job:progress", "job:completed", "stopped"):
             unsubscribe[name] = worker.on(name, lambda e: events.append(e["event"]))
-        ignored: list[dict[str, Any]] = []
+        ignored: list[JobStarted] = []
         worker.on("job:started", ignored.append)
         worker.off("job:started", ignored.append)
         task = asyncio.create_task(worker.run())
@@ -362,7 +363,7 @@ def test_a_missing_queue_puts_the_worker_in_the_error_state(localstack_endpoint:
     router = Router()
     router.handler("no-such-queue-anywhere")(lambda job: None)
     worker = Worker(load_settings(env_for(localstack_endpoint, "no-such-queue-anywhere", health_file)), router)
-    errors: list[dict[str, Any]] = []
+    errors: list[Error] = []
     worker.on("error", errors.append)
 
     async def scenario() -> None:

@@ -32,6 +32,7 @@ from hypothesis import strategies as st
 
 from sqs_worker_engine import clock, processes
 from sqs_worker_engine.delivery import State
+from sqs_worker_engine.events import JobFailed
 from sqs_worker_engine.job import Job
 from sqs_worker_engine.memory import Fault
 from sqs_worker_engine.processes import HandlerProcessDied
@@ -242,10 +243,10 @@ class Watch:
         if worker is not None and worker._stop_reason:
             self.problems.append(f"a job started after the worker was stopped ({worker._stop_reason})")
 
-    def failed(self, kinds: Callable[[str], str | None]) -> Callable[[dict[str, Any]], None]:
+    def failed(self, kinds: Callable[[str], str | None]) -> Callable[[JobFailed], None]:
         """A `job:failed` listener: a message is charged only for its own crash."""
 
-        def listener(event: dict[str, Any]) -> None:
+        def listener(event: JobFailed) -> None:
             error = event.get("error")
             kind = kinds(str(event.get("job_id")))
             if isinstance(error, (BrokenProcessPool, HandlerProcessDied)) and kind != "crash":

@@ -16,9 +16,9 @@ from opentelemetry.trace import SpanKind
 from opentelemetry.util._once import Once
 from prometheus_client import REGISTRY
 
+from sqs_worker_engine.job_spans import error_type
 from sqs_worker_engine.memory import MemorySQS
 from sqs_worker_engine.sqs import ObservedSqs, lease_client, observed
-from sqs_worker_engine.tracing import error_type
 
 
 def sample(name: str, **labels: str) -> float:

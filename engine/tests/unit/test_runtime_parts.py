@@ -100,12 +100,12 @@ def test_events_subscribe_unsubscribe_and_isolate_failing_listeners() -> None:
     got: list[str] = []
     off = events.on("job:completed", lambda e: got.append(e["job_id"]))
     events.on("job:completed", lambda e: 1 / 0)  # a broken listener must not break others
-    events.emit("job:completed", job_id="1")
+    events.emit("job:completed", worker_id="w", job_id="1", queue="q", result=None, duration=0.1)
     off()
-    events.emit("job:completed", job_id="2")
+    events.emit("job:completed", worker_id="w", job_id="2", queue="q", result=None, duration=0.1)
     assert got == ["1"]
     with pytest.raises(ValueError, match="unknown event"):
-        events.on("job:exploded", print)
+        events.on("job:exploded", print)  # type: ignore[call-overload]
 
 
 def test_router_registration_rules() -> None:

@@ -1,0 +1,432 @@
+"""Measure the engine's shape against its targets: class and function sizes, import cycles,
+imports that climb the layers, long test files, and the way one message takes from its
+receive to its delete.
+
+    .venv/bin/python scripts/measure_engine.py
+
+Standard library only (the message's way runs the engine itself, installed in the venv).
+It reports; it never judges: the exit status is 0 whatever it finds, and each target is
+printed as met or not met.
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import logging
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "engine" / "src" / "sqs_worker_engine"
+TEST_DIRS = (ROOT / "tests", ROOT / "engine" / "tests")
+MAX_CLASS = 350
+MAX_FUNCTION = 80
+MAX_TEST_FILE = 800
+
+# The layers, lowest first (docs: the engine in layers). A module is ranked by its own
+# dotted name (`fleet.queue`) or else by its first part (`fleet`): when modules move into
+# subpackages, name the subpackages here instead. A module may import its own rank or lower.
+_LAYER_ORDER: tuple[tuple[str, ...], ...] = (
+    # base
+    (
+        "clock",
+        "limits",
+        "backoff",
+        "errors",
+        "metrics",
+        "events",
+        "health",
+        "sqs",
+        "logs",
+        "_version",
+        "xray",
+        "vtime",
+        "otlp_metrics",
+        "tracing",  # the conventions, the provider, the SQS calls' client spans
+    ),
+    # formats
+    ("payload", "envelopes", "signatures", "offload", "dlq"),
+    # handlers: what a handler sees
+    ("router", "job", "outcomes", "batches", "examples"),
+    # runtime
+    (
+        "pool",
+        "assembly",
+        "receiving",
+        "preparing",
+        "calls",
+        "settling",
+        "decisions",
+        "admission",
+        "adaptive",
+        "prefetch",
+        "tenants",
+        "throttle",
+        "budget",
+        "completion",
+        "lease",
+        "delivery",
+        "acker",
+        "reporting",
+        "job_spans",
+        "backlog",
+    ),
+    # process
+    ("worker", "settings", "signals", "server", "ecs", "processes", "loops"),
+    # operator tools
+    ("admin", "redrive", "producer"),
+    # test doubles, end-to-end proof, the fleet simulator
+    ("memory", "emulators", "localstack", "end_to_end", "fleet"),
+    # the public face
+    ("__init__", "__main__", "entry", "cli", "testing"),
+)
+LAYERS: dict[str, int] = {name: rank for rank, names in enumerate(_LAYER_ORDER) for name in names}
+
+
+@dataclass(frozen=True)
+class Sized:
+    where: str  # module:name
+    lines: int
+
+
+def modules() -> dict[str, Path]:
+    """Every engine module by dotted name relative to the package (`fleet.queue`, `fleet`)."""
+    found: dict[str, Path] = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = list(path.relative_to(PACKAGE).with_suffix("").parts)
+        if parts[-1] == "__init__" and len(parts) > 1:
+            parts.pop()
+        found[".".join(parts)] = path
+    return found
+
+
+def sizes(mods: dict[str, Path]) -> tuple[list[Sized], list[Sized]]:
+    """Every class and every function (methods, nested ones too), with its length in lines."""
+    classes: list[Sized] = []
+    functions: list[Sized] = []
+    for name, path in mods.items():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+                end = node.end_lineno or node.lineno
+                sized = Sized(f"{name}:{node.name}", end - node.lineno + 1)
+                (classes if isinstance(node, ast.ClassDef) else functions).append(sized)
+    return classes, functions
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _import_nodes(tree: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
+    """The imports that run: at module level or in functions, not under `if TYPE_CHECKING:`."""
+    stack: list[ast.AST] = [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.If) and _is_type_checking(node.test):
+            stack.extend(node.orelse)
+            continue
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            yield node
+        stack.extend(ast.iter_child_nodes(node))
+
+
+def _resolve(importer: str, is_package: bool, node: ast.Import | ast.ImportFrom, known: set[str]) -> set[str]:
+    """The engine modules one import statement names."""
+    targets: set[str] = set()
+    if isinstance(node, ast.Import):
+        for alias in node.names:
+            if alias.name.startswith("sqs_worker_engine."):
+                targets.add(alias.name.removeprefix("sqs_worker_engine."))
+        return targets & known
+    if node.level:
+        here = [] if importer == "__init__" else importer.split(".")[: None if is_package else -1]
+        base = here[: len(here) - (node.level - 1)] if node.level > 1 else here
+        if node.level - 1 > len(here):
+            return set()
+        parts = [*base, *(node.module.split(".") if node.module else [])]
+    elif node.module == "sqs_worker_engine" or (node.module or "").startswith("sqs_worker_engine."):
+        parts = node.module.split(".")[1:] if node.module else []
+    else:
+        return set()
+    stem = ".".join(parts)
+    for alias in node.names:
+        child = f"{stem}.{alias.name}" if stem else alias.name
+        if child in known:  # `from . import settings`, `from .fleet import queue`
+            targets.add(child)
+        elif stem:
+            targets.add(stem)
+    return targets & known
+
+
+def import_graph(mods: dict[str, Path]) -> dict[str, set[str]]:
+    known = set(mods)
+    graph: dict[str, set[str]] = {}
+    for name, path in mods.items():
+        is_package = path.name == "__init__.py"
+        uses: set[str] = set()
+        for node in _import_nodes(ast.parse(path.read_text(), str(path))):
+            uses |= _resolve(name, is_package, node, known)
+        graph[name] = uses - {name}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Tarjan's strongly connected components of more than one module."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for used in sorted(graph[node]):
+            if used not in index:
+                visit(used)
+                low[node] = min(low[node], low[used])
+            elif used in on_stack:
+                low[node] = min(low[node], index[used])
+        if low[node] == index[node]:
+            component: list[str] = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10 * len(graph) + 100))
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def rank(module: str) -> int | None:
+    return LAYERS.get(module, LAYERS.get(module.split(".")[0]))
+
+
+def climbing_imports(graph: dict[str, set[str]]) -> tuple[list[str], list[str]]:
+    """Imports from a lower layer into a higher one, and the modules no layer names."""
+    upward = []
+    for importer, used in sorted(graph.items()):
+        for target in sorted(used):
+            low, high = rank(importer), rank(target)
+            if low is not None and high is not None and high > low:
+                upward.append(f"{importer} (layer {low}) imports {target} (layer {high})")
+    unranked = sorted(m for m in graph if rank(m) is None)
+    return upward, unranked
+
+
+def long_test_files() -> list[Sized]:
+    found = []
+    for folder in TEST_DIRS:
+        for path in sorted(folder.rglob("*.py")):
+            count = len(path.read_text().splitlines())
+            if count > MAX_TEST_FILE:
+                found.append(Sized(str(path.relative_to(ROOT)), count))
+    return found
+
+
+# -- one message's way -----------------------------------------------------------------
+
+
+def message_way() -> list[str]:
+    """module.function for each call into an engine module that is handed the message (or
+    an object carrying it), in order, from the ReceiveMessage that hands it out to the
+    DeleteMessageBatch that settles it.
+    The real Worker on the in-memory SQS, on virtual time; the SQS model itself and the
+    virtual clock are the world around the engine, not stops on the way."""
+    sys.path.insert(0, str(PACKAGE.parent))
+    from sqs_worker_engine import vtime
+    from sqs_worker_engine.memory import MemorySQS
+    from sqs_worker_engine.router import Router
+    from sqs_worker_engine.settings import ServiceDefaults, load_settings
+    from sqs_worker_engine.worker import Worker
+
+    outside = {"sqs_worker_engine.memory", "sqs_worker_engine.vtime"}
+    stops: list[str] = []
+    recording = False
+    # What holds the message: its dict as SQS answered it, and every engine object found
+    # holding one of these (its delivery, ticket, job, the pool's run of it...). A stop is a
+    # call that is handed one of them: the message's hand-offs, not every helper called
+    # meanwhile (the clock, a metric, the next poll's bookkeeping).
+    carriers: dict[int, object] = {}
+
+    message_ids: set[str] = set()
+
+    def is_the_message(value: object) -> bool:
+        """The message's dict, or a copy of it (the poller keeps a copy of SQS's answer)."""
+        return isinstance(value, dict) and value.get("MessageId") in message_ids
+
+    def holds(value: object) -> bool:
+        if id(value) in carriers or is_the_message(value):
+            return True
+        if isinstance(value, list | tuple):
+            return any(id(item) in carriers or is_the_message(item) for item in value)
+        attributes = getattr(value, "__dict__", None)
+        if attributes is None and hasattr(type(value), "__slots__"):
+            attributes = {n: getattr(value, n, None) for n in getattr(type(value), "__slots__", ())}
+        return bool(attributes) and any(id(v) in carriers for v in attributes.values())
+
+    def profile(frame: FrameType, event: str, _arg: Any) -> None:
+        if event != "call" or not recording:
+            return
+        module = frame.f_globals.get("__name__", "")
+        if not module.startswith("sqs_worker_engine.") or module in outside:
+            return
+        code = frame.f_code
+        arguments = code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]
+        handed = [frame.f_locals.get(name) for name in arguments if name != "self"]
+        carried = [value for value in handed if value is not None and holds(value)]
+        if carried:
+            for value in carried:
+                carriers[id(value)] = value
+            stops.append(f"{module.removeprefix('sqs_worker_engine.')}.{code.co_name}")
+
+    class Watched(MemorySQS):
+        async def receive_message(self, **params: Any) -> dict[str, Any]:
+            nonlocal recording
+            answer = await super().receive_message(**params)
+            if answer.get("Messages") and not settled.is_set() and not message_ids:
+                for message in answer["Messages"]:
+                    carriers[id(message)] = message
+                    message_ids.add(message["MessageId"])
+                recording = True
+            return answer
+
+        async def delete_message_batch(self, **params: Any) -> dict[str, Any]:
+            nonlocal recording
+            recording = False
+            settled.set()
+            return await super().delete_message_batch(**params)
+
+    settled: asyncio.Event
+
+    async def run() -> None:
+        nonlocal settled
+        settled = asyncio.Event()
+        sqs = Watched()
+        sqs.create_queue("jobs")
+        sqs.put("jobs", '{"n": 1}')
+        router = Router()
+
+        @router.handler("jobs")
+        async def handle(job: Any) -> None:
+            return None
+
+        env = {
+            "AWS_REGION": "us-east-1",
+            "WORKER_QUEUES": "jobs",
+            "WORKER_METRICS_PORT": "0",
+            "WORKER_BACKLOG_SAMPLE_SECONDS": "3600",
+            "WORKER_CONCURRENCY": "1",
+            "WORKER_POLLERS": "1",
+        }
+        worker = Worker(load_settings(env, ServiceDefaults(name="measure")), router, client=sqs)
+        task = asyncio.create_task(worker.run())
+        sys.setprofile(profile)
+        try:
+            await asyncio.wait_for(settled.wait(), 600)
+        finally:
+            sys.setprofile(None)
+            worker.stop("SIGTERM")
+            await task
+
+    logging.disable(logging.WARNING)
+    vtime.run(run())
+    return stops
+
+
+def collapsed(stops: list[str]) -> list[str]:
+    """The stops, a run of the same one counted once."""
+    return [stop for i, stop in enumerate(stops) if i == 0 or stops[i - 1] != stop]
+
+
+def climbs(stops: list[str]) -> int:
+    """How many times the way returns to a module it had left."""
+    left: set[str] = set()
+    count = 0
+    previous: str | None = None
+    for stop in stops:
+        module = stop.rsplit(".", 1)[0]
+        if module != previous:
+            if module in left:
+                count += 1
+            if previous is not None:
+                left.add(previous)
+            previous = module
+    return count
+
+
+# -- the report ------------------------------------------------------------------------
+
+
+def verdict(met: bool) -> str:
+    return "met" if met else "NOT met"
+
+
+def main() -> int:
+    mods = modules()
+    classes, functions = sizes(mods)
+    big_classes = sorted((c for c in classes if c.lines > MAX_CLASS), key=lambda c: -c.lines)
+    big_functions = sorted((f for f in functions if f.lines > MAX_FUNCTION), key=lambda f: -f.lines)
+    admission = sorted((c for c in classes if c.where.startswith("admission:")), key=lambda c: -c.lines)
+
+    print(f"== Engine classes over {MAX_CLASS} lines: {len(big_classes)} (target: none, {verdict(not big_classes)})")
+    for c in big_classes:
+        print(f"  {c.where}  {c.lines}")
+    print("   admission's classes: " + ", ".join(f"{c.where.split(':')[1]} {c.lines}" for c in admission))
+
+    print(f"\n== Engine functions over {MAX_FUNCTION} lines: {len(big_functions)} ", end="")
+    print(f"(target: none, {verdict(not big_functions)})")
+    for f in big_functions:
+        print(f"  {f.where}  {f.lines}")
+
+    graph = import_graph(mods)
+    found = cycles(graph)
+    print(f"\n== Import cycles among engine modules: {len(found)} (target: none, {verdict(not found)})")
+    for component in found:
+        print("  " + " <-> ".join(component))
+
+    upward, unranked = climbing_imports(graph)
+    print(f"\n== Imports from a lower layer into a higher one: {len(upward)} (target: none, {verdict(not upward)})")
+    for line in upward:
+        print("  " + line)
+    if unranked:
+        print("   modules no layer names (LAYERS in this script): " + ", ".join(unranked))
+
+    long_tests = long_test_files()
+    print(f"\n== Test files over {MAX_TEST_FILE} lines: {len(long_tests)} ", end="")
+    print(f"(target: none, {verdict(not long_tests)})")
+    for t in long_tests:
+        print(f"  {t.where}  {t.lines}")
+
+    print("\n== A message's way from receive to settled")
+    try:
+        stops = collapsed(message_way())
+    except Exception as exc:  # noqa: BLE001 - a report, not a judgement: say what stopped it
+        print(f"  not measured: {type(exc).__name__}: {exc}")
+        return 0
+    distinct = sorted({stop.rsplit(".", 1)[0] for stop in stops})
+    print(f"  stops ({len(stops)}, a run of the same stop counted once):")
+    for i, stop in enumerate(stops, 1):
+        print(f"  {i:4d} {stop}")
+    print(f"  distinct modules: {len(distinct)} ({', '.join(distinct)})")
+    print(f"  climbs back up (returns to a module it had left): {climbs(stops)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
