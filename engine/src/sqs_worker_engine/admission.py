@@ -27,25 +27,27 @@ Every protection that limits what is received or started answers here, from one 
   starts only when the budget gives this queue the free slot, asked last, once nothing
   else blocks it; receiving asks only for the slots the budget may give it.
 
-Whatever a message holds from admission is one `Ticket`: its place, its handler slot, its
-rate-window entry, its tenant turn, the probe. `close()` gives all of it back, once,
-whichever way the message leaves; the pool calls it in one `finally`. The handler slot
-and the tenant turn go back earlier, once the handler's work has really ended and its
-ending was read (`returned` and `decided`), so the next job starts while this one settles.
+Whatever a message holds from admission is one `Ticket` (tickets.py), in one phase: its
+place, its handler slot, its rate-window entry, its tenant turn, the probe. `close()` gives
+all of it back, once, whichever way the message leaves; the pool calls it in one `finally`.
+The handler slot and the tenant turn go back earlier, once the handler's work has really
+ended and its ending was read (RUNNING -> RETURNED or DECIDED -> SETTLING), so the next job
+starts while this one settles. What is running, held, arriving or in use is counted by
+the ticket book from the phases.
 
-The decisions are made by `_blocked` from the state alone; the waits only wait for the
-state to change (a ticket closed or returned, a pause that ends, a rate window that
-moves on, SQS answering again).
+The decisions are made by `_blocked` from the state alone; the pause and the rate limit
+each say in one function when the next start may happen (`pause_wait`, `rate_wait`), and
+the receive side, the start side and the wake-up timer ask them. The waits only wait for
+the state to change (a ticket closed or returned, a pause that ends, a rate window that
+moves on, SQS answering again: waking.py).
 """
 
 from __future__ import annotations
 
 import asyncio
-import bisect
 import dataclasses
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from typing import Literal
 
 from . import clock
@@ -56,44 +58,31 @@ from .errors import DownstreamUnavailable
 from .outcomes import Ending, Outcome
 from .reporting import QueueReport
 from .throttle import Breaker, StartWindow
+from .tickets import SLOT, Grant, Phase, Ticket, TicketBook
+from .waking import Waker
+
+__all__ = ["BATCH_WAIT", "Admission", "Block", "Grant", "Ticket", "pause_wait", "rate_wait"]
 
 BATCH_WAIT = 0.002  # seconds a poller waits for a fuller batch of free places (see reserve)
 Block = Literal["stopping", "slots", "sqs", "tenant", "paused", "rate", "budget"]
+# What a ticket's slot moves to when its work ends / its ending is read (else: nothing changes).
+ON_WORK_ENDED = {Phase.RUNNING: Phase.RETURNED, Phase.DECIDED: Phase.SETTLING, Phase.CUT: Phase.CLOSED}
+ON_DECIDED = {Phase.RUNNING: Phase.DECIDED, Phase.RETURNED: Phase.SETTLING}
 
 
-@dataclass(eq=False)
-class Ticket:
-    """What one message holds from admission, released by `Admission.close`."""
-
-    seq: int  # receive order: starts go in this order
-    group: str | None  # its tenant, when the queue caps tenants
-    started_at: float = 0.0  # when its latest attempt started (loop time)
-    running: bool = False  # holds a handler slot (and its tenant turn)
-    returned: bool = True  # its handler's work has really ended (a thread's call returned)
-    decided: bool = True  # its latest ending was read: the slot may go
-    probe: bool = False  # its latest start is the pause's probe
-    counted: bool = True  # counts in `in_use` (received, waiting or running; not parked or settling)
-    late: bool = False  # cancelled past its timeout, its work still going (`overdue`)
-    closed: bool = False
-    sent: bool = False  # its delete is sent and its place given back (`Admission.delete_sent`)
-    promised: bool = False  # holds a place of the jobs left (completion.py) until its handler is called
-    rate_pending: bool = False  # let go by the rate window, its handler not called yet (throttle.py)
-    arrived: bool = True  # False from its receive until it first asks to start (or closes)
-    # Its turn to start, while it waits in line: True once it has started, False if it may
-    # not after all (its lease was lost, or the pool stops). Awaited directly: one loop
-    # turn from a freed slot to the next job, not two (asyncio.wait adds a callback's).
-    _turn: asyncio.Future[bool] | None = field(default=None, repr=False)
-
-    def __lt__(self, other: Ticket) -> bool:  # the line is kept in receive order
-        return self.seq < other.seq
+def pause_wait(breaker: Breaker, now: float, probe_out: bool) -> float:
+    """The pause's rule: seconds until it lets the next start go (0: now; infinite while
+    `probe_out`). Paused, nothing starts until its time has run; then one probe, and
+    nothing more while the probe is out."""
+    if not breaker.paused:
+        return 0.0
+    return math.inf if probe_out else max(0.0, breaker.until - now)
 
 
-@dataclass
-class Grant:
-    """Places reserved for one receive; `probe`: it asks for the pause's probe."""
-
-    places: int
-    probe: bool = False
+def rate_wait(window: StartWindow | None, now: float) -> float:
+    """The rate limit's rule: seconds until it lets the next start go (0: now; infinite
+    while only starts on their way to a handler fill the window: their call moves it)."""
+    return 0.0 if window is None else window.wait(now)
 
 
 class Admission:
@@ -113,43 +102,30 @@ class Admission:
     ) -> None:
         self.report = report
         self.capacity = concurrency  # the configured concurrency: the ceiling of `limit`
-        self.limit = concurrency  # handler slots in use now (set_limit)
+        self.limit = concurrency if adaptive is None else adaptive.current  # slots in use now (set_limit)
         self.adaptive = adaptive  # WORKER_ADAPTIVE_CONCURRENCY: moves the limit (adaptive.py)
-        if adaptive is not None:
-            self.limit = adaptive.current
-            if report is not None:
-                report.concurrency_limit(adaptive)
+        if adaptive is not None and report is not None:
+            report.concurrency_limit(adaptive)
         self.completion = completion  # the process's jobs left, shared by every queue
         if completion is not None:
             completion.listen(self._kick)
         self.prefetch_cap = prefetch_cap
-        self.prefetch = 0  # the measured target (prefetch.py), at most the cap
+        self.prefetch = 0  # the measured target (prefetch.py), at most the cap (set_prefetch)
         self.window = window
         self.breaker = breaker or Breaker()
         self.tenant_cap = tenant_cap
-        self.in_use = 0  # places reserved, waiting or running: what the prefetch target bounds
-        self.held = 0  # places held in all, settling included: what the hard bound bounds
-        self.sent = 0  # deletes sent and not yet answered whose places were given back
-        self._kick_soon = False  # a look at the state is due on the loop's next turn (delete_sent)
-        self.running = 0  # handler slots taken
-        self.overdue_running = 0  # of them, held by work cancelled that goes on all the same
-        self.tenants: dict[str, int] = {}  # group -> jobs of it holding a slot
-        self.stopping = False
-        self.sqs_ok = True  # the latest delete or lease extension reached SQS
-        self._line: list[Ticket] = []  # waiting to start, in receive order
-        self._probe: Ticket | None = None  # the probe that runs now
-        self._probe_receive = False  # a receive for the probe is out
-        self._pollers: list[asyncio.Future[None]] = []
-        self._timer: asyncio.TimerHandle | None = None
-        self._seq = 0
+        self.book = TicketBook()  # every ticket by phase: what runs, waits, is held (tickets.py)
+        self.stopping = False  # the pool's one stopping fact (written by stop)
+        self.sqs_ok = True  # the latest delete or lease extension reached SQS (written by sqs_answered)
+        self._probe: Ticket | None = None  # the probe that runs now (written by _take, close, trouble, answered)
+        self._probe_receive = False  # a receive for the probe is out (written by reserve, received)
+        self.waker = Waker(self._kick)
         self.budget = budget
-        self.full_receive = False  # the latest receive brought all it asked for (budget.py: backlog)
-        self.arriving = 0  # received, not yet asking to start: their tasks are about to (budget.py)
-        self.reserved = 0  # places of receives still out
+        self.full_receive = False  # the latest receive brought all it asked for (budget.py; by received)
         if budget is not None:
             budget.join(self, weight)
 
-    # -- the bound ----------------------------------------------------------------
+    # -- the bound, and what the book counts ------------------------------------------
 
     @property
     def held_limit(self) -> int:
@@ -170,17 +146,48 @@ class Admission:
         return self.held_limit + self.sent_limit
 
     @property
-    def waiting(self) -> int:
-        """Messages received and waiting to start (prefetched, parked or paused)."""
-        return len(self._line)
+    def running(self) -> int:  # handler slots taken
+        return self.book.running
+
+    @property
+    def overdue_running(self) -> int:  # of them, held by work cancelled that goes on all the same
+        return len(self.book.late)
+
+    @property
+    def in_use(self) -> int:  # places reserved, waiting or running: what the prefetch target bounds
+        return self.book.in_use
+
+    @property
+    def held(self) -> int:  # places held in all, settling included: what the hard bound bounds
+        return self.book.held
+
+    @property
+    def sent(self) -> int:  # deletes sent and not yet answered whose places were given back
+        return self.book.sent
+
+    @property
+    def arriving(self) -> int:  # received, not yet asking to start: their tasks are about to (budget.py)
+        return self.book.arriving
+
+    @property
+    def reserved(self) -> int:  # places of receives still out
+        return self.book.reserved
+
+    @property
+    def waiting(self) -> int:  # messages received and waiting to start (prefetched, parked or paused)
+        return len(self.book.line)
+
+    @property
+    def tenants(self) -> dict[str, int]:  # group -> jobs of it holding a slot
+        return self.book.tenants
 
     @property
     def parked(self) -> int:
         """Waiting messages whose tenant runs its cap."""
-        return sum(1 for t in self._line if self._tenant_full(t.group))
+        return sum(1 for t in self.book.line if self._tenant_full(t.group))
 
     def tickets(self) -> Iterator[Ticket]:
-        return iter(self._line)
+        return iter(self.book)
 
     # -- 1. how many may a poller ask for --------------------------------------------
 
@@ -197,17 +204,18 @@ class Admission:
         # (A job whose work goes on past its cancellation holds a place beyond the limit.)
         limit = min(self.capacity, self.limit + self.overdue_running)
         slots = limit if self.budget is None else min(limit, self.budget.entitled(self, now))
-        n = min(most, slots + self.prefetch - self.in_use, self.held_limit - self.held)
-        if not self.sqs_ok and (self.held or self.sent):
+        held = self.held
+        n = min(most, slots + self.prefetch - self.in_use, self.held_limit - held)
+        if not self.sqs_ok and (held or self.sent):
             return 0  # what is held could not be settled: receive more once SQS answers
         if self.breaker.paused:
-            if now < self.breaker.until or self._probe is not None or self._probe_receive:
+            if pause_wait(self.breaker, now, self._probe is not None or self._probe_receive) > 0:
                 return 0
-            if any(not self._tenant_full(t.group) for t in self._line):
+            if any(not self._tenant_full(t.group) for t in self.book.line):
                 return 0  # a held message will be the probe: no receive for it
             n = min(n, 1)
         if self.window is not None:
-            n = min(n, self.window.count - len(self._line))  # at most a window's worth of starts waits
+            n = min(n, self.window.count - self.waiting)  # at most a window's worth of starts waits
         return max(0, n)
 
     async def reserve(self, most: int) -> Grant:
@@ -222,62 +230,55 @@ class Admission:
         eight or nine cost requests for nothing while more are coming anyway."""
         loop = asyncio.get_running_loop()
         want = min(most, self.limit)
+        line = self.book.line
         while True:
             while (n := self.receivable(most, clock.now())) <= 0 or (
-                (self._line or self.reserved or self.arriving)
-                and n < min(most, self.prefetch)
-                and not self.breaker.paused
+                (line or self.book.reserved or self.arriving) and n < min(most, self.prefetch) and not self.breaker.paused
             ):
                 if self.stopping:
                     return Grant(0)
                 began = loop.time()
                 # The rate limit, not the slots, holds the line (it keeps it full).
-                rate_bound = bool(self._line) and self._blocked(self._line[0], clock.now(), budget=False) == "rate"
-                await self._change(loop, self._wake_at())
+                rate_bound = bool(line) and self._blocked(line[0], clock.now(), budget=False) == "rate"
+                await self.waker.change(loop, self._wake_at())
                 if rate_bound and self.report is not None:
                     self.report.throttled(loop.time() - began)
             deadline = loop.time() + BATCH_WAIT
             while 0 < self.receivable(most, clock.now()) < want and (left := deadline - loop.time()) > 0:
-                await self._change(loop, left)
+                await self.waker.change(loop, left)
             n = self.receivable(most, clock.now())
             if n > 0:  # another poller may have taken them meanwhile
-                self.in_use += n
-                self.held += n
                 if self.completion is not None:
                     self.completion.promise(n, self)
-                self.reserved += n
-                probe = self.breaker.paused
-                self._probe_receive = self._probe_receive or probe
+                grant = self.book.grant(n, probe=self.breaker.paused)
+                self._probe_receive = self._probe_receive or grant.probe
                 if self.receivable(most, clock.now()) > 0:
-                    self._wake_poller()  # room for more than this receive: the next poller looks too
-                return Grant(n, probe)
+                    self.waker.one()  # room for more than this receive: the next poller looks too
+                return grant
 
     def received(self, grant: Grant, got: int) -> list[Ticket]:
         """The receive brought `got` of the places granted: one ticket each; the rest go back."""
         unused = grant.places - got
-        self.in_use -= unused
-        self.held -= unused
-        self.reserved -= grant.places
         if grant.probe:
             self._probe_receive = False
-        tickets = []
-        for _ in range(got):
-            self._seq += 1
-            tickets.append(Ticket(self._seq, None, promised=self.completion is not None, arrived=False))
+        tickets = self.book.issue(grant, got, promised=self.completion is not None)
         if self.completion is not None:
             self.completion.unpromise(unused)
             self.completion.received(got)
-        self.arriving += got  # before the kick: they are this queue's backlog (budget.py)
-        full = 0 < got == grant.places
+        full = 0 < got == grant.places  # the tickets arriving are this queue's backlog before the kick (budget.py)
         if unused or grant.probe or full != self.full_receive:
             self.full_receive = full
             self._kick()
         return tickets
 
+    def received_group(self, ticket: Ticket, group: str | None) -> None:
+        """Its message's group, when the queue caps tenants (their turns are counted by it)."""
+        if self.tenant_cap is not None:
+            ticket.group = group
+
     def _arrive(self, ticket: Ticket) -> None:
-        if not ticket.arrived:
-            ticket.arrived = True
-            self.arriving -= 1
+        if ticket.phase is Phase.ARRIVING:
+            self.book.move(ticket, Phase.READY)
 
     def behind_its_group(self, ticket: Ticket) -> None:
         """FIFO: its message waits for the one before it in its group, not for a slot: it is
@@ -287,7 +288,8 @@ class Admission:
     # -- 2. may this message start -----------------------------------------------------
 
     def _tenant_full(self, group: str | None) -> bool:
-        return self.tenant_cap is not None and group is not None and self.tenants.get(group, 0) >= self.tenant_cap
+        tenants = self.book.tenants
+        return self.tenant_cap is not None and group is not None and tenants.get(group, 0) >= self.tenant_cap
 
     def at_cap(self, ticket: Ticket) -> bool:
         return self._tenant_full(ticket.group)
@@ -297,7 +299,8 @@ class Admission:
         concurrency, by any (work that ignores its cancellation holds its slot until it
         returns, but a hung job must not halt an adaptive limit that only grows from jobs
         that end)."""
-        return self.running - self.overdue_running >= self.limit or self.running >= self.capacity
+        running = self.running
+        return running - self.overdue_running >= self.limit or running >= self.capacity
 
     def resting(self, backing_off: bool = False) -> bool:
         """Waiting by design, not stuck (health.py): stopping, or a slot is free and a
@@ -305,7 +308,7 @@ class Admission:
         unreachable, nothing to receive) or, `backing_off`, to ask SQS again after a
         failed receive. Every slot held is the case liveness is for: then only a job's end
         is progress."""
-        return self.stopping or (not self._slots_full() and (bool(self._pollers) or backing_off))
+        return self.stopping or (not self._slots_full() and (bool(self.waker.pollers) or backing_off))
 
     def _blocked(self, ticket: Ticket, now: float, *, budget: bool = True) -> Block | None:
         """Why `ticket` may not start now, or None: the whole decision, from the state.
@@ -318,28 +321,22 @@ class Admission:
             return "sqs"
         if self._tenant_full(ticket.group):
             return "tenant"
-        if self.breaker.paused and (now < self.breaker.until or self._probe is not None):
+        if pause_wait(self.breaker, now, self._probe is not None) > 0:
             return "paused"
-        if self.window is not None and not self.window.may_start(now):
+        if rate_wait(self.window, now) > 0:
             return "rate"
         if budget and self.budget is not None and not self.budget.may_start(self, now):
             return "budget"
         return None
 
     def _take(self, ticket: Ticket, now: float) -> None:
-        self.running += 1
-        if not ticket.counted:  # parked until now, or a FIFO head run again in place
-            ticket.counted = True
-            self.in_use += 1
-        if ticket.group is not None and self.tenant_cap is not None:
-            self.tenants[ticket.group] = self.tenants.get(ticket.group, 0) + 1
+        self.book.move(ticket, Phase.RUNNING)
         if self.window is not None:
             self.window.grant(now)
             ticket.rate_pending = True
         ticket.probe = self.breaker.paused  # past its time: this start is the probe
         if ticket.probe:
             self._probe = ticket
-        ticket.running, ticket.returned, ticket.decided = True, False, False
         ticket.started_at = now
         self._show_tenants()
         if self.budget is not None:
@@ -350,24 +347,23 @@ class Admission:
         all (the pool stops, or `lost`: its lease was lost meanwhile). In receive order:
         a message waits while an earlier one that could start waits too."""
         self._arrive(ticket)
-        if ticket.running:
+        if ticket.phase in SLOT:
             return True
         if self.stopping:
             return False
         now = clock.now()
-        if not self._line and self._blocked(ticket, now) is None:
+        if not self.book.line and self._blocked(ticket, now) is None:
             self._take(ticket, now)
             if self.budget is not None:
                 self.budget.changed(self)  # at its cap or its rate now, it may leave the free slots to others
             return True
-        if self._tenant_full(ticket.group) and ticket.counted:
-            # Parked: it lends its place to other tenants' messages (taken back when it
-            # starts), or the queue would stop receiving them behind a busy tenant.
-            ticket.counted = False
-            self.in_use -= 1
         turn: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         ticket._turn = turn
-        bisect.insort(self._line, ticket)
+        # Parked (its tenant runs its cap): it lends its place to other tenants' messages
+        # (taken back when it starts), or the queue would stop receiving them behind a busy
+        # tenant. A FIFO head to run again in place had lent its place already.
+        lent = ticket.phase is not Phase.READY or self._tenant_full(ticket.group)
+        self.book.move(ticket, Phase.LENT if lent else Phase.WAITING)
         self._kick()
         if not turn.done():
 
@@ -398,14 +394,14 @@ class Admission:
             if not ticket._turn.done():
                 ticket._turn.set_result(False)
             ticket._turn = None
-        if ticket in self._line:
-            self._line.remove(ticket)
+        if ticket.phase is Phase.WAITING or ticket.phase is Phase.LENT:
+            self.book.move(ticket, Phase.READY if ticket.phase is Phase.WAITING else Phase.SETTLING)
             self._kick()
 
     def _admit_line(self, now: float) -> None:
         """Start whoever in the line may start now, in receive order; a message whose tenant
         runs its cap is passed over, anything else that blocks one blocks the rest."""
-        for ticket in list(self._line):
+        for ticket in list(self.book.line):
             if ticket._turn is None or ticket._turn.done():
                 continue  # its task was cancelled while it waited: it leaves the line when that task runs
             block = self._blocked(ticket, now)
@@ -413,7 +409,6 @@ class Admission:
                 continue
             if block is not None:
                 return
-            self._line.remove(ticket)
             self._take(ticket, now)
             assert ticket._turn is not None
             ticket._turn.set_result(True)
@@ -434,15 +429,14 @@ class Admission:
 
     def work_ended(self, ticket: Ticket) -> None:
         """Its handler's work has really ended (a thread's call returned)."""
-        ticket.returned = True
-        self._free_slot(ticket)
+        to = ON_WORK_ENDED.get(ticket.phase)
+        if to is not None:
+            self._move_slot(ticket, to)
 
     def overdue(self, ticket: Ticket) -> None:
         """Its job was cancelled (timeout, lease lost) and its work goes on all the same: it
         keeps its slot of the concurrency, and gives back its place in the limit in use."""
-        if ticket.running and not ticket.late:
-            ticket.late = True
-            self.overdue_running += 1
+        if self.book.overdue(ticket):
             self._kick()
 
     def decide(self, ticket: Ticket, duration: float = 0.0, outcome: Outcome | None = None) -> None:
@@ -455,27 +449,20 @@ class Admission:
                 self.set_limit(limit)
                 if self.report is not None:
                     self.report.concurrency_limit(self.adaptive)
-        ticket.decided = True
-        self._free_slot(ticket)
+        to = ON_DECIDED.get(ticket.phase)
+        if to is not None:
+            self._move_slot(ticket, to)
 
-    def _free_slot(self, ticket: Ticket) -> None:
-        if not (ticket.running and ticket.returned and ticket.decided):
+    def _move_slot(self, ticket: Ticket, to: Phase) -> None:
+        """A move within the slot's phases; out of them, the slot goes back: settling from
+        now on (or closed), its place is the next job's."""
+        self.book.move(ticket, to)
+        if to in SLOT:
             return
-        ticket.running = False
         if ticket.rate_pending and self.window is not None:
             ticket.rate_pending = False
             self.window.dropped()  # let go, never called: no start a partner saw
-        self.running -= 1
-        if ticket.late:
-            ticket.late = False
-            self.overdue_running -= 1
-        if ticket.counted:  # settling from now on: the next job's place
-            ticket.counted = False
-            self.in_use -= 1
-        if ticket.group is not None and ticket.group in self.tenants:
-            self.tenants[ticket.group] -= 1
-            if not self.tenants[ticket.group]:
-                del self.tenants[ticket.group]
+        if ticket.group is not None:
             self._show_tenants()
         self._kick()
 
@@ -486,18 +473,10 @@ class Admission:
         kept until the delete is confirmed, and the jobs left count it only then). A batch
         gives back up to 10 places at once: one look at the state for all of them, so that
         a poller wakes to a whole receive's worth, not to the first of ten."""
-        if ticket.closed or ticket.sent or ticket.running or self.sent >= self.sent_limit:
+        if ticket.phase is not Phase.SETTLING or self.sent >= self.sent_limit:
             return
-        ticket.sent = True
-        self.sent += 1
-        self.held -= 1
-        if not self._kick_soon:
-            self._kick_soon = True
-            asyncio.get_running_loop().call_soon(self._kick_now)
-
-    def _kick_now(self) -> None:
-        self._kick_soon = False
-        self._kick()
+        self.book.move(ticket, Phase.SENT)
+        self.waker.soon()
 
     def close(self, ticket: Ticket) -> None:
         """Everything the ticket holds goes back: its place, its place in line, the probe;
@@ -505,24 +484,16 @@ class Admission:
         it until its call returns)."""
         if ticket.closed:
             return
-        ticket.closed = True
         # A ticket whose delete was sent gave its place back then: unless it still holds
         # something else, its close changes what a poller may ask for only while SQS cannot
         # be reached (_receivable), and needs no look at the state (one per job is enough).
-        changed = not ticket.sent or not self.sqs_ok or self._probe is ticket or ticket.counted
+        changed = ticket.phase is not Phase.SENT or not self.sqs_ok or self._probe is ticket
         self._arrive(ticket)
         self._leave_line(ticket)
         if self._probe is ticket:
             self._probe = None  # it said nothing about the downstream: the next may probe
         self.decide(ticket)
-        if ticket.counted and not ticket.running:
-            ticket.counted = False
-            self.in_use -= 1
-        if ticket.sent:
-            ticket.sent = False
-            self.sent -= 1  # its place went back when its delete was sent
-        else:
-            self.held -= 1
+        self.book.move(ticket, Phase.CUT if ticket.phase in SLOT else Phase.CLOSED)
         if changed:
             self._kick()
         if self.completion is not None:
@@ -530,8 +501,8 @@ class Admission:
 
     def _show_tenants(self) -> None:
         if self.tenant_cap is not None and self.report is not None:
-            cap = self.tenant_cap
-            self.report.tenants(len(self.tenants), sum(1 for n in self.tenants.values() if n >= cap), self.parked)
+            cap, tenants = self.tenant_cap, self.book.tenants
+            self.report.tenants(len(tenants), sum(1 for n in tenants.values() if n >= cap), self.parked)
 
     # -- signals ----------------------------------------------------------------------
 
@@ -602,11 +573,10 @@ class Admission:
         if self.budget is not None:
             self.budget.stopping = True
         self.stopping = True
-        for ticket in list(self._line):
+        for ticket in list(self.book.line):
             self._leave_line(ticket)
         self._kick()
-        while self._pollers:  # every poller, to see that it is done
-            self._wake_poller()
+        self.waker.every()
 
     # -- waking -------------------------------------------------------------------------
 
@@ -622,24 +592,21 @@ class Admission:
         """Start whoever in this queue may start; wake a poller of it to look again (the
         shared budget leaves them asleep when what they may receive cannot have grown)."""
         now = clock.now()
-        if self._line:
+        if self.book.line:
             self._admit_line(now)
         if self.report is not None:
-            self.report.waiting(len(self._line))
+            self.report.waiting(self.waiting)
         if pollers:
-            self._wake_poller()
-        self._schedule(now)
+            self.waker.one()
+        if self.book.line and (delay := self._wake_at()) is not None:
+            self.waker.at(delay)  # look at the line again when it may unblock by itself
 
-    def _wake_poller(self) -> None:
-        """Wake the poller that has waited longest. One, not all: pollers are alike (what
-        one may ask for, any may), and a place freed by a job is one receive's worth at most;
-        a poller that takes places while more are left wakes the next (`reserve`). Waking all
-        of them for every freed place had tens race for it at high concurrency."""
-        while self._pollers:
-            waiter = self._pollers.pop(0)
-            if not waiter.done():  # else its wait timed out: it looks anyway
-                waiter.set_result(None)
-                return
+    def _wake_at(self) -> float | None:
+        """Seconds until the state changes by itself (a pause ends, a rate window moves)."""
+        now = clock.now()
+        waits = (pause_wait(self.breaker, now, probe_out=False), rate_wait(self.window, now))
+        times = [wait for wait in waits if 0 < wait < math.inf]  # else a job's start or end moves it
+        return max(0.001, min(times)) if times else None
 
     # -- the shared budget (budget.py) ----------------------------------------------------
 
@@ -648,61 +615,14 @@ class Admission:
         now but for the budget, a message waiting for it (not parked) or, when none waits,
         on its way (received, its task about to ask; or the latest receive brought all it
         asked for, so SQS holds more, and a receive is out or may go out for them)."""
-        head = next((t for t in self._line if not self._tenant_full(t.group)), None)
-        coming = self.arriving or (self.full_receive and (self.reserved or self.receivable(1, now)))
+        head = next((t for t in self.book.line if not self._tenant_full(t.group)), None)
+        coming = self.arriving or (self.full_receive and (self.book.reserved or self.receivable(1, now)))
         if head is None and not coming:
             return NOTHING
-        if self._blocked(head or Ticket(0, None), now, budget=False) is not None:
+        if self._blocked(head or Ticket(0), now, budget=False) is not None:
             return NOTHING
         return WAITING if head is not None else COMING
 
     def shared_report(self, in_use: int, given: bool) -> None:
         if self.report is not None:
             self.report.shared_slots(in_use, given)
-
-    def _wake_at(self) -> float | None:
-        """Seconds until the state changes by itself (a pause ends, a rate window moves)."""
-        now = clock.now()
-        times = []
-        if self.breaker.paused and now < self.breaker.until:
-            times.append(self.breaker.until - now)
-        if self.window is not None and not self.window.may_start(now):
-            wait = self.window.wait(now)
-            if wait < math.inf:  # otherwise a start reaching its handler (or not) moves it
-                times.append(wait)
-        return max(0.001, min(times)) if times else None
-
-    def _schedule(self, now: float) -> None:
-        """Look at the line again when it may unblock by itself."""
-        if not self._line:
-            return
-        delay = self._wake_at()
-        if delay is None:
-            return
-        if self._timer is not None:
-            if self._timer.when() <= asyncio.get_running_loop().time() + delay:
-                return
-            self._timer.cancel()
-        self._timer = asyncio.get_running_loop().call_later(delay, self._on_timer)
-
-    def _on_timer(self) -> None:
-        self._timer = None
-        self._kick()
-
-    async def _change(self, loop: asyncio.AbstractEventLoop, at_most: float | None) -> None:
-        """Until the state changes, or at most `at_most` seconds."""
-        waiter = loop.create_future()
-        self._pollers.append(waiter)
-        timer = None if at_most is None else loop.call_later(at_most, _wake, waiter)
-        try:
-            await waiter
-        finally:
-            if timer is not None:
-                timer.cancel()
-            if waiter in self._pollers:
-                self._pollers.remove(waiter)
-
-
-def _wake(waiter: asyncio.Future[None]) -> None:
-    if not waiter.done():
-        waiter.set_result(None)

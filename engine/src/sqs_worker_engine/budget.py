@@ -57,7 +57,9 @@ class Member(Protocol):
     """What the budget reads of a queue's admission, and how it lets its line start."""
 
     capacity: int  # the queue's own concurrency
-    running: int  # handler slots its jobs hold: of the shared budget
+
+    @property
+    def running(self) -> int: ...  # handler slots its jobs hold: of the shared budget
 
     def wants(self, now: float) -> Want: ...
 
