@@ -227,13 +227,17 @@ class Admission(StartLine):
             self.prefetch = prefetch
             self._kick()
 
+    async def stopped(self) -> None:
+        """Until the stop."""
+        await self.gate.stop_signal.wait()
+
     def stop(self) -> None:
         """No more receives or starts: the waits end (their messages are let go). A shared
         budget stops first, for every queue on it: the pools stop one after another, and a
         slot this one leaves must not start another queue's job meanwhile."""
         if self.budget is not None:
             self.budget.stopping = True
-        self.gate.stopping = True
+        self.gate.stop_signal.set()
         for ticket in list(self.book.line):
             self._leave_line(ticket)
         self._kick()

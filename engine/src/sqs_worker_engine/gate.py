@@ -14,6 +14,7 @@ poller ask for) and `wake_at` (when does the state change by itself) ask them.
 
 from __future__ import annotations
 
+import asyncio
 import math
 from typing import Literal
 
@@ -60,10 +61,15 @@ class StartGate:
         self.breaker = breaker or Breaker()
         self.tenant_cap = tenant_cap
         self.budget = budget  # a budget shared with other queues: its stop is every queue's
-        self.stopping = False  # the pool's one stopping fact (written by Admission.stop)
+        # The pool's one stopping fact: no more receives or starts (set by Admission.stop only).
+        self.stop_signal = asyncio.Event()
         self.sqs_ok = True  # the latest delete or lease extension reached SQS (written by Admission.sqs_answered)
         self.probe: Ticket | None = None  # the probe that runs now (written by take, trouble, answered, let_go)
         self.probe_receive = False  # a receive for the probe is out (written by Admission.reserve, received)
+
+    @property
+    def stopping(self) -> bool:
+        return self.stop_signal.is_set()
 
     def tenant_full(self, group: str | None) -> bool:
         cap = self.tenant_cap

@@ -37,9 +37,9 @@ class QueueReport:
         # Metric children looked up once: labels() per message shows up in profiles.
         # Gauges that change with every message are read when scraped, not written each
         # time: a gauge's set or inc takes a lock, several times a message.
-        self._running = 0
         self._waiting = 0
-        metrics.INFLIGHT.labels(queue).set_function(lambda: self._running)
+        self._inflight = metrics.INFLIGHT.labels(queue)
+        self._inflight.set_function(lambda: 0)
         metrics.PREFETCHED.labels(queue).set_function(lambda: self._waiting)
         self._duration = metrics.JOB_DURATION.labels(queue)
         self._receive_count = metrics.RECEIVE_COUNT.labels(queue)
@@ -163,8 +163,9 @@ class QueueReport:
     def started(self, job_id: str) -> None:
         self.events.emit("job:started", worker_id=self.worker_id, job_id=job_id, queue=self.queue)
 
-    def running(self, change: int) -> None:
-        self._running += change
+    def count_running(self, running: Callable[[], int]) -> None:
+        """The handler calls running are counted by their owner (calls.py): the gauge reads it."""
+        self._inflight.set_function(running)
 
     def released(self, job_id: str, reason: str) -> None:
         """Given back without running (shutdown, or held behind its FIFO group)."""
