@@ -91,8 +91,10 @@ class Admission(StartLine):
             adaptive=adaptive,
             budget=budget,
         )
-        if adaptive is not None and report is not None:
-            report.concurrency_limit(adaptive)
+        if report is not None:
+            report.count_waiting(lambda: len(self.book.line))  # the waiting gauge reads the line
+            if adaptive is not None:
+                report.concurrency_limit(adaptive)
         self.completion = completion  # the process's jobs left, shared by every queue
         if completion is not None:
             completion.listen(self._kick)
@@ -259,8 +261,6 @@ class Admission(StartLine):
         now = clock.now()
         if self.book.line:
             self._admit_line(now)
-        if self.report is not None:
-            self.report.waiting(self.waiting)
         if pollers:
             self.waker.one()
         if self.book.line and (delay := self.gate.wake_at(clock.now())) is not None:
