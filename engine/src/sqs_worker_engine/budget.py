@@ -56,8 +56,11 @@ PRIORITIES: tuple[Priority, ...] = ("strict", "weighted")
 class Member(Protocol):
     """What the budget reads of a queue's admission, and how it lets its line start."""
 
-    capacity: int  # the queue's own concurrency
-    running: int  # handler slots its jobs hold: of the shared budget
+    @property
+    def capacity(self) -> int: ...  # the queue's own concurrency
+
+    @property
+    def running(self) -> int: ...  # handler slots its jobs hold: of the shared budget
 
     def wants(self, now: float) -> Want: ...
 

@@ -50,7 +50,8 @@ class HandlerCalls:
         self.report = report
         self.process_pool = process_pool
         self.lease_held = lease_held
-        self.running = 0  # handler calls whose work has not ended, settled or not
+        self.running = 0  # handler calls whose work has not ended, settled or not (written by start only)
+        report.count_running(lambda: self.running)  # the in-flight gauge reads this count
         self.threads = (
             concurrent.futures.ThreadPoolExecutor(concurrency, thread_name_prefix=f"job-{report.queue}")
             if spec.mode == "thread"
@@ -73,11 +74,9 @@ class HandlerCalls:
             if not ended.done():
                 ended.set_result(None)
                 self.running -= 1
-                self.report.running(-1)
                 on_ended()
 
         self.running += 1
-        self.report.running(+1)
         if self.collector is not None:
             result, call_ended = self.collector.submit(job)
             call_ended.add_done_callback(finished)

@@ -77,7 +77,7 @@ class Delivery:
     extension: asyncio.Task[None] | None = field(default=None, repr=False)  # the keeper's call in flight
     extensions: int = 0
     # Told what happens to the lease ("lease extended", "lease lost"): the job's span, when
-    # tracing. Called by the book only; it never decides anything.
+    # tracing. Set and called by the book only (observe); it never decides anything.
     observer: Callable[[str, dict[str, Any]], None] | None = field(default=None, repr=False)
     _lost: asyncio.Future[None] | None = field(default=None, repr=False)
 
@@ -140,6 +140,11 @@ class LeaseBook:
         self._held[id(delivery)] = delivery
         return delivery
 
+    def running(self, message_id: str) -> bool:
+        """A delivery of this message runs now: its lease is held (a batch job that waited
+        for company may still run)."""
+        return any(d.state is State.RUNNING and d.message_id == message_id for d in self._held.values())
+
     def may_use(self, delivery: Delivery, now: float) -> bool:
         """Safe to use the receipt handle: held, and comfortably before the deadline."""
         return delivery.state in HELD and delivery.deadline - now > self.safety
@@ -182,6 +187,10 @@ class LeaseBook:
 
     def due(self, now: float) -> list[Delivery]:
         return [d for d in self._held.values() if due_for_extension(d, now, self.visibility, self.fraction)]
+
+    def observe(self, delivery: Delivery, observer: Callable[[str, dict[str, Any]], None] | None) -> None:
+        """Who is told what happens to its lease from now on (None: nobody)."""
+        delivery.observer = observer
 
     def lose(self, delivery: Delivery, why: str) -> None:
         """Never use this handle again (the message comes back when its visibility ends)."""

@@ -23,6 +23,9 @@ waits in line, passed by the others (parked), or is given back for a few seconds
 
 Shutdown (driven by worker.py): no new receive; what waits to start is given back; jobs
 get `job.stopping`; settling.py holds releases back while a poll of ours is still out.
+
+What a pool is made of (admission, lease book, settler, handler calls, pollers) is built
+and connected in assembly.py; here is only what happens to a message.
 """
 
 from __future__ import annotations
@@ -30,16 +33,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
 from . import clock, job_spans, tracing
-from .adaptive import Limit
 from .admission import Admission, Ticket
-from .budget import SharedBudget
+from .backlog import Received
 from .calls import HandlerCalls
-from .completion import Completion
 from .decisions import (
     Facts,
     Release,
@@ -52,25 +53,20 @@ from .decisions import (
     plan,
 )
 from .delivery import Delivery, LeaseBook, State
-from .events import Events
 from .health import Health
 from .job import Job
 from .lease import LeaseKeeper
 from .limits import MAX_RECEIVE_BATCH
 from .logs import bind_job
-from .offload import PayloadStore
 from .outcomes import Ending, describe
 from .prefetch import Pace, prefetch_target
 from .preparing import Payload, Preparer
-from .processes import ProcessPool
-from .receiving import Receiver
+from .receiving import OnMessages, Receiver
 from .reporting import QueueReport
 from .router import HandlerSpec
 from .settling import Polls, Settler
-from .signatures import SnsSignatures
-from .sqs import QueueInfo, SqsApi
+from .sqs import QueueInfo
 from .tenants import Tenants, when_capped
-from .throttle import Breaker, StartWindow
 
 log = logging.getLogger(__name__)
 
@@ -113,112 +109,40 @@ class Run:
     span: job_spans.JobSpan | None = None  # this attempt's `process` span, when tracing
 
 
+@dataclass
+class PoolParts:
+    """What one queue's pool is made of, built and connected by assembly.py."""
+
+    info: QueueInfo
+    spec: HandlerSpec
+    options: PoolOptions
+    worker_id: str
+    health: Health
+    report: QueueReport  # the one observer: events, metrics, health
+    admission: Admission  # how many may be received, and may this message start
+    book: LeaseBook  # every held delivery's state and lease
+    keeper: LeaseKeeper  # extends the book's leases
+    settler: Settler  # delete, retry delay, dead-letter, release
+    preparer: Preparer  # a message into a job (or an ending: it cannot run)
+    calls: HandlerCalls  # the handler calls
+    retry: RetryPolicy
+    tenants: Tenants | None  # standard queues with a group cap: given-back groups' times
+    receiver: Callable[[OnMessages, Callable[[float], None] | None], Receiver]  # the pollers, told of what they bring
+
+
 class QueuePool:
-    def __init__(
-        self,
-        client: SqsApi,
-        info: QueueInfo,
-        spec: HandlerSpec,
-        options: PoolOptions,
-        *,
-        worker_id: str,
-        events: Events,
-        health: Health,
-        process_pool: ProcessPool | None,
-        control: SqsApi | None = None,
-        payloads: PayloadStore | None = None,
-        signatures: SnsSignatures | None = None,
-        completion: Completion | None = None,
-        budget: SharedBudget | None = None,
-    ) -> None:
-        """`client` receives; `control` (default: the same) extends leases and settles;
-        `payloads` reads offloaded payloads from S3; `signatures` checks SNS notifications
-        (None: not checked); `completion`: the process's jobs left (WORKER_MAX_JOBS, shared
-        by every queue's pool) and idle time; `budget`: the slots it shares with other
-        queues (budget.py)."""
-        self.client = client
+    def __init__(self, parts: PoolParts) -> None:
         self.tracing = tracing.enabled()  # decided once: a provider is installed before the worker starts
-        self.info = info
-        self.name = info.name
-        self.spec = spec
-        self.options = options
-        self.worker_id = worker_id
-        self.health = health
-        self.report = QueueReport(info.name, worker_id, events, health, options.concurrency)
-        cap = None if info.fifo else options.group_concurrency
-        self.admission = Admission(
-            options.concurrency,
-            options.prefetch,
-            window=None if options.rate_limit is None else StartWindow(options.rate_limit, options.rate_burst),
-            breaker=Breaker(cap=options.retry_max),
-            tenant_cap=cap,
-            report=self.report,
-            completion=completion,
-            budget=budget,
-            # WORKER_ADAPTIVE_CONCURRENCY: the handler slots in use follow the downstream's latency.
-            adaptive=Limit(options.concurrency_floor, options.concurrency) if options.adaptive else None,
-            weight=options.weight,
-        )
-        self.tenants = None if cap is None else Tenants(cap)
-        self.pace = Pace()  # receive round trips and job durations, for the prefetch
-        self.book = LeaseBook(info.name, options.visibility, options.heartbeat_fraction)
-        self.keeper = LeaseKeeper(
-            self.book, control or client, info.url, self._sqs_answered, lambda: self.admission.sqs_ok
-        )
-        self.polls = Polls(options.wait_time, options.poll_timeout)
-        self.retry = RetryPolicy(options.retry_base, options.retry_max)
-        self.settler = Settler(
-            control or client,
-            self.book,
-            info,
-            self.report,
-            self.polls,
-            retry=self.retry,
-            # Deletes wait up to WORKER_ACK_FLUSH_MS for a batch of 10. A pool that may hold
-            # fewer than 10 (WORKER_PREFETCH=0 at a concurrency below 10) can never fill one,
-            # and its next receive waits for the settle: it sends at once.
-            ack_flush=options.ack_flush if self.admission.held_limit >= MAX_RECEIVE_BATCH else 0.0,
-            payloads=payloads,
-            delete_large_payloads=options.delete_large_payloads,
-            worker_id=worker_id,
-            on_sqs=self._sqs_answered,
-        )
-        self.preparer = Preparer(
-            info.name,
-            spec,
-            worker_id,
-            options.job_timeout,
-            info.max_receive_count,
-            self.report.progress_reporter,
-            payloads,
-            signatures,
-        )
-        self.calls = HandlerCalls(spec, options.concurrency, self.report, process_pool, self._lease_held)
-        self.runs: set[Run] = set()
-        self.stopping = False
-        self._stopped = asyncio.Event()
-        self.received_oldest_age = 0.0  # max age at receive since the last backlog sample
-        self.received_since_sample = 0  # lets the backlog sampler skip an idle queue
-        self.receiver = Receiver(
-            client,
-            info.url,
-            self.admission,
-            self.polls,
-            self.report,
-            wait_time=options.wait_time,
-            visibility=options.visibility,
-            on_messages=self._dispatch,
-            on_answer=lambda: self._sqs_answered(True),
-            on_full=self._received_full if options.prefetch else None,
-        )
+        self.info, self.name, self.spec, self.options = parts.info, parts.info.name, parts.spec, parts.options
+        self.worker_id, self.health, self.report = parts.worker_id, parts.health, parts.report
+        self.admission, self.book, self.keeper, self.settler = parts.admission, parts.book, parts.keeper, parts.settler
+        self.preparer, self.calls, self.retry, self.tenants = parts.preparer, parts.calls, parts.retry, parts.tenants
+        self.pace = Pace()  # receive round trips and job durations, for the prefetch (written by the life)
+        self.runs: set[Run] = set()  # the deliveries on their way through (written by _dispatch, _forget)
+        self.received = Received()  # what was received since the backlog's last sample (backlog.py)
+        self.receiver = parts.receiver(self._dispatch, self._received_full if self.options.prefetch else None)
         self._keeper_task: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
-
-    def _sqs_answered(self, ok: bool) -> None:
-        """A receive, a lease extension or a settling call reached SQS, or (not a receive:
-        see receiving.py) could not."""
-        self.health.sqs_result(ok)
-        self.admission.sqs_answered(ok)
 
     # -- lifecycle (worker.py calls these in this order) -----------------------
 
@@ -230,10 +154,8 @@ class QueuePool:
         """No new receive from now on; what waits to start is given back; running jobs see
         `job.stopping`. What is given back waits for the polls still out (settling.py), at
         most until the loop time `release_cap`."""
-        self.stopping = True
         self.settler.stop(release_cap)
         self.admission.stop()
-        self._stopped.set()
         self.receiver.stop()
         self.calls.close()  # no more jobs are coming to fill a batch
         for run in list(self.runs):
@@ -257,6 +179,18 @@ class QueuePool:
             await asyncio.wait(pending)
         return len(cut)
 
+    async def wait_polls(self, cap: float) -> None:
+        """WORKER_DRAIN_POLLS: let the last polls answer, until the loop time `cap`."""
+        await self.receiver.wait(cap)
+
+    async def cancel_polls(self) -> None:
+        """Cancel whatever poll is still waiting (an idle queue): the drain is over."""
+        await self.receiver.cancel()
+
+    async def flush_deletes(self) -> None:
+        """Send the decided deletes still waiting in their batch (the exit without a drain)."""
+        await self.settler.acker.close()
+
     async def close(self) -> None:
         await self.settler.close()
         if self._keeper_task is not None:
@@ -279,24 +213,31 @@ class QueuePool:
         return self.settler.deferred
 
     @property
-    def released(self) -> int:
-        return self.settler.released
+    def url(self) -> str:
+        return self.info.url
+
+    @property
+    def stopping(self) -> bool:
+        """The pool stops: its admission's fact (no more receives or starts)."""
+        return self.admission.stopping
+
+    @property
+    def polls(self) -> Polls:
+        return self.receiver.polls
 
     # -- 1. receive (receiving.py) -> 2. one life per message ---------------------
 
     def _dispatch(self, messages: list[dict[str, Any]], tickets: list[Ticket], received_at: float) -> None:
         now_wall = time.time()
-        self.received_since_sample += len(messages)
-        runs = []
+        runs, oldest = [], 0.0
         for message, ticket in zip(messages, tickets, strict=True):
             delivery = self.book.receive(message, received_at)
-            if self.tenants is not None:
-                ticket.group = delivery.group
+            self.admission.received_group(ticket, delivery.group)
             run = Run(delivery, attempt=delivery.receive_count, ticket=ticket)
             self.runs.add(run)
             runs.append(run)
-            age = self.report.claimed(delivery, now_wall)
-            self.received_oldest_age = max(self.received_oldest_age, age)
+            oldest = max(oldest, self.report.claimed(delivery, now_wall))
+        self.received.note(len(messages), oldest)
         if self.info.fifo:
             groups: dict[str | None, list[Run]] = {}
             for run in runs:
@@ -450,7 +391,7 @@ class QueuePool:
             run.span = job_spans.JobSpan(
                 self.name, run.delivery.message, self.worker_id, run.attempt, self.options.trace_parent
             )
-            run.delivery.observer = run.span.note
+            self.book.observe(run.delivery, run.span.note)
             bind_job(**run.span.log_ids())
 
     def _ended(self, run: Run, settlement: Settlement, ending: Ending, will_retry: bool) -> None:
@@ -458,12 +399,8 @@ class QueuePool:
         span, run.span = run.span, None
         self.report.ended(run.delivery.message_id, ending, will_retry=will_retry, trace=span.ids if span else None)
         if span is not None:
-            run.delivery.observer = None
+            self.book.observe(run.delivery, None)
             span.settled(settlement, ending)
-
-    def _lease_held(self, job_id: str) -> bool:
-        """A batch job that waited for company may still run: its lease is held."""
-        return any(r.delivery.state is State.RUNNING for r in self.runs if r.delivery.message_id == job_id)
 
     def _received_full(self, seconds: float) -> None:
         self.pace.received(seconds)
@@ -481,7 +418,7 @@ class QueuePool:
         cut short (shutdown, or the lease was lost)."""
         if run.delivery.state is State.LOST:
             return False
-        stopping = asyncio.ensure_future(self._stopped.wait())
+        stopping = asyncio.ensure_future(self.admission.stopped())
         waits: set[asyncio.Future[Any]] = {stopping, run.delivery.lost()}
         try:
             done, _ = await asyncio.wait(waits, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
@@ -493,7 +430,6 @@ class QueuePool:
         """Give back messages that will not run now (shutdown, held behind their group, or
         their tenant at its cap), visible again after `seconds`."""
         waiting = [r.delivery for r in runs if r.delivery.state is State.RECEIVED]
-        self.settler.released += len(waiting)
         await asyncio.gather(*(self.settler.give_back(delivery, seconds) for delivery in waiting))
         for run in runs:
             self._forget(run)

@@ -52,7 +52,7 @@ class Receiver:
         self.client = client
         self.url = url
         self.admission = admission
-        self.polls = polls
+        self.polls = polls  # our long polls out: written here only (settling.py reads them)
         self.report = report
         self.wait_time = wait_time
         self.visibility = visibility

@@ -37,10 +37,10 @@ class QueueReport:
         # Metric children looked up once: labels() per message shows up in profiles.
         # Gauges that change with every message are read when scraped, not written each
         # time: a gauge's set or inc takes a lock, several times a message.
-        self._running = 0
-        self._waiting = 0
-        metrics.INFLIGHT.labels(queue).set_function(lambda: self._running)
-        metrics.PREFETCHED.labels(queue).set_function(lambda: self._waiting)
+        self._inflight = metrics.INFLIGHT.labels(queue)
+        self._inflight.set_function(lambda: 0)
+        self._prefetched = metrics.PREFETCHED.labels(queue)
+        self._prefetched.set_function(lambda: 0)
         self._duration = metrics.JOB_DURATION.labels(queue)
         self._receive_count = metrics.RECEIVE_COUNT.labels(queue)
         self._age = metrics.MESSAGE_AGE.labels(queue)
@@ -107,8 +107,9 @@ class QueueReport:
     def throttled(self, seconds: float) -> None:
         self._throttled.inc(seconds)
 
-    def waiting(self, prefetched: int) -> None:
-        self._waiting = prefetched
+    def count_waiting(self, waiting: Callable[[], int]) -> None:
+        """Messages waiting to start are counted by their owner (admission's ticket book)."""
+        self._prefetched.set_function(waiting)
 
     def tenants(self, running: int, at_cap: int, parked: int) -> None:
         for gauge, value in zip(self._tenant_gauges, (running, at_cap, parked), strict=True):
@@ -163,8 +164,9 @@ class QueueReport:
     def started(self, job_id: str) -> None:
         self.events.emit("job:started", worker_id=self.worker_id, job_id=job_id, queue=self.queue)
 
-    def running(self, change: int) -> None:
-        self._running += change
+    def count_running(self, running: Callable[[], int]) -> None:
+        """The handler calls running are counted by their owner (calls.py): the gauge reads it."""
+        self._inflight.set_function(running)
 
     def released(self, job_id: str, reason: str) -> None:
         """Given back without running (shutdown, or held behind its FIFO group)."""

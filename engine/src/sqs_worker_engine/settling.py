@@ -38,13 +38,13 @@ POLL_END_ALLOWANCE = 2.0  # seconds past WaitTimeSeconds by which SQS has surely
 
 @dataclass
 class Polls:
-    """The pool's long polls out: poller -> (when SQS ends it, when its client gives up)."""
+    """The pool's long polls out: poller -> (when SQS ends it, when its client gives up).
+    Written by the receiver only (receiving.py); the settler reads it."""
 
     wait_time: int
     poll_timeout: float
     out: dict[object, tuple[float, float]] = field(default_factory=dict)
     abandoned: list[tuple[float, float]] = field(default_factory=list)  # cancelled while still out
-    over: bool = False  # shutdown: every poll has answered (or the release cap passed)
 
     def sent(self, poller: object, now: float) -> None:
         self.out[poller] = (now + self.wait_time + POLL_END_ALLOWANCE, now + self.poll_timeout)
@@ -80,23 +80,27 @@ class Settler:
         delete_large_payloads: bool,
         worker_id: str,
         on_sqs: Callable[[bool], None],
+        stopping: Callable[[], bool],
     ) -> None:
-        """`on_sqs(ok)`: told whether each settling call reached SQS."""
+        """`on_sqs(ok)`: told whether each settling call reached SQS; `stopping()`: the
+        pool stops (its admission's fact)."""
         self.control = control
         self.book = book
         self.info = info
         self.report = report
-        self.polls = polls
+        self.polls = polls  # read only: the receiver writes it
+        self.stopping = stopping
         self.retry = retry
         self.payloads = payloads
         self.delete_large_payloads = delete_large_payloads
         self.worker_id = worker_id
         self.acker = Acker(control, book, info.url, ack_flush, on_sqs=on_sqs)
-        self.stopping = False
-        self.released = 0  # messages given back unprocessed (shutdown, group held back)
         # (delivery, delay, done): made visible once no poll of ours is out
         self.deferred: list[tuple[Delivery, int, asyncio.Future[bool]]] = []
-        self._release_cap = 0.0
+        self._release_cap = 0.0  # written by stop
+        self.polls_over = (
+            False  # shutdown: every poll has answered, or the release cap passed (by _release_after_polls)
+        )
         self._releaser: asyncio.Task[None] | None = None
 
     async def settle(
@@ -119,7 +123,6 @@ class Settler:
         elif isinstance(settlement, RetryAfter):
             await self.give_back(delivery, settlement.seconds)
         elif isinstance(settlement, Release):
-            self.released += 1
             await self.give_back(delivery)
         elif isinstance(settlement, DeadLetter):
             return await self._dead_letter(delivery, settlement, attempt, error, trace, sent)
@@ -167,9 +170,9 @@ class Settler:
         """Make the message visible after `seconds`: now, or during shutdown, once no poll
         of ours is out that could take it (a poll that did would hide it for a whole
         visibility timeout, or run it here once more)."""
-        if not self.stopping:
+        if not self.stopping():
             return await self.acker.change_visibility(delivery, seconds)
-        if self.polls.out and not self.polls.over:
+        if self.polls.out and not self.polls_over:
             done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
             self.deferred.append((delivery, seconds, done))
             if self._releaser is None:
@@ -178,7 +181,8 @@ class Settler:
         return await self.acker.change_visibility(delivery, max(seconds, self.polls.release_delay(clock.now())))
 
     def stop(self, release_cap: float) -> None:
-        self.stopping = True
+        """The pool stops (its admission says so: `stopping`): releases wait for the polls
+        still out, at most until the loop time `release_cap`."""
         self._release_cap = release_cap
 
     async def _release_after_polls(self) -> None:
@@ -188,7 +192,7 @@ class Settler:
         if pending:
             end = min(self._release_cap, max(hard for _, hard in self.polls.out.values()))
             await asyncio.wait(pending, timeout=max(0.0, end - clock.now()))
-        self.polls.over = True
+        self.polls_over = True
         await self.release_deferred()
 
     async def release_deferred(self) -> None:

@@ -30,30 +30,23 @@ from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from enum import StrEnum
 from typing import Any
 
-from . import clock, job, metrics, reporting, signals
+from . import assembly, clock, job, metrics, signals
 from ._version import ENGINE_VERSION
-from .backoff import Backoff
-from .budget import SharedBudget
+from .assembly import StartupError as StartupError  # where it always was: cli.py and tests import it
+from .backlog import BacklogSampler
 from .completion import Completion
 from .ecs import ScaleInProtection
 from .events import EventName, Events, Listener, Subscribe
-from .health import Health, database_check
+from .health import Health
 from .offload import PayloadStore
-from .pool import PoolOptions, QueuePool
+from .pool import QueuePool
 from .processes import ProcessPool
 from .router import Router
-from .server import make_app, start_server
 from .settings import ConfigError, WorkerConfig
 from .signatures import SnsSignatures
 from .sqs import (
-    CONNECT_TIMEOUT,
-    NOT_FOUND_CODES,
-    QueueInfo,
     SqsApi,
     SQSClient,
-    create_client,
-    describe_queue,
-    error_code,
     observed,
 )
 
@@ -67,8 +60,6 @@ FINAL_FLUSH_SECONDS = 2.0
 # shell, a process manager) may pass the same signal on a moment later: that echo is not
 # an operator asking to exit without draining. A second Ctrl-C takes longer than this.
 SIGNAL_ECHO_SECONDS = 1.0
-POLL_READ_MARGIN = 10  # seconds past WaitTimeSeconds before the client gives up on a poll
-CONTROL_READ_TIMEOUT = 10.0  # heartbeats, deletes, DLQ sends: also bounded by each lease
 # The lifespan's close has at least this long, even after a drain that used the whole
 # shutdown timeout; then, cancelled, this long to unwind before it is left behind.
 LIFESPAN_CLOSE_SECONDS = 2.0
@@ -82,10 +73,6 @@ class WorkerState(StrEnum):
     STOPPING = "stopping"
     STOPPED = "stopped"
     ERROR = "error"
-
-
-class StartupError(Exception):
-    """The worker cannot start (e.g. its queue does not exist)."""
 
 
 class StoppedWhileStarting(Exception):  # noqa: N818 - an event, like asyncio.CancelledError
@@ -261,9 +248,7 @@ class Worker:
 
     async def _exit_now(self, sig: signal.Signals) -> None:
         try:
-            await asyncio.wait_for(
-                asyncio.gather(*(pool.settler.acker.close() for pool in self.pools)), FINAL_FLUSH_SECONDS
-            )
+            await asyncio.wait_for(asyncio.gather(*(pool.flush_deletes() for pool in self.pools)), FINAL_FLUSH_SECONDS)
         except Exception:
             log.warning("could not send every pending delete before exiting", exc_info=True)
         self._exit(sig)
@@ -306,33 +291,8 @@ class Worker:
 
     async def _start(self) -> None:
         s = self.settings
-        poll_timeout = s.wait_time_seconds + POLL_READ_MARGIN
         if self._client is None:
-            # Two clients, neither retrying on its own (see sqs.create_client): one for the
-            # long polls, one for everything else, so that heartbeats and deletes never wait
-            # behind a poll for a connection.
-            polls: SQSClient = await self._stack.enter_async_context(
-                create_client(
-                    s.aws_region,
-                    s.aws_endpoint_url,
-                    sum(q.pollers for q in self.config.queues) + 1,
-                    read_timeout=poll_timeout,
-                    attempts=1,
-                )
-            )
-            control: SQSClient = await self._stack.enter_async_context(
-                create_client(
-                    s.aws_region,
-                    s.aws_endpoint_url,
-                    10 * len(self.config.queues),
-                    read_timeout=CONTROL_READ_TIMEOUT,
-                    attempts=1,
-                )
-            )
-            for aws in (polls, control):
-                if self._on_client is not None:
-                    self._on_client(aws)
-            self._client, self._control = polls, control
+            self._client, self._control = await assembly.open_clients(self._stack, self.config, self._on_client)
         # Every SQS call through one place: counted, timed and, with tracing, a span (sqs.py).
         self._client = observed(self._client, self.worker_id)
         self._control = observed(self._control, self.worker_id) if self._control is not None else None
@@ -341,69 +301,57 @@ class Worker:
             self._stack.push_async_callback(self.signatures.close)
         client = self._client
         control_client = self._control or client
-        if any(spec.mode == "process" for q in self.config.queues if (spec := self.router.get(q.name))):
-            self._process_pool = ProcessPool(s.process_pool_size or os.cpu_count() or 1)
-        if s.db_pool_size is not None:
-            metrics.enable_db_pool_gauge()
-        completion = None
-        if s.max_jobs is not None or s.idle_exit_seconds is not None:
-            completion = Completion(s.max_jobs, s.idle_exit_seconds, self.stop)
-            if s.max_jobs is not None:
-                completion.show_left(metrics.enable_jobs_left_gauge().set)
-            self.completion = completion
-        budget = None
-        if s.shared_concurrency is not None and self.config.priority is not None:
-            budget = SharedBudget(s.shared_concurrency, self.config.priority)
-            reporting.shared_budget(s.shared_concurrency)
+        shared = assembly.shared_parts(self.config, self.router, self.stop)
+        self._process_pool, self.completion = shared.process_pool, shared.completion
         for q in self.config.queues:
-            if budget is not None and q.concurrency > budget.total:
+            if shared.budget is not None and q.concurrency > shared.budget.total:
                 log.info(
                     "queue %s: concurrency %d above the shared budget of %d: it may take the whole budget, never more",
                     q.name,
                     q.concurrency,
-                    budget.total,
+                    shared.budget.total,
                 )
-            info = await self._describe(control_client, q.name, q.url)
+            info = await assembly.describe(control_client, q.name, q.url, self.health, s)
             spec = self.router.get(q.name)
             assert spec is not None
-            options = PoolOptions(
-                concurrency=q.concurrency,
-                pollers=q.pollers,
-                job_timeout=q.job_timeout,
-                visibility=q.visibility_timeout_seconds,
-                heartbeat_fraction=s.heartbeat_fraction,
-                wait_time=s.wait_time_seconds,
-                retry_base=s.retry_base_seconds,
-                retry_max=s.retry_max_seconds,
-                ack_flush=s.ack_flush_ms / 1000,
-                log_payloads=s.log_payloads,
-                poll_timeout=CONNECT_TIMEOUT + poll_timeout,
-                delete_large_payloads=s.large_payload_delete,
-                trace_parent=s.trace_parent,
-                rate_limit=q.rate_limit,
-                rate_burst=q.rate_burst,
-                group_concurrency=q.group_concurrency,
-                prefetch=q.prefetch,
-                adaptive=q.adaptive,
-                concurrency_floor=q.concurrency_floor,
-                weight=q.weight,
-            )
-            pool = QueuePool(
+            pool = assembly.build_pool(
                 client,
                 info,
                 spec,
-                options,
+                assembly.pool_options(q, s),
                 worker_id=self.worker_id,
                 events=self.events,
                 health=self.health,
-                process_pool=self._process_pool,
+                shared=shared,
                 control=control_client,
                 payloads=self.payloads,
                 signatures=self.signatures,
-                completion=completion,
-                budget=budget,
             )
             self.pools.append(pool)
+        await self._open_resources()
+        self.health.track({pool.name: pool.resting for pool in self.pools})
+        self._tasks.append(asyncio.create_task(self.health.write_file_forever(), name="health-file"))
+        sampler = BacklogSampler(self.pools, self._sampler, self.health, s.backlog_sample_seconds)
+        self._tasks.append(asyncio.create_task(sampler.run(), name="backlog-sampler"))
+        await assembly.serve_metrics(self._stack, self.health, self.router, self.resources, s)
+        if s.ecs_agent_uri:
+            self._protection = ScaleInProtection(
+                s.ecs_agent_uri, s.scale_in_protection_minutes, lambda: self.active_job_count
+            )
+            self.events.on("job:claimed", self._protection.job_claimed)
+            self._tasks.append(asyncio.create_task(self._protection.run(), name="scale-in-protection"))
+        if self.completion is not None:
+            self.completion.idle_since = clock.now()  # the idle spell begins as the pollers start
+            self._tasks.append(asyncio.create_task(self.completion.watch_idle(), name="idle-exit"))
+        for pool in self.pools:
+            pool.start()
+
+    def _sampler(self) -> SqsApi:
+        sampler = self._control or self._client
+        assert sampler is not None
+        return sampler
+
+    async def _open_resources(self) -> None:
         # The service's shared resources: opened before the first receive, closed by the
         # stack after the drain (after the pools, before the SQS clients it was opened after).
         lifespan = self.router.open_resources()
@@ -414,57 +362,6 @@ class Worker:
             raise StartupError(f"the lifespan failed: {type(exc).__name__}: {exc}") from exc
         self._stack.push_async_callback(self._close_lifespan, lifespan)
         job.RESOURCES.set(self.resources)
-        self.health.track({pool.name: pool.resting for pool in self.pools})
-        self._tasks.append(asyncio.create_task(self.health.write_file_forever(), name="health-file"))
-        self._tasks.append(asyncio.create_task(self._sample_backlog(), name="backlog-sampler"))
-        if s.metrics_port:
-            checks = self.router.readiness_checks_with(self.resources)
-            if s.database_url is not None:
-                checks.append(("database", database_check(s.database_url.get_secret_value())))
-            try:
-                app = make_app(self.health, checks, serve_metrics=s.metrics_exporter != "otlp")
-                runner = await start_server(app, s.metrics_host, s.metrics_port)
-            except OSError as exc:  # the port is taken, or the host is not this machine's
-                raise StartupError(
-                    f"cannot serve /metrics on {s.metrics_host}:{s.metrics_port} "
-                    f"(WORKER_METRICS_HOST, WORKER_METRICS_PORT): {exc}"
-                ) from None
-            self._stack.push_async_callback(runner.cleanup)
-        if s.ecs_agent_uri:
-            self._protection = ScaleInProtection(
-                s.ecs_agent_uri, s.scale_in_protection_minutes, lambda: self.active_job_count
-            )
-            self.events.on("job:claimed", self._protection.job_claimed)
-            self._tasks.append(asyncio.create_task(self._protection.run(), name="scale-in-protection"))
-        if completion is not None:
-            completion.idle_since = clock.now()  # the idle spell begins as the pollers start
-            self._tasks.append(asyncio.create_task(completion.watch_idle(), name="idle-exit"))
-        for pool in self.pools:
-            pool.start()
-
-    async def _describe(self, client: SqsApi, name: str, url: str | None) -> QueueInfo:
-        """Resolve a queue, riding out an unreachable SQS; a missing queue is fatal."""
-        backoff = Backoff(base=0.5, cap=15.0)
-        while True:
-            try:
-                info = await describe_queue(client, name, url)
-            except Exception as exc:
-                code = error_code(exc)
-                if code in NOT_FOUND_CODES:
-                    raise StartupError(
-                        f"queue {name!r} does not exist (region {self.settings.aws_region}"
-                        + (f", endpoint {self.settings.aws_endpoint_url}" if self.settings.aws_endpoint_url else "")
-                        + "); create it with `bootstrap` or deploy/aws/queues.yaml"
-                    ) from None
-                self.health.sqs_result(False)
-                delay = backoff.next_delay()
-                log.warning("cannot reach SQS for %s (%s); retrying in %.1f s", name, code, delay)
-                await asyncio.sleep(delay)  # a stop meanwhile cancels the start (_start_unless_stopped)
-                continue
-            self.health.sqs_result(True)
-            if info.max_receive_count is None:
-                log.warning("queue %s has no RedrivePolicy: failing messages will retry until retention ends", name)
-            return info
 
     async def _close_lifespan(self, lifespan: AbstractAsyncContextManager[Any]) -> None:
         """Leave the lifespan, within what is left of the shutdown (the drain's deadline and
@@ -497,8 +394,8 @@ class Worker:
         cut = await asyncio.gather(*(pool.drain(deadline) for pool in self.pools))
         self.released_at_shutdown = sum(cut)
         if self.settings.drain_polls:
-            await asyncio.gather(*(pool.receiver.wait(release_cap) for pool in self.pools))
-        await asyncio.gather(*(pool.receiver.cancel() for pool in self.pools))
+            await asyncio.gather(*(pool.wait_polls(release_cap) for pool in self.pools))
+        await asyncio.gather(*(pool.cancel_polls() for pool in self.pools))
         await asyncio.gather(*(pool.close() for pool in self.pools))
         for task in self._tasks:
             task.cancel()
@@ -527,54 +424,6 @@ class Worker:
 
     def stuck_threads(self) -> int:
         return sum(pool.active for pool in self.pools)
-
-    async def _sample_backlog(self) -> None:
-        """Queue depth for the dashboards: one GetQueueAttributes per queue per interval."""
-        names = [
-            "ApproximateNumberOfMessages",
-            "ApproximateNumberOfMessagesNotVisible",
-            "ApproximateNumberOfMessagesDelayed",
-        ]
-        states = dict(zip(names, ("visible", "in_flight", "delayed"), strict=True))
-        oldest: dict[str, float] = {}
-        quiet: set[str] = set()  # queues the last sample found empty
-        interval = self.settings.backlog_sample_seconds
-        while True:
-            for pool in self.pools:
-                # An idle queue (nothing received, nothing running, nothing there last time)
-                # is not asked again: its polls would see new messages first, and an idle
-                # worker should cost no more than its long polls (SQS bills per request).
-                idle = not pool.received_since_sample and not pool.active and not pool.deferred
-                if idle and oldest.get(pool.name) == 0.0 and pool.name in quiet:
-                    continue
-                pool.received_since_sample = 0
-                try:
-                    sampler = self._control or self._client
-                    assert sampler is not None
-                    resp = await sampler.get_queue_attributes(QueueUrl=pool.info.url, AttributeNames=names)
-                except asyncio.CancelledError:
-                    raise
-                except Exception:
-                    self.health.sqs_result(False)
-                    continue
-                self.health.sqs_result(True)
-                attrs: dict[str, str] = {str(k): v for k, v in resp.get("Attributes", {}).items()}
-                for name, state in states.items():
-                    metrics.QUEUE_MESSAGES.labels(pool.name, state).set(int(attrs.get(name, "0")))
-                visible = int(attrs.get("ApproximateNumberOfMessages", "0"))
-                if all(int(attrs.get(name, "0")) == 0 for name in names):
-                    quiet.add(pool.name)
-                else:
-                    quiet.discard(pool.name)
-                if pool.received_oldest_age:
-                    oldest[pool.name] = pool.received_oldest_age
-                elif visible == 0:
-                    oldest[pool.name] = 0.0
-                else:  # a backlog, but nothing received: it is ageing
-                    oldest[pool.name] = oldest.get(pool.name, 0.0) + interval
-                pool.received_oldest_age = 0.0
-                metrics.OLDEST_MESSAGE.labels(pool.name).set(oldest[pool.name])
-            await asyncio.sleep(interval)
 
 
 def is_echo(last: tuple[signal.Signals, float] | None, sig: signal.Signals, now: float) -> bool:
