@@ -14,6 +14,7 @@ parsing rendered code.
 from __future__ import annotations
 
 import copy
+import itertools
 import json
 import re
 import shutil
@@ -476,6 +477,10 @@ ECS_RESOURCES = {
     "TaskDefinition": f"arn:aws:ecs:us-east-1:{PLACEHOLDER_ACCOUNT}:task-definition/family:1",
     "Service.Name": "service-name",
     "ScalableTarget": "scalable-target-id",
+    "BacklogStepPolicy": (
+        f"arn:aws:autoscaling:us-east-1:{PLACEHOLDER_ACCOUNT}:scalingPolicy:00000000-0000-0000-0000-000000000000:"
+        "resource/ecs/service/cluster/service-name:policyName/service-name-sqs-backlog-step"
+    ),
 }
 
 
@@ -494,8 +499,14 @@ class EcsStack:
         names = cfn_names(template, region, ECS_RESOURCES)
         resources: dict[str, dict[str, Any]] = {}
         for resource in template["Resources"].values():
-            # Two roles and two log groups (the worker's logs first, then its EMF metrics).
-            repeatable = ("AWS::IAM::", "AWS::Logs::LogGroup", "AWS::CloudWatch::Alarm")
+            # Two roles and two log groups (the worker's logs first, then its EMF metrics); two
+            # scaling policies (target tracking first, then the step policy).
+            repeatable = (
+                "AWS::IAM::",
+                "AWS::Logs::LogGroup",
+                "AWS::CloudWatch::Alarm",
+                "AWS::ApplicationAutoScaling::ScalingPolicy",
+            )
             assert resource["Type"] not in resources or resource["Type"].startswith(repeatable), resource["Type"]
             resources.setdefault(resource["Type"], resource["Properties"])
         api = {kind: cfn_resolve(props, names) for kind, props in resources.items()}
@@ -770,6 +781,36 @@ def test_ecs_service(projects: dict[str, Path], key: str) -> None:
     returned = [m for m in metrics.values() if m.get("ReturnData")]
     assert len(returned) == 1
     assert returned[0]["Expression"].replace(" ", "") == f"({visible['Id']}+{in_flight['Id']})/{tasks['Id']}"
+
+    # Beside it, a step policy on the first minute of more than two rounds of work a task
+    # (what target tracking's three datapoints are too slow for): scale-out only, in
+    # proportion to the breach; its alarm's one action is the policy.
+    step_id, alarm_id = "BacklogStepPolicy", "BacklogRoundsHighAlarm"
+    known = cfn_names(stack.template, answers.region, ECS_RESOURCES)
+    step = cfn_resolve(stack.template["Resources"][step_id]["Properties"], known)
+    assert step.pop("ScalingTargetId") == ECS_RESOURCES["ScalableTarget"]
+    step.update({k: target[k] for k in ("ServiceNamespace", "ResourceId", "ScalableDimension")})
+    assert api_problems("application-autoscaling", "PutScalingPolicy", step) == []
+    assert step["PolicyType"] == "StepScaling"
+    config = step["StepScalingPolicyConfiguration"]
+    adjustments = config["StepAdjustments"]
+    assert all(a["ScalingAdjustment"] > 0 for a in adjustments), "scale-in stays with target tracking"
+    assert adjustments[0]["MetricIntervalLowerBound"] == 0 and "MetricIntervalUpperBound" not in adjustments[-1]
+    for lower, upper in itertools.pairwise(adjustments):
+        assert lower["MetricIntervalUpperBound"] == upper["MetricIntervalLowerBound"], "steps without a gap"
+    assert config["Cooldown"] <= tracking["ScaleOutCooldown"]
+    alarm = cfn_resolve(stack.template["Resources"][alarm_id]["Properties"], known)
+    assert api_problems("cloudwatch", "PutMetricAlarm", {"AlarmName": "rounds", **alarm}) == []
+    assert stack.template["Resources"][alarm_id]["Properties"]["AlarmActions"] == [{"Ref": step_id}]
+    assert (alarm["EvaluationPeriods"], alarm["DatapointsToAlarm"]) == (1, 1)
+    assert alarm["ComparisonOperator"] == "GreaterThanThreshold"
+    alarm_metrics = {m["Id"]: m for m in alarm["Metrics"]}
+    assert {m["MetricStat"]["Period"] for m in alarm_metrics.values() if "MetricStat" in m} == {60}
+    for metric_id, metric in metrics.items():
+        if "MetricStat" in metric:  # the same metrics as target tracking's, by the same ids
+            assert alarm_metrics[metric_id]["MetricStat"]["Metric"] == metric["MetricStat"]["Metric"]
+    (rounds,) = [m["Expression"] for m in alarm_metrics.values() if m.get("ReturnData")]
+    assert rounds.replace(" ", "") == f"(visible+in_flight)/(tasks*{answers.concurrency})"
 
     # Roles: ECS tasks of this account only may assume them. The task role grants exactly
     # the policy file's statements (built by the stack for its partition, region, account
@@ -1326,11 +1367,17 @@ def test_every_alert_exists_on_each_platform_the_bake_targets(projects: dict[str
     if answers.ecs:
         queues = load_cfn(project / "deploy" / "aws" / "queues.yaml")["Resources"]
         service = load_cfn(project / "deploy" / "ecs" / "service.yaml")["Resources"]
+        # The alarms that page (not the step scaling policy's, whose action is the policy).
         alarms = {
             name: resource
             for stack in (queues, service)
             for name, resource in stack.items()
             if resource["Type"] == "AWS::CloudWatch::Alarm"
+            and not any(
+                service.get(action.get("Ref", ""), {}).get("Type") == "AWS::ApplicationAutoScaling::ScalingPolicy"
+                for action in resource["Properties"].get("AlarmActions", [])
+                if isinstance(action, dict)
+            )
         }
         assert sorted(alarms) == sorted(f"{name}Alarm" for name in names)
         topic = "arn:aws:sns:us-east-1:123456789012:alarms"
