@@ -4,7 +4,8 @@ From `deploy/k8s/`: the Deployment (its worker's environment, grace period, roll
 and its KEDA ScaledObject (replica bounds, polling, the HPA's behaviour, the SQS and
 CloudWatch triggers), or the KEDA ScaledJob (its strategy, polling, bounds, Job deadline).
 From `deploy/ecs/service.yaml`: the task's environment and stop timeout, the service's
-deployment configuration and the Application Auto Scaling target and policy.
+deployment configuration, the Application Auto Scaling target, its target tracking policy
+and a step scaling policy beside it with the CloudWatch alarm that invokes it.
 
 Defaults a manifest leaves out are the platforms' own (KEDA's, the HPA's, ECS's), so a
 service whose owner deleted a line is simulated as it would run. Needs PyYAML (the
