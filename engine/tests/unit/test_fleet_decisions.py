@@ -28,9 +28,10 @@ from sqs_worker_engine.fleet.deployfiles import (
     StepScaling,
     Worker,
 )
+from sqs_worker_engine.fleet.metricmath import evaluate
 from sqs_worker_engine.fleet.platform import ecs_batch
 from sqs_worker_engine.fleet.simulation import thrash
-from sqs_worker_engine.fleet.stepscaling import StepPolicy, evaluate
+from sqs_worker_engine.fleet.stepscaling import StepPolicy
 from sqs_worker_engine.fleet.targettracking import TargetTracking, combined
 from sqs_worker_engine.fleet.work import Durations, Histogram
 
@@ -509,6 +510,7 @@ def test_the_deploy_files_are_read_with_the_platforms_defaults_for_what_they_lea
         ({"ecs/service.yaml": "Resources: {}\n"}, "no AWS::ECS::TaskDefinition"),
         ({"ecs/service.yaml": SERVICE.replace("AlarmActions: [!Ref Step]", "AlarmActions: []")}, "no CloudWatch alarm"),
         ({"ecs/service.yaml": SERVICE.replace("Period: 60", "Period: 300")}, "one-minute SQS and ECS metrics"),
+        ({"ecs/service.yaml": SERVICE.replace('"visible / (tasks * ${Target})"', "SUM(METRICS())")}, "not simulated"),
     ],
 )
 def test_a_deploy_directory_the_simulator_cannot_play_is_named_with_why(tmp_path: Path, files, fragment) -> None:

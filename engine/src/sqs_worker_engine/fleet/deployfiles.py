@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..limits import FIFO_SUFFIX
+from . import metricmath
 
 
 class DeployFileError(Exception):
@@ -492,6 +493,9 @@ def _step_scaling(
             f"{path}: the step scaling alarm is simulated on one-minute SQS and ECS metrics "
             f"({', '.join(DATAPOINT_METRICS)}) only"
         )
+    problem = metricmath.check(expression, {metric_id for metric_id, _ in metrics})
+    if problem:
+        raise DeployFileError(f"{path}: the step scaling alarm's expression {expression!r}: {problem}")
     adjustment_type = str(config.get("AdjustmentType"))
     if adjustment_type not in STEP_ADJUSTMENT_TYPES:
         raise DeployFileError(
