@@ -47,7 +47,12 @@ RUNS: tuple[tuple[str, dict[str, str], str, str, tuple[str, ...]], ...] = (
 )
 
 
-TARGETS = {"kubernetes": "Deployment + ScaledObject", "ecs": "ECS service", "scaledjob": "ScaledJob"}
+TARGETS = {
+    "kubernetes": "Deployment + ScaledObject",
+    "ecs": "ECS service",
+    "scaledjob": "ScaledJob",
+    "day-1m": "Deployment + ScaledObject, a day at 1M/h",
+}
 
 
 def _age(seconds: float) -> str:

@@ -302,6 +302,10 @@ ECS_RESOURCES = {
     "TaskDefinition": f"arn:aws:ecs:us-east-1:{PLACEHOLDER_ACCOUNT}:task-definition/family:1",
     "Service.Name": "service-name",
     "ScalableTarget": "scalable-target-id",
+    "BacklogStepPolicy": (
+        f"arn:aws:autoscaling:us-east-1:{PLACEHOLDER_ACCOUNT}:scalingPolicy:00000000-0000-0000-0000-000000000000:"
+        "resource/ecs/service/cluster/service-name:policyName/service-name-sqs-backlog-step"
+    ),
 }
 
 
@@ -320,8 +324,14 @@ class EcsStack:
         names = cfn_names(template, region, ECS_RESOURCES)
         resources: dict[str, dict[str, Any]] = {}
         for resource in template["Resources"].values():
-            # Two roles and two log groups (the worker's logs first, then its EMF metrics).
-            repeatable = ("AWS::IAM::", "AWS::Logs::LogGroup", "AWS::CloudWatch::Alarm")
+            # Two roles and two log groups (the worker's logs first, then its EMF metrics); two
+            # scaling policies (target tracking first, then the step policy).
+            repeatable = (
+                "AWS::IAM::",
+                "AWS::Logs::LogGroup",
+                "AWS::CloudWatch::Alarm",
+                "AWS::ApplicationAutoScaling::ScalingPolicy",
+            )
             assert resource["Type"] not in resources or resource["Type"].startswith(repeatable), resource["Type"]
             resources.setdefault(resource["Type"], resource["Properties"])
         api = {kind: cfn_resolve(props, names) for kind, props in resources.items()}

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from pathlib import Path
@@ -289,6 +290,36 @@ def test_ecs_service(projects: dict[str, Path], key: str) -> None:
     returned = [m for m in metrics.values() if m.get("ReturnData")]
     assert len(returned) == 1
     assert returned[0]["Expression"].replace(" ", "") == f"({visible['Id']}+{in_flight['Id']})/{tasks['Id']}"
+
+    # Beside it, a step policy on the first minute of more than two rounds of work a task
+    # (what target tracking's three datapoints are too slow for): scale-out only, in
+    # proportion to the breach; its alarm's one action is the policy.
+    step_id, alarm_id = "BacklogStepPolicy", "BacklogRoundsHighAlarm"
+    known = cfn_names(stack.template, answers.region, ECS_RESOURCES)
+    step = cfn_resolve(stack.template["Resources"][step_id]["Properties"], known)
+    assert step.pop("ScalingTargetId") == ECS_RESOURCES["ScalableTarget"]
+    step.update({k: target[k] for k in ("ServiceNamespace", "ResourceId", "ScalableDimension")})
+    assert api_problems("application-autoscaling", "PutScalingPolicy", step) == []
+    assert step["PolicyType"] == "StepScaling"
+    config = step["StepScalingPolicyConfiguration"]
+    adjustments = config["StepAdjustments"]
+    assert all(a["ScalingAdjustment"] > 0 for a in adjustments), "scale-in stays with target tracking"
+    assert adjustments[0]["MetricIntervalLowerBound"] == 0 and "MetricIntervalUpperBound" not in adjustments[-1]
+    for lower, upper in itertools.pairwise(adjustments):
+        assert lower["MetricIntervalUpperBound"] == upper["MetricIntervalLowerBound"], "steps without a gap"
+    assert config["Cooldown"] <= tracking["ScaleOutCooldown"]
+    alarm = cfn_resolve(stack.template["Resources"][alarm_id]["Properties"], known)
+    assert api_problems("cloudwatch", "PutMetricAlarm", {"AlarmName": "rounds", **alarm}) == []
+    assert stack.template["Resources"][alarm_id]["Properties"]["AlarmActions"] == [{"Ref": step_id}]
+    assert (alarm["EvaluationPeriods"], alarm["DatapointsToAlarm"]) == (1, 1)
+    assert alarm["ComparisonOperator"] == "GreaterThanThreshold"
+    alarm_metrics = {m["Id"]: m for m in alarm["Metrics"]}
+    assert {m["MetricStat"]["Period"] for m in alarm_metrics.values() if "MetricStat" in m} == {60}
+    for metric_id, metric in metrics.items():
+        if "MetricStat" in metric:  # the same metrics as target tracking's, by the same ids
+            assert alarm_metrics[metric_id]["MetricStat"]["Metric"] == metric["MetricStat"]["Metric"]
+    (rounds,) = [m["Expression"] for m in alarm_metrics.values() if m.get("ReturnData")]
+    assert rounds.replace(" ", "") == f"(visible+in_flight)/(tasks*{answers.concurrency})"
 
     # Roles: ECS tasks of this account only may assume them. The task role grants exactly
     # the policy file's statements (built by the stack for its partition, region, account

@@ -71,11 +71,32 @@ def deploy(cfn: Any, name: str, template: dict[str, Any], parameters: dict[str, 
 def localstack_part(template: dict[str, Any]) -> dict[str, Any]:
     """The template without what LocalStack cannot create, and without outputs naming it."""
     kept = {k: r for k, r in template["Resources"].items() if not r["Type"].startswith(NOT_IN_LOCALSTACK)}
+    # And what acts on those (the step scaling policy's alarm).
+    kept = {
+        k: r for k, r in kept.items() if not set(template["Resources"]) - set(kept) & _named(r.get("Properties", {}))
+    }
     removed = set(template["Resources"]) - set(kept)
     outputs = {
         k: o for k, o in template.get("Outputs", {}).items() if not removed & set(re.findall(r"\w+", json.dumps(o)))
     }
     return {**template, "Resources": kept, "Outputs": outputs}
+
+
+def _named(value: Any) -> set[str]:
+    """What a resource's properties name: by !Ref, !GetAtt and ${...} in !Sub."""
+    if isinstance(value, list):
+        return set().union(*(_named(v) for v in value))
+    if not isinstance(value, dict):
+        return set()
+    named = set().union(*(_named(v) for v in value.values()))
+    if isinstance(value.get("Ref"), str):
+        named.add(value["Ref"])
+    if isinstance(value.get("Fn::GetAtt"), list):
+        named.add(value["Fn::GetAtt"][0])
+    sub = value.get("Fn::Sub")
+    if isinstance(sub, str) or (isinstance(sub, list) and isinstance(sub[0], str)):
+        named |= {m.split(".")[0] for m in re.findall(r"\$\{([\w.:]+)\}", sub if isinstance(sub, str) else sub[0])}
+    return named
 
 
 @pytest.fixture(scope="module")

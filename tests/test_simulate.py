@@ -58,6 +58,12 @@ def test_the_simulator_reads_what_the_bake_ships(name: str, tmp_path: Path) -> N
     if read.ecs is not None:
         assert read.ecs.maximum == most
         assert read.ecs.minimum == (2 if most >= 2 else 1)
+        # The step policy beside target tracking, and the alarm that invokes it: played as shipped.
+        step = read.ecs.step
+        assert step is not None, "the stack's step scaling policy is simulated"
+        assert step.expression.replace(" ", "") == f"(visible+in_flight)/(tasks*{answers.concurrency})"
+        assert (step.threshold, step.periods, step.datapoints) == (2.0, 1, 1)
+        assert step.adjustment_type == "PercentChangeInCapacity" and step.steps[0].lower == 0
 
 
 # Twenty minutes at half the fleet's capacity, a rollout of every replica and one crash.

@@ -22,6 +22,8 @@ from sqs_worker_engine.fleet.deployfiles import (
     ScaledJob,
     ScaledObject,
     SqsTrigger,
+    Step,
+    StepScaling,
     Worker,
 )
 from sqs_worker_engine.fleet.simulation import Options, Run, simulate
@@ -100,6 +102,31 @@ def test_an_ecs_service_and_its_oracle_keep_every_message() -> None:
         result = simulate(Run(shape, "ecs", bake, Options(scale=1, start_seconds=20.0), oracle=oracle))
         check(result)
         assert result["duplicate_runs"] == 0
+
+
+def test_an_ecs_step_policy_scales_out_on_the_first_datapoint_target_tracking_on_the_third() -> None:
+    rounds = StepScaling(
+        (("visible", "ApproximateNumberOfMessagesVisible"), ("tasks", "RunningTaskCount")),
+        "visible / (tasks * 4)",
+        2.0,
+        1,
+        1,
+        "PercentChangeInCapacity",
+        (Step(0, None, 100),),
+        60,
+        1,
+    )
+    tracking = EcsService(worker(), 2, 4, 4.0, 60, 300, 50, 100)
+    shape = Shape("spike", "a spike", 900.0, Spike(0.1, 10.0, 300.0, 300.0))
+    first_out = {}
+    for name, spec in (("tracking", tracking), ("step", dataclasses.replace(tracking, step=rounds))):
+        result = simulate(Run(shape, "ecs", Bake(ecs=spec), Options(scale=1, start_seconds=20.0)))
+        check(result)
+        first_out[name] = next(s.t for s in result["series"] if s.desired > 2)
+    # The spike's first minute is published a minute after it ends: the step policy acts
+    # then; target tracking waits for two more.
+    assert 300.0 + 120.0 <= first_out["step"] < 300.0 + 180.0, first_out
+    assert first_out["tracking"] >= first_out["step"] + 120.0, first_out
 
 
 def test_a_scaled_job_runs_each_message_in_a_pod_of_its_own() -> None:

@@ -1,6 +1,7 @@
 """The fleet simulator's decisions, each a pure function, held to the platforms' documented
 behaviour and to the cases that bite: the HPA's tolerance, policies and windows; KEDA's
-ScaledJob strategies; ECS target tracking's alarms and cooldowns; the oracle; traffic; the
+ScaledJob strategies; ECS target tracking's alarms and cooldowns, and a step scaling
+policy beside it; the oracle; traffic; the
 lagging counts."""
 
 from __future__ import annotations
@@ -23,11 +24,15 @@ from sqs_worker_engine.fleet.deployfiles import (
     Policy,
     Rules,
     SqsTrigger,
+    Step,
+    StepScaling,
     Worker,
 )
+from sqs_worker_engine.fleet.metricmath import evaluate
 from sqs_worker_engine.fleet.platform import ecs_batch
 from sqs_worker_engine.fleet.simulation import thrash
-from sqs_worker_engine.fleet.targettracking import TargetTracking
+from sqs_worker_engine.fleet.stepscaling import StepPolicy
+from sqs_worker_engine.fleet.targettracking import TargetTracking, combined
 from sqs_worker_engine.fleet.work import Durations, Histogram
 
 # The generated ScaledObject's behaviour (deploy/k8s/scaledobject.yaml).
@@ -164,6 +169,77 @@ def test_target_tracking_scales_in_after_fifteen_quiet_minutes_and_its_cooldown(
     assert policy.decide(0.0, _points([(0, 6)] * 14), 6) == 6
     assert policy.decide(60.0, _points([(0, 6)] * 15), 6) == 2
     assert policy.decide(120.0, _points([(0, 2)] * 15), 4) == 4  # the scale-in cooldown
+
+
+# The generated stack's step policy: rounds of work per task, x2 / x4 / x8 past 2, 4, 8 rounds.
+ROUNDS = StepScaling(
+    metrics=(
+        ("visible", "ApproximateNumberOfMessagesVisible"),
+        ("in_flight", "ApproximateNumberOfMessagesNotVisible"),
+        ("tasks", "RunningTaskCount"),
+    ),
+    expression="(visible + in_flight) / (tasks * 8)",
+    threshold=2.0,
+    periods=1,
+    datapoints=1,
+    adjustment_type="PercentChangeInCapacity",
+    steps=(Step(0, 2, 100), Step(2, 6, 300), Step(6, None, 700)),
+    cooldown=60,
+    min_magnitude=1,
+)
+
+
+def test_metric_math_is_evaluated_as_cloudwatch_does() -> None:
+    assert evaluate("(visible + in_flight) / (tasks * 8)", {"visible": 40, "in_flight": 8, "tasks": 2}) == 3.0
+    assert evaluate("-a + 2 * b - 1", {"a": 1, "b": 3}) == 4.0
+    assert evaluate("a / tasks", {"a": 5, "tasks": 0}) is None, "no datapoint, as CloudWatch gives none"
+    with pytest.raises(ValueError, match="not simulated"):
+        evaluate("SUM(METRICS())", {})
+
+
+def test_the_step_policy_acts_on_one_datapoint_in_proportion_to_the_breach() -> None:
+    policy = StepPolicy(ROUNDS, 2, 10)
+    assert policy.decide(0.0, _points([(31, 2)]), 2) is None, "31 / 16: under 2 rounds, no alarm"
+    assert policy.decide(0.0, [], 2) is None, "no datapoint: not breaching"
+    assert StepPolicy(ROUNDS, 2, 10).decide(0.0, _points([(40, 2)]), 2) == 4, "2.5 rounds: x2"
+    assert StepPolicy(ROUNDS, 2, 10).decide(0.0, _points([(80, 2)]), 2) == 8, "5 rounds: x4"
+    assert StepPolicy(ROUNDS, 2, 20).decide(0.0, _points([(200, 2)]), 2) == 16, "12.5 rounds: x8"
+    assert StepPolicy(ROUNDS, 2, 10).decide(0.0, _points([(200, 2)]), 2) == 10, "within MaxCapacity"
+
+
+def test_within_the_step_cooldown_what_the_last_scale_out_added_counts() -> None:
+    # Application Auto Scaling's own example: +2, then a larger step of +3 within the
+    # cooldown adds 1 more.
+    counted = StepScaling(
+        ROUNDS.metrics, "visible", 10.0, 1, 1, "ChangeInCapacity", (Step(0, 10, 2), Step(10, None, 3)), 300
+    )
+    policy = StepPolicy(counted, 1, 20)
+    assert policy.decide(0.0, _points([(15, 4)]), 4) == 6
+    assert policy.decide(60.0, _points([(15, 6)]), 6) is None, "the same step adds nothing more"
+    assert policy.decide(120.0, _points([(25, 6)]), 6) == 7, "4 + 3"
+    assert policy.decide(400.0, _points([(25, 7)]), 7) == 10, "cooled: from the capacity now"
+
+
+def test_a_percent_step_rounds_as_application_auto_scaling_does() -> None:
+    def stepped(percent: float, capacity: int, magnitude: int = 0) -> int | None:
+        spec = StepScaling(
+            ROUNDS.metrics, "visible", 0.0, 1, 1, "PercentChangeInCapacity", (Step(0, None, percent),), 60, magnitude
+        )
+        return StepPolicy(spec, 1, 100).decide(0.0, _points([(1, capacity)]), capacity)
+
+    assert stepped(10, 3) == 4, "0.3 rounds up to 1"
+    assert stepped(50, 5) == 7, "2.5 rounds down to 2"
+    assert stepped(10, 12, magnitude=3) == 15, "at least MinAdjustmentMagnitude"
+
+
+def test_target_tracking_and_the_step_policy_take_the_larger_capacity() -> None:
+    # What targettracking.track does each minute: a step scale-out overrides a target
+    # tracking scale-in, and the larger scale-out wins.
+    step, tracking = StepPolicy(ROUNDS, 2, 10), TargetTracking(ECS)
+    points = _points([(80, 2)] * 3)
+    assert combined(tracking.decide(0.0, points, 2), step.decide(0.0, points, 2)) == 10  # ceil(80 / 8) over x4
+    assert combined(2, None) == 2, "no alarm: target tracking's"
+    assert combined(3, 8) == 8, "a step scale-out beats a target tracking scale-in"
 
 
 def test_an_ecs_rollout_stops_what_is_above_the_minimum_healthy() -> None:
@@ -356,6 +432,29 @@ Resources:
               MetricStat: {Metric: {MetricName: ApproximateNumberOfMessagesNotVisible}}
             - Id: per_task
               Expression: !Sub "(visible + in_flight) / tasks"
+  Step:
+    Type: AWS::ApplicationAutoScaling::ScalingPolicy
+    Properties:
+      PolicyType: StepScaling
+      StepScalingPolicyConfiguration:
+        AdjustmentType: PercentChangeInCapacity
+        StepAdjustments:
+          - {MetricIntervalLowerBound: 0, MetricIntervalUpperBound: 2, ScalingAdjustment: 100}
+          - {MetricIntervalLowerBound: 2, ScalingAdjustment: 300}
+  Rounds:
+    Type: AWS::CloudWatch::Alarm
+    Properties:
+      ComparisonOperator: GreaterThanThreshold
+      Threshold: 2
+      EvaluationPeriods: 3
+      AlarmActions: [!Ref Step]
+      Metrics:
+        - Id: visible
+          MetricStat: {Period: 60, Metric: {MetricName: ApproximateNumberOfMessagesVisible}}
+        - Id: tasks
+          MetricStat: {Period: 60, Metric: {MetricName: RunningTaskCount}}
+        - Id: rounds
+          Expression: !Sub "visible / (tasks * ${Target})"
 """
 
 
@@ -394,6 +493,12 @@ def test_the_deploy_files_are_read_with_the_platforms_defaults_for_what_they_lea
     )
     assert (ecs.min_healthy_percent, ecs.max_percent, ecs.in_flight) == (50, 100, True)
     assert (ecs.worker.cpu, ecs.worker.memory_gib, ecs.worker.grace) == (0.5, 1.0, 105.0)
+    step = ecs.step
+    assert step is not None, "the step policy, found by the alarm whose action it is"
+    assert (step.expression, step.threshold, step.periods, step.datapoints) == ("visible / (tasks * 8)", 2.0, 3, 3)
+    assert step.metrics == (("visible", "ApproximateNumberOfMessagesVisible"), ("tasks", "RunningTaskCount"))
+    assert (step.adjustment_type, step.cooldown, step.min_magnitude) == ("PercentChangeInCapacity", 300, 0)
+    assert step.steps == (Step(0, 2, 100), Step(2, None, 300))
 
 
 @pytest.mark.parametrize(
@@ -403,6 +508,9 @@ def test_the_deploy_files_are_read_with_the_platforms_defaults_for_what_they_lea
         ({"k8s/a.yaml": "kind: Deployment\nspec: {}\n"}, "without a KEDA ScaledObject"),
         ({"k8s/a.yaml": "kind: [unclosed\n"}, "not YAML"),
         ({"ecs/service.yaml": "Resources: {}\n"}, "no AWS::ECS::TaskDefinition"),
+        ({"ecs/service.yaml": SERVICE.replace("AlarmActions: [!Ref Step]", "AlarmActions: []")}, "no CloudWatch alarm"),
+        ({"ecs/service.yaml": SERVICE.replace("Period: 60", "Period: 300")}, "one-minute SQS and ECS metrics"),
+        ({"ecs/service.yaml": SERVICE.replace('"visible / (tasks * ${Target})"', "SUM(METRICS())")}, "not simulated"),
     ],
 )
 def test_a_deploy_directory_the_simulator_cannot_play_is_named_with_why(tmp_path: Path, files, fragment) -> None:

@@ -4,7 +4,8 @@ From `deploy/k8s/`: the Deployment (its worker's environment, grace period, roll
 and its KEDA ScaledObject (replica bounds, polling, the HPA's behaviour, the SQS and
 CloudWatch triggers), or the KEDA ScaledJob (its strategy, polling, bounds, Job deadline).
 From `deploy/ecs/service.yaml`: the task's environment and stop timeout, the service's
-deployment configuration and the Application Auto Scaling target and policy.
+deployment configuration, the Application Auto Scaling target, its target tracking policy
+and a step scaling policy beside it with the CloudWatch alarm that invokes it.
 
 Defaults a manifest leaves out are the platforms' own (KEDA's, the HPA's, ECS's), so a
 service whose owner deleted a line is simulated as it would run. Needs PyYAML (the
@@ -13,11 +14,14 @@ engine's `fleet` extra).
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..limits import FIFO_SUFFIX
+from . import metricmath
 
 
 class DeployFileError(Exception):
@@ -121,6 +125,31 @@ class ScaledJob:
 
 
 @dataclass(frozen=True)
+class Step:
+    """One step adjustment: where the alarm's value lies above its threshold (the bounds
+    are offsets from it; None: unbounded) and what the step adds."""
+
+    lower: float | None
+    upper: float | None
+    adjustment: float
+
+
+@dataclass(frozen=True)
+class StepScaling:
+    """A step scaling policy and the CloudWatch alarm that invokes it (scale-out only)."""
+
+    metrics: tuple[tuple[str, str], ...]  # (the alarm's metric id, the metric's name)
+    expression: str  # what the alarm compares, over those ids (a metric math expression, or one id)
+    threshold: float
+    periods: int  # EvaluationPeriods
+    datapoints: int  # DatapointsToAlarm
+    adjustment_type: str  # ChangeInCapacity, PercentChangeInCapacity or ExactCapacity
+    steps: tuple[Step, ...]
+    cooldown: int
+    min_magnitude: int = 0  # MinAdjustmentMagnitude (PercentChangeInCapacity only)
+
+
+@dataclass(frozen=True)
 class EcsService:
     worker: Worker
     minimum: int
@@ -131,6 +160,7 @@ class EcsService:
     min_healthy_percent: int
     max_percent: int
     in_flight: bool = False  # the policy's metric counts messages in flight (NotVisible), not only visible ones
+    step: StepScaling | None = None  # a step scaling policy beside target tracking, on an alarm of its own
 
 
 @dataclass(frozen=True)
@@ -342,6 +372,13 @@ def read_ecs(path: Path) -> EcsService:
     def resolve(value: Any) -> Any:
         if isinstance(value, dict) and "Ref" in value and value["Ref"] in parameters:
             return parameters[value["Ref"]].get("Default")
+        if isinstance(value, dict) and isinstance(value.get("Fn::Sub"), str):
+            # ${Parameter} as its default; anything else is kept as written.
+            return re.sub(
+                r"\$\{(\w+)\}",
+                lambda m: str(parameters[m[1]].get("Default")) if m[1] in parameters else m[0],
+                value["Fn::Sub"],
+            )
         return value
 
     def kind(name: str) -> dict[str, Any]:
@@ -365,7 +402,19 @@ def read_ecs(path: Path) -> EcsService:
     )
     deployment = kind("AWS::ECS::Service").get("DeploymentConfiguration", {})
     target = kind("AWS::ApplicationAutoScaling::ScalableTarget")
-    policy = kind("AWS::ApplicationAutoScaling::ScalingPolicy").get("TargetTrackingScalingPolicyConfiguration", {})
+    policies = {
+        name: dict(r.get("Properties", {}))
+        for name, r in resources.items()
+        if r.get("Type") == "AWS::ApplicationAutoScaling::ScalingPolicy"
+    }
+    policy: dict[str, Any] = next(
+        (
+            p["TargetTrackingScalingPolicyConfiguration"]
+            for p in policies.values()
+            if p.get("TargetTrackingScalingPolicyConfiguration")
+        ),
+        {},
+    )
     if not policy:
         raise DeployFileError(f"{path}: the scaling policy is not target tracking")
     counted = {
@@ -386,7 +435,96 @@ def read_ecs(path: Path) -> EcsService:
         min_healthy_percent=_int(resolve(deployment.get("MinimumHealthyPercent", 100)), "MinimumHealthyPercent"),
         max_percent=_int(resolve(deployment.get("MaximumPercent", 200)), "MaximumPercent"),
         in_flight="ApproximateNumberOfMessagesNotVisible" in counted,
+        step=_step_scaling(path, policies, resources, resolve),
     )
+
+
+# What a simulated CloudWatch datapoint holds, by the metric's name.
+DATAPOINT_METRICS = {
+    "ApproximateNumberOfMessagesVisible": "visible",
+    "ApproximateNumberOfMessagesNotVisible": "inflight",
+    "ApproximateAgeOfOldestMessage": "oldest_age",
+    "RunningTaskCount": "running",
+}
+STEP_ADJUSTMENT_TYPES = ("ChangeInCapacity", "PercentChangeInCapacity", "ExactCapacity")
+
+
+def _step_scaling(
+    path: Path, policies: dict[str, dict[str, Any]], resources: dict[str, Any], resolve: Callable[[Any], Any]
+) -> StepScaling | None:
+    """The step scaling policy, if any, with the alarm whose action invokes it."""
+    steps = {
+        name: p["StepScalingPolicyConfiguration"]
+        for name, p in policies.items()
+        if p.get("StepScalingPolicyConfiguration")
+    }
+    if not steps:
+        return None
+    if len(steps) > 1:
+        raise DeployFileError(f"{path}: more than one step scaling policy: the simulator plays one (scale-out)")
+    ((name, config),) = steps.items()
+    alarm = next(
+        (
+            dict(r.get("Properties", {}))
+            for r in resources.values()
+            if r.get("Type") == "AWS::CloudWatch::Alarm"
+            and {"Ref": name} in r.get("Properties", {}).get("AlarmActions", [])
+        ),
+        None,
+    )
+    if alarm is None:
+        raise DeployFileError(f"{path}: no CloudWatch alarm invokes the step scaling policy {name}")
+    if not str(alarm.get("ComparisonOperator", "")).startswith("GreaterThan"):
+        raise DeployFileError(f"{path}: the step scaling alarm is not a high alarm: scale-in steps are not simulated")
+    metrics, expression, periods = [], "", []
+    for metric in alarm.get(
+        "Metrics", [{"Id": "m", "ReturnData": True, "MetricStat": {"Metric": alarm, "Period": alarm.get("Period", 60)}}]
+    ):
+        if "MetricStat" in metric:
+            metrics.append((str(metric["Id"]), str(metric["MetricStat"]["Metric"].get("MetricName"))))
+            periods.append(_int(metric["MetricStat"].get("Period", 60), "Period"))
+            if metric.get("ReturnData", True) and "Expression" not in metric:
+                expression = str(metric["Id"])
+        elif metric.get("ReturnData", True):
+            expression = str(resolve(metric.get("Expression")))
+    unknown = [m for _, m in metrics if m not in DATAPOINT_METRICS]
+    if unknown or any(p != 60 for p in periods) or not expression:
+        raise DeployFileError(
+            f"{path}: the step scaling alarm is simulated on one-minute SQS and ECS metrics "
+            f"({', '.join(DATAPOINT_METRICS)}) only"
+        )
+    problem = metricmath.check(expression, {metric_id for metric_id, _ in metrics})
+    if problem:
+        raise DeployFileError(f"{path}: the step scaling alarm's expression {expression!r}: {problem}")
+    adjustment_type = str(config.get("AdjustmentType"))
+    if adjustment_type not in STEP_ADJUSTMENT_TYPES:
+        raise DeployFileError(
+            f"{path}: the step scaling policy's AdjustmentType {adjustment_type!r} is not one of {', '.join(STEP_ADJUSTMENT_TYPES)}"
+        )
+    periods_to_alarm = _int(resolve(alarm.get("EvaluationPeriods", 1)), "EvaluationPeriods")
+    return StepScaling(
+        metrics=tuple(metrics),
+        expression=expression,
+        threshold=float(resolve(alarm.get("Threshold", 0))),
+        periods=periods_to_alarm,
+        datapoints=_int(resolve(alarm.get("DatapointsToAlarm", periods_to_alarm)), "DatapointsToAlarm"),
+        adjustment_type=adjustment_type,
+        steps=tuple(
+            Step(
+                _bound(step.get("MetricIntervalLowerBound")),
+                _bound(step.get("MetricIntervalUpperBound")),
+                float(resolve(step["ScalingAdjustment"])),
+            )
+            for step in config.get("StepAdjustments", [])
+        ),
+        # Application Auto Scaling's default cooldown for ECS: 300 s.
+        cooldown=_int(resolve(config.get("Cooldown", 300)), "Cooldown"),
+        min_magnitude=_int(resolve(config.get("MinAdjustmentMagnitude", 0)), "MinAdjustmentMagnitude"),
+    )
+
+
+def _bound(value: Any) -> float | None:
+    return None if value is None else float(value)
 
 
 def read(deploy: Path) -> Bake:

@@ -69,13 +69,14 @@ def targets(shapes: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
         }
     )
     if "spike" in shapes and "ratios" in shapes["spike"]:
-        ratio = shapes["spike"]["ratios"]["p99_oldest_age_seconds"]
         rows.append(
-            {
-                "target": f"10x spike: p99 oldest-message age within {SPIKE_RATIO}x the oracle's",
-                "figure": f"{shapes['spike']['p99_oldest_age_seconds']} s vs {shapes['spike']['oracle_p99_oldest_age_seconds']} s: {ratio}x",
-                "met": ratio is not None and ratio <= SPIKE_RATIO,
-            }
+            _within(
+                f"10x spike: p99 oldest-message age within {SPIKE_RATIO}x the oracle's",
+                shapes["spike"],
+                "p99_oldest_age_seconds",
+                SPIKE_RATIO,
+                unit=" s",
+            )
         )
     if "diurnal" in shapes:
         day = shapes["diurnal"]
@@ -87,13 +88,13 @@ def targets(shapes: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
             }
         )
         if "ratios" in day:
-            ratio = day["ratios"]["replica_minutes"]
             rows.append(
-                {
-                    "target": f"diurnal day: replica-minutes within {REPLICA_MINUTES_RATIO}x the oracle's",
-                    "figure": f"{day['replica_minutes']} vs {day['oracle_replica_minutes']}: {ratio}x",
-                    "met": ratio is not None and ratio <= REPLICA_MINUTES_RATIO,
-                }
+                _within(
+                    f"diurnal day: replica-minutes within {REPLICA_MINUTES_RATIO}x the oracle's",
+                    day,
+                    "replica_minutes",
+                    REPLICA_MINUTES_RATIO,
+                )
             )
     if "day-1m" in shapes:
         day = shapes["day-1m"]
@@ -105,6 +106,16 @@ def targets(shapes: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
             }
         )
     return rows
+
+
+def _within(target: str, shape: dict[str, Any], key: str, bound: float, unit: str = "") -> dict[str, Any]:
+    """A target on one figure's ratio to the oracle's: met when the ratio is at most `bound`."""
+    ratio = shape["ratios"][key]
+    return {
+        "target": target,
+        "figure": f"{shape[key]}{unit} vs {shape[f'oracle_{key}']}{unit}: {ratio}x",
+        "met": ratio is not None and ratio <= bound,
+    }
 
 
 def describe(bake: Bake, platform: str) -> dict[str, Any]:
@@ -152,7 +163,8 @@ def describe(bake: Bake, platform: str) -> dict[str, Any]:
     else:
         assert isinstance(spec, EcsService)
         out.update(
-            kind="ECS service + Application Auto Scaling target tracking",
+            kind="ECS service + Application Auto Scaling target tracking"
+            + (" and step scaling" if spec.step is not None else ""),
             min_replicas=spec.minimum,
             max_replicas=spec.maximum,
             target=spec.target,
@@ -161,6 +173,16 @@ def describe(bake: Bake, platform: str) -> dict[str, Any]:
             min_healthy_percent=spec.min_healthy_percent,
             max_percent=spec.max_percent,
         )
+        if spec.step is not None:
+            step = spec.step
+            out["step_scaling"] = {
+                "alarm": step.expression,
+                "threshold": step.threshold,
+                "datapoints_to_alarm": f"{step.datapoints} of {step.periods}",
+                "adjustment_type": step.adjustment_type,
+                "steps": [s.__dict__ for s in step.steps],
+                "cooldown": step.cooldown,
+            }
     return out
 
 

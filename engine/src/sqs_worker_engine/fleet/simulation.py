@@ -435,24 +435,7 @@ def figures(sim: Simulation, drained: float) -> dict[str, Any]:
     ups = sum(1 for (_, a), (_, b) in itertools.pairwise(decisions) if b > a)
     downs = sum(1 for (_, a), (_, b) in itertools.pairwise(decisions) if b < a)
     window = float(spec.scaling.scale_down.stabilization) if isinstance(spec, Deployment) else 300.0
-    requests = dict(sorted(queue.calls.by_operation.items()))
-    total_requests = sum(requests.values())
-    # At a scale k > 1 each simulated receive and delete stood for up to k real ones:
-    # counted as k (the real worker's requests at low rates, an upper bound at saturation).
-    message_driven = (
-        requests.get("ReceiveMessage", 0) - queue.calls.empty_receives + requests.get("DeleteMessageBatch", 0)
-    )
-    estimated = total_requests + (scale.k - 1) * message_driven
     messages = ledger.sent
-    money = cost.costs(
-        requests=estimated,
-        metric_reads=sim.readers.metric_reads,
-        replica_seconds=replica_seconds,
-        cpu=spec.worker.cpu,
-        memory_gib=spec.worker.memory_gib,
-        messages=messages,
-        fifo=spec.worker.fifo,
-    )
     inflight_peak = max((s.inflight for s in series), default=0)
     limit = inflight_limit(run)
     result: dict[str, Any] = {
@@ -491,13 +474,7 @@ def figures(sim: Simulation, drained: float) -> dict[str, Any]:
         "inflight_peak": inflight_peak,
         "inflight_peak_share_of_limit": round(inflight_peak / limit, 5),
         "overlimit_receives": queue.calls.overlimit_receives,
-        "sqs_requests_simulated": total_requests,
-        "sqs_requests": estimated,
-        "sqs_requests_by_operation": requests,
-        "empty_receives": queue.calls.empty_receives,
-        "metric_reads": sim.readers.metric_reads,
-        "requests_per_message": round(estimated / messages, 3) if messages else 0.0,
-        "cost": money,
+        **_requests_and_cost(sim, replica_seconds),
         "receipt_handle_misuses": queue.misuses,
         "downstream_peak_calls": ledger.peak_calls,
         "worker_errors": world.worker_errors[:10],
@@ -513,9 +490,40 @@ def figures(sim: Simulation, drained: float) -> dict[str, Any]:
     return result
 
 
+def _requests_and_cost(sim: Simulation, replica_seconds: float) -> dict[str, Any]:
+    """The run's SQS requests (real ones, estimated from the simulated) and what it cost."""
+    queue, spec, messages = sim.queue, sim.run.spec(), sim.ledger.sent
+    requests = dict(sorted(queue.calls.by_operation.items()))
+    total_requests = sum(requests.values())
+    # At a scale k > 1 each simulated receive and delete stood for up to k real ones:
+    # counted as k (the real worker's requests at low rates, an upper bound at saturation).
+    message_driven = (
+        requests.get("ReceiveMessage", 0) - queue.calls.empty_receives + requests.get("DeleteMessageBatch", 0)
+    )
+    estimated = total_requests + (sim.scale.k - 1) * message_driven
+    money = cost.costs(
+        requests=estimated,
+        metric_reads=sim.readers.metric_reads,
+        replica_seconds=replica_seconds,
+        cpu=spec.worker.cpu,
+        memory_gib=spec.worker.memory_gib,
+        messages=messages,
+        fifo=spec.worker.fifo,
+    )
+    return {
+        "sqs_requests_simulated": total_requests,
+        "sqs_requests": estimated,
+        "sqs_requests_by_operation": requests,
+        "empty_receives": queue.calls.empty_receives,
+        "metric_reads": sim.readers.metric_reads,
+        "requests_per_message": round(estimated / messages, 3) if messages else 0.0,
+        "cost": money,
+    }
+
+
 def _autoscaler(spec: Deployment | ScaledJob | EcsService) -> str:
     if isinstance(spec, Deployment):
         return "keda-hpa"
     if isinstance(spec, ScaledJob):
         return f"keda-scaledjob-{spec.strategy}"
-    return "ecs-target-tracking"
+    return "ecs-target-tracking" + ("+step" if spec.step is not None else "")

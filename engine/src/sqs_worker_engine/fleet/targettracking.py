@@ -10,6 +10,11 @@ capacity that brings the metric to the target, at once); the capacity a scale-ou
 counts while its cooldown lasts, so the next scale-out only adds what is still missing.
 Scale-in is proportional too, and waits its cooldown after the last scale-in (a
 scale-out is never held back by it).
+
+Beside it, a step scaling policy on an alarm of its own (stepscaling.py), when the stack
+has one. Both are evaluated each minute; when both scale out, Application Auto Scaling
+takes the larger capacity, and a step policy that scales out overrides a target tracking
+scale-in (scale-in is target tracking's alone).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from .counts import Datapoint
 from .deployfiles import EcsService
 from .keda import Readers
 from .platform import ReplicaSet
+from .stepscaling import StepPolicy
 
 HIGH_DATAPOINTS = 3
 LOW_DATAPOINTS = 15
@@ -71,11 +77,22 @@ class TargetTracking:
         return current
 
 
+def combined(tracked: int, stepped: int | None) -> int:
+    """Both policies' capacities: the larger when the step policy scales out (a target
+    tracking scale-in loses to it), target tracking's otherwise."""
+    return tracked if stepped is None else max(tracked, stepped)
+
+
 async def track(spec: EcsService, readers: Readers, service: ReplicaSet, on_decision: Callable[[int], None]) -> None:
     """Evaluate the alarms once a minute, as CloudWatch does."""
     policy = TargetTracking(spec)
+    step = StepPolicy(spec.step, spec.minimum, spec.maximum) if spec.step is not None else None
+    wanted = max(LOW_DATAPOINTS, spec.step.periods if spec.step is not None else 0)
     while True:
-        desired = policy.decide(clock.now(), readers.alarm_datapoints(LOW_DATAPOINTS), service.desired)
+        now, current = clock.now(), service.desired
+        points = readers.alarm_datapoints(wanted)
+        desired = policy.decide(now, points, current)
+        desired = combined(desired, step.decide(now, points, current) if step is not None else None)
         service.scale_to(desired)
         on_decision(desired)
         await asyncio.sleep(60.0)
