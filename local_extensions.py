@@ -45,7 +45,7 @@ from jinja2.ext import Extension
 
 ROOT = Path(__file__).resolve().parent
 ENGINE_DIR = ROOT / "engine"
-LIMITS_FILE = ENGINE_DIR / "src" / "sqs_worker_engine" / "limits.py"
+LIMITS_FILE = ENGINE_DIR / "src" / "sqs_worker_engine" / "base" / "limits.py"
 
 
 @functools.cache

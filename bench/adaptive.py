@@ -31,10 +31,11 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from sqs_worker_engine import Job, Router, clock
-from sqs_worker_engine.memory import MemorySQS
-from sqs_worker_engine.settings import ServiceDefaults, load_settings
-from sqs_worker_engine.worker import Worker
+from sqs_worker_engine import Job, Router
+from sqs_worker_engine.base import clock
+from sqs_worker_engine.doubles.memory import MemorySQS
+from sqs_worker_engine.process.settings import ServiceDefaults, load_settings
+from sqs_worker_engine.process.worker import Worker
 
 ROOT = Path(__file__).resolve().parent.parent
 QUEUE = "knee"

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import boto3
-from sqs_worker_engine import emulators
+from sqs_worker_engine.doubles import emulators
 from sqs_worker_engine.fleet.deployfiles import Bake, Deployment, Policy, Rules, ScaledObject, SqsTrigger
 from sqs_worker_engine.fleet.deployfiles import Worker as WorkerSpec
 from sqs_worker_engine.fleet.hpa import SYNC_SECONDS, Hpa, proposal

@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from sqs_worker_engine.prefetch import default_prefetch
+from sqs_worker_engine.runtime.prefetch import default_prefetch
 
 CONTENDERS = ("generated", "generated-p0", "handloop", "threadpool", "celery")
 OTHERS = ("handloop", "threadpool", "celery")  # the alternatives (generated-p0 is the worker itself)

@@ -28,9 +28,9 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.util._once import Once
 from sqs_worker_engine import Job, Router
-from sqs_worker_engine.memory import MemorySQS
-from sqs_worker_engine.settings import ServiceDefaults, load_settings
-from sqs_worker_engine.worker import Worker
+from sqs_worker_engine.doubles.memory import MemorySQS
+from sqs_worker_engine.process.settings import ServiceDefaults, load_settings
+from sqs_worker_engine.process.worker import Worker
 
 QUEUE = "bench-tracing"
 

@@ -26,7 +26,7 @@ from typing import Any
 
 import boto3
 from cookiecutter.main import cookiecutter
-from sqs_worker_engine import emulators  # the engine's emulator finder/starter (the suites' too)
+from sqs_worker_engine.doubles import emulators  # the engine's emulator finder/starter (the suites' too)
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -24,7 +24,7 @@ import jinja2
 import yaml
 from conftest import run
 from matrix import COOKIECUTTER, LIMITS, SUPPORTED, names
-from sqs_worker_engine.settings import _ALIASES, ServiceDefaults, load_settings
+from sqs_worker_engine.process.settings import _ALIASES, ServiceDefaults, load_settings
 from validators import (
     PLACEHOLDER_ACCOUNT,
     api_shape,

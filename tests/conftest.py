@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 from cookiecutter.main import cookiecutter
-from sqs_worker_engine import emulators
+from sqs_worker_engine.doubles import emulators
 
 ROOT = Path(__file__).resolve().parents[1]
 TEMPLATE = ROOT / "{{cookiecutter.project_slug}}"

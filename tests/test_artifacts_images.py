@@ -24,7 +24,7 @@ from artifacts import (
 )
 from conftest import ROOT
 from matrix import COOKIECUTTER, SUPPORTED
-from sqs_worker_engine import emulators as engine_emulators
+from sqs_worker_engine.doubles import emulators as engine_emulators
 from validators import (
     dockerfile_stages,
     hadolint_problems,

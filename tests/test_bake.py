@@ -17,7 +17,7 @@ import pytest
 import yaml
 from conftest import ROOT, bake, run
 from matrix import SUPPORTED, names
-from sqs_worker_engine import emulators
+from sqs_worker_engine.doubles import emulators
 
 REPORT = ROOT / ".test-reports" / "bakes.jsonl"
 # What a service's src/ may hold: its own modules. The engine comes as a dependency.

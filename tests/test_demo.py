@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from conftest import ROOT, tool_env
-from sqs_worker_engine import emulators
+from sqs_worker_engine.doubles import emulators
 
 
 @pytest.mark.parametrize("emulator", ["localstack", "moto"])

@@ -27,7 +27,7 @@ from typing import Any
 import boto3
 import pytest
 from conftest import bake, tool_env
-from sqs_worker_engine import emulators
+from sqs_worker_engine.doubles import emulators
 
 pytestmark = pytest.mark.xdist_group("local-tooling")  # one bake for the module
 TAG = uuid.uuid4().hex[:8]
@@ -79,7 +79,7 @@ def test_localstack_port_serves_sqs_there_and_localstack_stop_stops_only_that(
 
     def other_project(command: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "sqs_worker_engine.emulators", command],
+            [sys.executable, "-m", "sqs_worker_engine.doubles.emulators", command],
             cwd=other,
             env={**env, "LOCALSTACK_PORT": str(taken)},
             capture_output=True,

@@ -4,7 +4,7 @@ Each validator returns the problems it found (an empty list: valid), so a test c
 `== []` on a good artifact and show it non-empty on a broken one (test_artifacts_*.py do
 both). The facts the artifacts are held against come from the engine, never from a
 rendered file: its metrics here, its limits and settings through tests/matrix.py and
-sqs_worker_engine.settings.
+sqs_worker_engine.process.settings.
 """
 
 from __future__ import annotations
@@ -165,7 +165,7 @@ print(json.dumps({m.name: m.type for c in collectors for m in c.describe()}))
 @functools.cache
 def engine_metrics() -> dict[str, str]:
     """The engine's metrics as PromQL names them (counters with `_total`, info with `_info`),
-    with their kind. Read from sqs_worker_engine.metrics in a process of its own, so that
+    with their kind. Read from sqs_worker_engine.base.metrics in a process of its own, so that
     registering the optional gauges touches nothing here."""
     result = run([sys.executable, "-c", _METRICS_SCRIPT], ROOT, timeout=60)
     assert result.returncode == 0, result.stderr

@@ -1,6 +1,6 @@
 """Fixtures. Integration tests talk to a real LocalStack: one already reachable through
 AWS_ENDPOINT_URL, else one started for the session (Docker, or LocalStack's runtime on the
-host), see `sqs_worker_engine/emulators.py`. Every test makes its own queues, so nothing leaks between them.
+host), see `sqs_worker_engine/doubles/emulators.py`. Every test makes its own queues, so nothing leaks between them.
 
 The tests of raw SQS behaviour the engine relies on also run on moto's server: parametrize
 them with `@pytest.mark.parametrize("emulator", EMULATORS)` and take `sqs` or `endpoint`
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from sqs_worker_engine import emulators
+from sqs_worker_engine.doubles import emulators
 
 from .support import Sqs
 

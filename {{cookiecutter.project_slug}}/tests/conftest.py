@@ -1,5 +1,5 @@
 """Fixtures. The end-to-end test talks to a real SQS emulator, found or started by the
-engine's `sqs_worker_engine.emulators`: the one AWS_ENDPOINT_URL names, else LocalStack on
+engine's `sqs_worker_engine.doubles.emulators`: the one AWS_ENDPOINT_URL names, else LocalStack on
 127.0.0.1:4566 (LOCALSTACK_PORT chooses another port), else one started there for the
 session (Docker, or LocalStack's own runtime from PyPI on Python 3.13); with
 SQS_EMULATOR=moto, moto's server started for the session instead."""

@@ -13,28 +13,28 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .errors import DownstreamUnavailable, JobCancelled, NonRetryableError, PayloadError, RetryLater
-    from .job import Job
-    from .metrics import set_db_pool_in_use
-    from .router import Router
-    from .settings import ConfigError, ServiceDefaults, WorkerConfig, load_settings
-    from .worker import Worker, WorkerState
+    from .base.errors import DownstreamUnavailable, JobCancelled, NonRetryableError, PayloadError, RetryLater
+    from .base.metrics import set_db_pool_in_use
+    from .handlers.job import Job
+    from .handlers.router import Router
+    from .process.settings import ConfigError, ServiceDefaults, WorkerConfig, load_settings
+    from .process.worker import Worker, WorkerState
 
 _EXPORTS = {
-    "ConfigError": "settings",
-    "DownstreamUnavailable": "errors",
-    "Job": "job",
-    "JobCancelled": "errors",
-    "NonRetryableError": "errors",
-    "PayloadError": "errors",
-    "RetryLater": "errors",
-    "Router": "router",
-    "ServiceDefaults": "settings",
-    "Worker": "worker",
-    "WorkerConfig": "settings",
-    "WorkerState": "worker",
-    "load_settings": "settings",
-    "set_db_pool_in_use": "metrics",
+    "ConfigError": "process.settings",
+    "DownstreamUnavailable": "base.errors",
+    "Job": "handlers.job",
+    "JobCancelled": "base.errors",
+    "NonRetryableError": "base.errors",
+    "PayloadError": "base.errors",
+    "RetryLater": "base.errors",
+    "Router": "handlers.router",
+    "ServiceDefaults": "process.settings",
+    "Worker": "process.worker",
+    "WorkerConfig": "process.settings",
+    "WorkerState": "process.worker",
+    "load_settings": "process.settings",
+    "set_db_pool_in_use": "base.metrics",
 }
 __all__ = [
     "ConfigError",
@@ -57,7 +57,7 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     if name == "__version__":
-        from ._version import ENGINE_VERSION
+        from .base._version import ENGINE_VERSION
 
         return ENGINE_VERSION
     module = _EXPORTS.get(name)

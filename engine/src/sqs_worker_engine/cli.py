@@ -31,10 +31,10 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from . import signals
-from .health import check
-from .loops import EventLoop, new_loop
-from .settings import ConfigError, ServiceDefaults, WorkerConfig, load_settings
+from .base.health import check
+from .process import signals
+from .process.loops import EventLoop, new_loop
+from .process.settings import ConfigError, ServiceDefaults, WorkerConfig, load_settings
 
 EXIT_CONFIG = 2
 EXIT_STARTUP = 3
@@ -216,8 +216,9 @@ def _dlq_command(dlq_sub: argparse._SubParsersAction[_Parser], name: str, help: 
 
 
 def cmd_run(config: WorkerConfig, args: argparse.Namespace) -> int:
-    from . import logs, otlp_metrics, tracing
-    from .worker import StartupError, Worker, load_router
+    from .base import logs, tracing
+    from .process import otlp_metrics
+    from .process.worker import StartupError, Worker, load_router
 
     handlers = _handlers(config)
     logs.configure(config.settings.service_name, config.settings.log_level, config.settings.log_format)
@@ -293,7 +294,7 @@ def lingering_threads(grace: float = 1.0) -> list[threading.Thread]:
 
 
 def cmd_send(config: WorkerConfig, args: argparse.Namespace) -> int:
-    from .producer import Message, Producer, open_producer
+    from .ops.producer import Message, Producer, open_producer
 
     queue = args.queue or config.queues[0].name
     fifo = queue.endswith(".fifo")
@@ -341,8 +342,8 @@ def cmd_send(config: WorkerConfig, args: argparse.Namespace) -> int:
 def _examples(config: WorkerConfig, queue: str) -> list[str]:
     """What `send` sends without a body: the examples of `queue`'s handler's payload model,
     as the queue receives them (examples.py)."""
-    from .examples import example_bodies
-    from .worker import load_router
+    from .ops.examples import example_bodies
+    from .process.worker import load_router
 
     handlers = _handlers(config)
     spec = load_router(handlers).get(queue)
@@ -371,7 +372,7 @@ def _attribute(text: str) -> tuple[str, str]:
 
 
 def cmd_bootstrap(config: WorkerConfig, args: argparse.Namespace) -> int:
-    from .admin import bootstrap_queues
+    from .ops.admin import bootstrap_queues
 
     max_receive = args.max_receive_count or config.settings.max_receive_count
     for line in asyncio.run(bootstrap_queues(config, max_receive)):
@@ -380,7 +381,7 @@ def cmd_bootstrap(config: WorkerConfig, args: argparse.Namespace) -> int:
 
 
 def cmd_config(config: WorkerConfig, args: argparse.Namespace) -> int:
-    from .worker import check_handlers, load_router
+    from .process.worker import check_handlers, load_router
 
     # What `run` would refuse, `config` refuses too: it is how an operator checks a change.
     check_handlers(config, load_router(_handlers(config)))
@@ -395,8 +396,8 @@ def cmd_healthcheck(config: WorkerConfig, args: argparse.Namespace) -> int:
 
 
 def cmd_redrive(config: WorkerConfig, args: argparse.Namespace) -> int:
-    from . import admin, redrive
-    from .sqs import create_client
+    from .base.sqs import create_client
+    from .ops import admin, redrive
 
     queue = args.queue or config.queues[0].name
     if args.rate is not None and not 1 <= args.rate <= 500:
@@ -466,8 +467,8 @@ def cmd_redrive(config: WorkerConfig, args: argparse.Namespace) -> int:
 
 
 def cmd_dlq(config: WorkerConfig, args: argparse.Namespace) -> int:
-    from . import admin, redrive
-    from .sqs import create_client, describe_queue
+    from .base.sqs import create_client, describe_queue
+    from .ops import admin, redrive
 
     queue = args.queue or config.queues[0].name
     prog = f"{config.service.command} dlq {args.dlq_command}"

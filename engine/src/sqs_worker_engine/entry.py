@@ -16,10 +16,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from .signals import keep_stop_signals
+from .process.signals import keep_stop_signals
 
 if TYPE_CHECKING:
-    from .settings import ServiceDefaults
+    from .process.settings import ServiceDefaults
 
 
 def main(service: ServiceDefaults | str | None = None, argv: Sequence[str] | None = None) -> int:
@@ -39,7 +39,7 @@ def main(service: ServiceDefaults | str | None = None, argv: Sequence[str] | Non
 def _resolve(reference: str) -> ServiceDefaults:
     import importlib
 
-    from .settings import ServiceDefaults
+    from .process.settings import ServiceDefaults
 
     module_name, _, attribute = reference.partition(":")
     value = getattr(importlib.import_module(module_name), attribute)

@@ -1,4 +1,4 @@
-"""The emulator finder/starter under its first name: `sqs_worker_engine.emulators` is the module
+"""The emulator finder/starter under its first name: `sqs_worker_engine.doubles.emulators` is the module
 (LocalStack or moto's server, chosen by SQS_EMULATOR). Kept so that `import localstack` and
 `python -m sqs_worker_engine.localstack start|stop|run -- CMD` keep working."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import sys
 
-from sqs_worker_engine.emulators import (
+from .doubles.emulators import (
     DEFAULT_PORT,
     DEFAULT_URL,
     HOST_PACKAGES,

@@ -59,15 +59,15 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
-from .batches import BatchItemFailedError, BatchResponseError, item_failures
-from .envelopes import ControlMessage, Envelope, read_payload
-from .errors import PayloadError, RetryLater
-from .job import Job
-from .outcomes import Outcome, classify
-from .router import Router, call_sync
+from .base.errors import PayloadError, RetryLater
+from .formats.envelopes import ControlMessage, Envelope, read_payload
+from .handlers.batches import BatchItemFailedError, BatchResponseError, item_failures
+from .handlers.job import Job
+from .handlers.outcomes import Outcome, classify
+from .handlers.router import Router, call_sync
 
 if TYPE_CHECKING:
-    from .end_to_end import check_service
+    from .doubles.end_to_end import check_service
 
 __all__ = [
     "FROM_LIFESPAN",
@@ -340,7 +340,7 @@ def run_batch(router: Router, queue: str, messages: Sequence[Any], **options: An
 def __getattr__(name: str) -> Any:
     # The end-to-end check imports the worker and the producer: only for the tests that use it.
     if name == "check_service":
-        from .end_to_end import check_service
+        from .doubles.end_to_end import check_service
 
         return check_service
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sqs_worker_engine.emulators import free_port
+from sqs_worker_engine.doubles.emulators import free_port
 
 from ..faultproxy import FaultProxy
 from ..support import Sqs, env_for, worker_process

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sqs_worker_engine.emulators import free_port
+from sqs_worker_engine.doubles.emulators import free_port
 
 from ..support import Sqs, env_for, worker_process
 from . import report

@@ -14,7 +14,7 @@ from collections import Counter
 from typing import Any
 
 from sqs_worker_engine import Job, Router
-from sqs_worker_engine.emulators import free_port
+from sqs_worker_engine.doubles.emulators import free_port
 
 from ..support import Sqs, env_for, http_get, metric, running_worker, wait_for
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import boto3
 import pytest
 
-from sqs_worker_engine import emulators
+from sqs_worker_engine.doubles import emulators
 
 
 def test_an_unknown_emulator_name_is_refused_by_name(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from sqs_worker_engine import ServiceDefaults
-from sqs_worker_engine.end_to_end import PROBE_BODY, REJECTED_BODY, NoExamples
-from sqs_worker_engine.examples import examples_of, message_body
-from sqs_worker_engine.router import Router
+from sqs_worker_engine.doubles.end_to_end import PROBE_BODY, REJECTED_BODY, NoExamples
+from sqs_worker_engine.handlers.router import Router
+from sqs_worker_engine.ops.examples import examples_of, message_body
 from sqs_worker_engine.testing import check_service
 
 from ..support import PROJECT_ROOT, REGION
@@ -71,7 +71,7 @@ def test_an_example_its_own_model_refuses_is_named_before_anything_runs() -> Non
     from pydantic import BaseModel, ConfigDict
 
     from sqs_worker_engine import Job
-    from sqs_worker_engine.end_to_end import example_problem
+    from sqs_worker_engine.doubles.end_to_end import example_problem
 
     router = Router()
 

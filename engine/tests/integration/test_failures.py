@@ -10,7 +10,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from sqs_worker_engine import Job, NonRetryableError, Router
-from sqs_worker_engine.settings import queue_env_key
+from sqs_worker_engine.process.settings import queue_env_key
 
 from ..support import CallLog, Sqs, env_for, metric, running_worker, wait_for
 

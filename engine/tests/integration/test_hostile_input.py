@@ -26,8 +26,8 @@ from botocore.exceptions import ClientError
 from pydantic import BaseModel
 
 from sqs_worker_engine import Job, Router
-from sqs_worker_engine.dlq import original_attributes
-from sqs_worker_engine.settings import _ALIASES, ConfigError, load_settings
+from sqs_worker_engine.formats.dlq import original_attributes
+from sqs_worker_engine.process.settings import _ALIASES, ConfigError, load_settings
 
 from ..chaos import report
 from ..support import PACKAGE, PROJECT_ROOT, REGION, Sqs, env_for, running_worker, wait_for

@@ -18,7 +18,7 @@ from aiobotocore.config import AioConfig
 from aiobotocore.session import get_session
 from botocore.exceptions import ClientError
 
-from sqs_worker_engine.memory import MemorySQS
+from sqs_worker_engine.doubles.memory import MemorySQS
 
 from ..support import EMULATORS, REGION, Sqs
 

@@ -6,7 +6,7 @@ import asyncio
 from typing import Any
 
 from sqs_worker_engine import Job, Router
-from sqs_worker_engine.settings import queue_env_key
+from sqs_worker_engine.process.settings import queue_env_key
 
 from ..support import Sqs, env_for, running_worker, wait_for
 

@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from sqs_worker_engine import Job, NonRetryableError, Router, redrive
+from sqs_worker_engine import Job, NonRetryableError, Router
+from sqs_worker_engine.ops import redrive
 
 from ..support import (
     EMULATORS,

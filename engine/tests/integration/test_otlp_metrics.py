@@ -17,7 +17,7 @@ from aiohttp import web
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 from prometheus_client.parser import text_string_to_metric_families
 
-from sqs_worker_engine.emulators import free_port
+from sqs_worker_engine.doubles.emulators import free_port
 
 from ..support import PACKAGE, PROJECT_ROOT, Sqs, env_for, wait_for
 

@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 
 from sqs_worker_engine import Job, Router, Worker, WorkerState
-from sqs_worker_engine.events import Error, JobStarted
-from sqs_worker_engine.receiving import EMPTY_SHORT_POLL_PAUSE
-from sqs_worker_engine.settings import load_settings
-from sqs_worker_engine.worker import StartupError
+from sqs_worker_engine.base.events import Error, JobStarted
+from sqs_worker_engine.process.settings import load_settings
+from sqs_worker_engine.process.worker import StartupError
+from sqs_worker_engine.runtime.receiving import EMPTY_SHORT_POLL_PAUSE
 
 from ..support import CallLog, Sqs, env_for, metric, running_worker, wait_for
 
@@ -414,7 +414,7 @@ def test_a_batch_handler_s_partial_failure_retries_exactly_the_failed_messages(
 ) -> None:
     """One call takes more than one receive's 10; the ids the response names come back with
     their own receive counts, and go to the DLQ after maxReceiveCount; the rest run once."""
-    from sqs_worker_engine.batches import failures
+    from sqs_worker_engine.handlers.batches import failures
 
     queue = sqs.create(max_receive=3)
     bodies = [f"ok-{i}" for i in range(20)] + ["bad-1", "bad-2", "bad-3", "flaky-1", "flaky-2"]

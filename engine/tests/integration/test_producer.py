@@ -14,7 +14,7 @@ import boto3
 import pytest
 from pydantic import BaseModel
 
-from sqs_worker_engine.producer import Message, Producer, SyncProducer, open_producer
+from sqs_worker_engine.ops.producer import Message, Producer, SyncProducer, open_producer
 
 from ..support import REGION, Sqs
 

@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from sqs_worker_engine.emulators import free_port
-from sqs_worker_engine.health import Health
-from sqs_worker_engine.server import make_app, start_server
-from sqs_worker_engine.settings import load_settings
+from sqs_worker_engine.base.health import Health
+from sqs_worker_engine.doubles.emulators import free_port
+from sqs_worker_engine.process.server import make_app, start_server
+from sqs_worker_engine.process.settings import load_settings
 
 from ..support import PACKAGE, PROJECT_ROOT, REGION, Sqs, env_for, worker_process
 

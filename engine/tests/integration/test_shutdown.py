@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from sqs_worker_engine import Job, Router, Worker, WorkerState
-from sqs_worker_engine.settings import load_settings
-from sqs_worker_engine.worker import SIGNAL_ECHO_SECONDS
+from sqs_worker_engine.process.settings import load_settings
+from sqs_worker_engine.process.worker import SIGNAL_ECHO_SECONDS
 
 from ..support import (
     PACKAGE,

@@ -17,7 +17,7 @@ from aws_lambda_powertools.utilities.parser.models import S3RecordModel
 from pydantic import BaseModel
 
 from sqs_worker_engine import Job, Router
-from sqs_worker_engine.producer import Message, Producer, open_producer
+from sqs_worker_engine.ops.producer import Message, Producer, open_producer
 
 from ..support import REGION, Queue, Sqs, env_for, metric, running_worker, wait_for
 
@@ -393,7 +393,7 @@ def test_the_producer_sends_what_the_extended_client_and_the_worker_read(
 
 def test_the_sync_producer_sends_and_reports_a_partial_batch_failure(sqs: Sqs, localstack_endpoint: str) -> None:
     """For code that is not async; a body SQS refuses fails alone, the rest is sent."""
-    from sqs_worker_engine.producer import SyncProducer
+    from sqs_worker_engine.ops.producer import SyncProducer
 
     queue = sqs.create()
     fifo = sqs.create(fifo=True)

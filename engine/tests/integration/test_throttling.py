@@ -10,9 +10,10 @@ import time
 from collections import Counter
 from typing import Any
 
-from sqs_worker_engine import DownstreamUnavailable, Job, Router, clock
-from sqs_worker_engine.emulators import free_port
-from sqs_worker_engine.producer import Message, Producer, open_producer
+from sqs_worker_engine import DownstreamUnavailable, Job, Router
+from sqs_worker_engine.base import clock
+from sqs_worker_engine.doubles.emulators import free_port
+from sqs_worker_engine.ops.producer import Message, Producer, open_producer
 
 from ..support import REGION, Sqs, env_for, http_get, metric, running_worker, wait_for
 

@@ -6,11 +6,11 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from sqs_worker_engine import clock
-from sqs_worker_engine.memory import MemorySQS
-from sqs_worker_engine.router import Router
-from sqs_worker_engine.settings import ServiceDefaults, WorkerConfig, load_settings
-from sqs_worker_engine.worker import Worker
+from sqs_worker_engine.base import clock
+from sqs_worker_engine.doubles.memory import MemorySQS
+from sqs_worker_engine.handlers.router import Router
+from sqs_worker_engine.process.settings import ServiceDefaults, WorkerConfig, load_settings
+from sqs_worker_engine.process.worker import Worker
 
 QUEUE = "jobs"
 BASE_ENV = {

@@ -30,14 +30,15 @@ from unittest import mock
 
 from hypothesis import strategies as st
 
-from sqs_worker_engine import clock, processes
-from sqs_worker_engine.delivery import State
-from sqs_worker_engine.events import JobFailed
-from sqs_worker_engine.job import Job
-from sqs_worker_engine.memory import Fault
-from sqs_worker_engine.processes import HandlerProcessDied
-from sqs_worker_engine.router import Router
-from sqs_worker_engine.worker import StartupError, Worker, WorkerState
+from sqs_worker_engine.base import clock
+from sqs_worker_engine.base.events import JobFailed
+from sqs_worker_engine.doubles.memory import Fault
+from sqs_worker_engine.handlers.job import Job
+from sqs_worker_engine.handlers.router import Router
+from sqs_worker_engine.process.worker import StartupError, Worker, WorkerState
+from sqs_worker_engine.runtime import processes
+from sqs_worker_engine.runtime.delivery import State
+from sqs_worker_engine.runtime.processes import HandlerProcessDied
 
 Lifespan = Literal["none", "slow_open", "failing_open", "hanging_open", "slow_close", "failing_close", "hanging_close"]
 Phase = Literal["time", "opening", "paused", "quiet", "settling"]

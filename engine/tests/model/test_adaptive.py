@@ -12,11 +12,12 @@ from typing import Any
 import pytest
 from prometheus_client import REGISTRY
 
-from sqs_worker_engine import DownstreamUnavailable, clock
-from sqs_worker_engine.admission import Admission, Ticket
-from sqs_worker_engine.job import Job
-from sqs_worker_engine.memory import MemorySQS
-from sqs_worker_engine.router import Router
+from sqs_worker_engine import DownstreamUnavailable
+from sqs_worker_engine.base import clock
+from sqs_worker_engine.doubles.memory import MemorySQS
+from sqs_worker_engine.handlers.job import Job
+from sqs_worker_engine.handlers.router import Router
+from sqs_worker_engine.runtime.admission import Admission, Ticket
 
 from . import vtime
 from .harness import QUEUE, Running, memory_queue, start, until

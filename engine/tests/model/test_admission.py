@@ -10,10 +10,11 @@ import json
 from collections import Counter
 from typing import Any
 
-from sqs_worker_engine import DownstreamUnavailable, NonRetryableError, clock
-from sqs_worker_engine.job import Job
-from sqs_worker_engine.memory import Fault
-from sqs_worker_engine.offload import POINTER_CLASS, S3Pointer
+from sqs_worker_engine import DownstreamUnavailable, NonRetryableError
+from sqs_worker_engine.base import clock
+from sqs_worker_engine.doubles.memory import Fault
+from sqs_worker_engine.formats.offload import POINTER_CLASS, S3Pointer
+from sqs_worker_engine.handlers.job import Job
 
 from . import vtime
 from .harness import QUEUE, memory_queue, start, until
@@ -236,7 +237,7 @@ def test_a_rate_limit_counts_starts_where_their_handlers_are_called() -> None:
         async def handle(job: Job[Any]) -> None:
             calls.append(clock.now())
 
-        from sqs_worker_engine.worker import Worker
+        from sqs_worker_engine.process.worker import Worker
 
         from .harness import Running, config
 
@@ -278,7 +279,7 @@ def test_no_handler_starts_after_its_lease_was_lost_during_the_payload_read() ->
             starts[job.id] += 1
             await asyncio.sleep(1)
 
-        from sqs_worker_engine.worker import Worker
+        from sqs_worker_engine.process.worker import Worker
 
         from .harness import Running, config
 

@@ -10,10 +10,10 @@ from collections import Counter
 from typing import Any
 
 from sqs_worker_engine import NonRetryableError
-from sqs_worker_engine.batches import failures
-from sqs_worker_engine.job import Job
-from sqs_worker_engine.logs import get_logger
-from sqs_worker_engine.memory import MemorySQS
+from sqs_worker_engine.base.logs import get_logger
+from sqs_worker_engine.doubles.memory import MemorySQS
+from sqs_worker_engine.handlers.batches import failures
+from sqs_worker_engine.handlers.job import Job
 
 from . import vtime
 from .harness import QUEUE, memory_queue, start, until

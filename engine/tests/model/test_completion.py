@@ -11,11 +11,11 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from sqs_worker_engine import clock
-from sqs_worker_engine.job import Job
-from sqs_worker_engine.memory import MemorySQS
-from sqs_worker_engine.router import Router
-from sqs_worker_engine.worker import WorkerState
+from sqs_worker_engine.base import clock
+from sqs_worker_engine.doubles.memory import MemorySQS
+from sqs_worker_engine.handlers.job import Job
+from sqs_worker_engine.handlers.router import Router
+from sqs_worker_engine.process.worker import WorkerState
 
 from . import vtime
 from .harness import QUEUE, Running, memory_queue, start, until

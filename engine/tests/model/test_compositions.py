@@ -49,15 +49,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sqs_worker_engine import DownstreamUnavailable, NonRetryableError, clock
-from sqs_worker_engine.admission import Admission
-from sqs_worker_engine.delivery import State
-from sqs_worker_engine.job import Job
-from sqs_worker_engine.memory import Fault, MemorySQS
-from sqs_worker_engine.processes import ProcessPool, _pass_on
-from sqs_worker_engine.router import Router
-from sqs_worker_engine.throttle import StartWindow
-from sqs_worker_engine.worker import Worker
+from sqs_worker_engine import DownstreamUnavailable, NonRetryableError
+from sqs_worker_engine.base import clock
+from sqs_worker_engine.doubles.memory import Fault, MemorySQS
+from sqs_worker_engine.handlers.job import Job
+from sqs_worker_engine.handlers.router import Router
+from sqs_worker_engine.process.worker import Worker
+from sqs_worker_engine.runtime.admission import Admission
+from sqs_worker_engine.runtime.delivery import State
+from sqs_worker_engine.runtime.processes import ProcessPool, _pass_on
+from sqs_worker_engine.runtime.throttle import StartWindow
 
 from . import life, vtime
 from .harness import Running, config

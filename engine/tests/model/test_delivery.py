@@ -11,10 +11,11 @@ import asyncio
 import json
 import threading
 
-from sqs_worker_engine import NonRetryableError, RetryLater, clock
-from sqs_worker_engine.job import Job
-from sqs_worker_engine.memory import MemorySQS
-from sqs_worker_engine.router import Router
+from sqs_worker_engine import NonRetryableError, RetryLater
+from sqs_worker_engine.base import clock
+from sqs_worker_engine.doubles.memory import MemorySQS
+from sqs_worker_engine.handlers.job import Job
+from sqs_worker_engine.handlers.router import Router
 
 from . import vtime
 from .harness import QUEUE, Recorder, memory_queue, start, until

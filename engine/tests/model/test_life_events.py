@@ -11,10 +11,11 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from sqs_worker_engine import DownstreamUnavailable, clock
-from sqs_worker_engine.job import Job
-from sqs_worker_engine.memory import Fault, MemorySQS
-from sqs_worker_engine.router import Router
+from sqs_worker_engine import DownstreamUnavailable
+from sqs_worker_engine.base import clock
+from sqs_worker_engine.doubles.memory import Fault, MemorySQS
+from sqs_worker_engine.handlers.job import Job
+from sqs_worker_engine.handlers.router import Router
 
 from . import vtime
 from .harness import QUEUE, memory_queue, start, until

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from sqs_worker_engine.job import Job
-from sqs_worker_engine.memory import MemorySQS
-from sqs_worker_engine.router import Router
-from sqs_worker_engine.worker import StartupError, Worker
+from sqs_worker_engine.doubles.memory import MemorySQS
+from sqs_worker_engine.handlers.job import Job
+from sqs_worker_engine.handlers.router import Router
+from sqs_worker_engine.process.worker import StartupError, Worker
 
 from . import vtime
 from .harness import QUEUE, config, memory_queue, start, until

@@ -7,8 +7,8 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 
-from sqs_worker_engine import clock
-from sqs_worker_engine.job import Job
+from sqs_worker_engine.base import clock
+from sqs_worker_engine.handlers.job import Job
 
 from . import vtime
 from .harness import QUEUE, memory_queue, start, until

@@ -9,10 +9,10 @@ from typing import Any
 
 from prometheus_client import REGISTRY
 
-from sqs_worker_engine import clock
-from sqs_worker_engine.job import Job
-from sqs_worker_engine.memory import MemorySQS
-from sqs_worker_engine.router import Router
+from sqs_worker_engine.base import clock
+from sqs_worker_engine.doubles.memory import MemorySQS
+from sqs_worker_engine.handlers.job import Job
+from sqs_worker_engine.handlers.router import Router
 
 from . import vtime
 from .harness import start, until

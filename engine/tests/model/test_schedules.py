@@ -35,10 +35,10 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from sqs_worker_engine import NonRetryableError
-from sqs_worker_engine.job import Job
-from sqs_worker_engine.memory import Fault, MemorySQS
-from sqs_worker_engine.router import Router
-from sqs_worker_engine.worker import Worker
+from sqs_worker_engine.doubles.memory import Fault, MemorySQS
+from sqs_worker_engine.handlers.job import Job
+from sqs_worker_engine.handlers.router import Router
+from sqs_worker_engine.process.worker import Worker
 
 from . import vtime
 from .harness import config

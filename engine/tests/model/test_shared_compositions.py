@@ -30,15 +30,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sqs_worker_engine import clock
-from sqs_worker_engine.admission import Admission
-from sqs_worker_engine.budget import Member, SharedBudget
-from sqs_worker_engine.job import Job
-from sqs_worker_engine.memory import Fault, MemorySQS
-from sqs_worker_engine.router import Router
-from sqs_worker_engine.settings import queue_env_key
-from sqs_worker_engine.throttle import StartWindow
-from sqs_worker_engine.worker import Worker
+from sqs_worker_engine.base import clock
+from sqs_worker_engine.doubles.memory import Fault, MemorySQS
+from sqs_worker_engine.handlers.job import Job
+from sqs_worker_engine.handlers.router import Router
+from sqs_worker_engine.process.settings import queue_env_key
+from sqs_worker_engine.process.worker import Worker
+from sqs_worker_engine.runtime.admission import Admission
+from sqs_worker_engine.runtime.budget import Member, SharedBudget
+from sqs_worker_engine.runtime.throttle import StartWindow
 
 from . import life, vtime
 from .harness import Running, config

@@ -12,9 +12,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sqs_worker_engine.adaptive import BASELINE_WINDOWS, MIN_WINDOW, Limit, worth_telling
-from sqs_worker_engine.admission import Admission, Ticket
-from sqs_worker_engine.outcomes import OUTCOMES, Outcome
+from sqs_worker_engine.handlers.outcomes import OUTCOMES, Outcome
+from sqs_worker_engine.runtime.adaptive import BASELINE_WINDOWS, MIN_WINDOW, Limit, worth_telling
+from sqs_worker_engine.runtime.admission import Admission, Ticket
 
 BASE = 0.05  # seconds a call takes while the downstream is within its capacity
 

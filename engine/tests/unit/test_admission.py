@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sqs_worker_engine import clock
-from sqs_worker_engine.admission import Admission, Grant, Ticket
-from sqs_worker_engine.throttle import SPACING_MARGIN, StartWindow
+from sqs_worker_engine.base import clock
+from sqs_worker_engine.runtime.admission import Admission, Grant, Ticket
+from sqs_worker_engine.runtime.throttle import SPACING_MARGIN, StartWindow
 
 # One step: a message of group 0-2 arrives, a running job of it ends, a waiting one leaves.
 steps = st.lists(st.tuples(st.sampled_from(["arrive", "end", "leave"]), st.integers(0, 2)), max_size=60)

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sqs_worker_engine.batches import (
+from sqs_worker_engine.handlers.batches import (
     BatchItemFailedError,
     BatchResponseError,
     Collector,

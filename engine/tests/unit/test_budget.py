@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from sqs_worker_engine.budget import COMING, NOTHING, WAITING, SharedBudget, Want, pick
-from sqs_worker_engine.settings import ConfigError, load_settings
+from sqs_worker_engine.process.settings import ConfigError, load_settings
+from sqs_worker_engine.runtime.budget import COMING, NOTHING, WAITING, SharedBudget, Want, pick
 
 # -- the pick ---------------------------------------------------------------------------
 

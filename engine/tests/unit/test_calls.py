@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from sqs_worker_engine.calls import HandlerCalls
-from sqs_worker_engine.events import Events
-from sqs_worker_engine.health import Health
-from sqs_worker_engine.reporting import QueueReport
-from sqs_worker_engine.router import HandlerSpec
+from sqs_worker_engine.base.events import Events
+from sqs_worker_engine.base.health import Health
+from sqs_worker_engine.handlers.router import HandlerSpec
+from sqs_worker_engine.runtime.calls import HandlerCalls
+from sqs_worker_engine.runtime.reporting import QueueReport
 
 EAGER = sys.version_info >= (3, 12)
 

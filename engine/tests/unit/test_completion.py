@@ -8,8 +8,8 @@ import asyncio
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sqs_worker_engine.admission import Admission, Ticket
-from sqs_worker_engine.completion import UNLIMITED, Completion, idle_left, jobs_done, room, turn
+from sqs_worker_engine.runtime.admission import Admission, Ticket
+from sqs_worker_engine.runtime.completion import UNLIMITED, Completion, idle_left, jobs_done, room, turn
 
 
 def test_room_is_the_jobs_left_less_what_is_promised() -> None:

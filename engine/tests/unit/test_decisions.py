@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from sqs_worker_engine.decisions import (
+from sqs_worker_engine.formats.dlq import attributes_size, fit_to_size
+from sqs_worker_engine.runtime.decisions import (
     DeadLetter,
     Delete,
     Facts,
@@ -22,8 +23,14 @@ from sqs_worker_engine.decisions import (
     plan,
     retry_delay,
 )
-from sqs_worker_engine.delivery import LEGAL, Delivery, IllegalTransitionError, LeaseBook, State, due_for_extension
-from sqs_worker_engine.dlq import attributes_size, fit_to_size
+from sqs_worker_engine.runtime.delivery import (
+    LEGAL,
+    Delivery,
+    IllegalTransitionError,
+    LeaseBook,
+    State,
+    due_for_extension,
+)
 
 POLICY = RetryPolicy(base=10, cap=300)
 
@@ -236,10 +243,10 @@ def test_every_outcome_has_a_plan_and_a_report_from_the_one_list() -> None:
     outcome some table lacks fails here, not as a KeyError while a message settles."""
     from typing import get_args
 
-    from sqs_worker_engine.events import Events
-    from sqs_worker_engine.health import Health
-    from sqs_worker_engine.outcomes import OUTCOMES, Ending, Outcome
-    from sqs_worker_engine.reporting import QueueReport
+    from sqs_worker_engine.base.events import Events
+    from sqs_worker_engine.base.health import Health
+    from sqs_worker_engine.handlers.outcomes import OUTCOMES, Ending, Outcome
+    from sqs_worker_engine.runtime.reporting import QueueReport
 
     assert get_args(Outcome) == OUTCOMES and len(set(OUTCOMES)) == len(OUTCOMES)
     report = QueueReport("outcomes-table", "w-1", Events(), Health(60, None), concurrency=1)

@@ -14,8 +14,9 @@ import pytest
 from botocore.exceptions import ClientError
 
 from sqs_worker_engine import NonRetryableError
+from sqs_worker_engine.base.limits import MAX_MESSAGE_BYTES
 from sqs_worker_engine.cli import build_parser
-from sqs_worker_engine.dlq import (
+from sqs_worker_engine.formats.dlq import (
     ERROR_ATTRIBUTES,
     MAX_ATTRIBUTES,
     MOVED_BY_SQS,
@@ -26,9 +27,8 @@ from sqs_worker_engine.dlq import (
     original_attributes,
     worker_record,
 )
-from sqs_worker_engine.limits import MAX_MESSAGE_BYTES
-from sqs_worker_engine.producer import _batches
-from sqs_worker_engine.redrive import Journal, copy_entry, describe, send_copies
+from sqs_worker_engine.ops.producer import _batches
+from sqs_worker_engine.ops.redrive import Journal, copy_entry, describe, send_copies
 
 XRAY = "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1"
 
@@ -229,7 +229,7 @@ def test_operator_help_says_what_each_option_does_and_its_default(capsys: pytest
 
 def test_the_journal_lives_where_it_is_told_else_in_state_else_in_a_private_temp_directory(tmp_path: Path) -> None:
     """Never the working directory: under the image's read-only root it cannot be written."""
-    from sqs_worker_engine.redrive import journal_place
+    from sqs_worker_engine.ops.redrive import journal_place
 
     name = ".redrive-orders-dlq.journal"
     assert journal_place("orders-dlq", {"REDRIVE_JOURNAL_DIR": "/data", "XDG_STATE_HOME": "/s"}) == (
@@ -248,7 +248,7 @@ def test_the_journal_lives_where_it_is_told_else_in_state_else_in_a_private_temp
 def test_a_journal_in_a_temp_directory_others_can_write_is_refused_before_anything_is_sent(tmp_path: Path) -> None:
     """What the journal holds decides what is deleted from the DLQ: in a shared temp dir,
     its directory must be this user's alone (not another's, not a link to elsewhere)."""
-    from sqs_worker_engine.redrive import JournalError
+    from sqs_worker_engine.ops.redrive import JournalError
 
     mine = tmp_path / "mine" / "sqs-worker-engine-1"
     journal = Journal.ready(mine / "j", private=True)
@@ -267,7 +267,7 @@ def test_a_journal_in_a_temp_directory_others_can_write_is_refused_before_anythi
 
 
 def test_an_unreadable_journal_is_a_journal_error_not_a_traceback(tmp_path: Path) -> None:
-    from sqs_worker_engine.redrive import JournalError
+    from sqs_worker_engine.ops.redrive import JournalError
 
     (tmp_path / "j").write_bytes(b"\xff\xfe not text")
     with pytest.raises(JournalError, match="REDRIVE_JOURNAL_DIR"):
@@ -324,8 +324,8 @@ def test_a_record_folding_what_no_message_could_carry_is_not_unfolded() -> None:
 def test_a_forged_record_within_the_limits_gives_the_handler_only_what_its_producer_could_set() -> None:
     """Unfolded, a forged record is attributes its producer could have sent as they are; the
     worker's own reading (trace parent, payload pointer) is of what the message carries."""
-    from sqs_worker_engine.offload import pointer_of
-    from sqs_worker_engine.tracing import producer_context
+    from sqs_worker_engine.base.tracing import producer_context
+    from sqs_worker_engine.formats.offload import pointer_of
 
     folded = {
         "traceparent": encode_attribute(string(TRACEPARENT)),

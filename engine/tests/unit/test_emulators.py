@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from sqs_worker_engine import emulators
+from sqs_worker_engine.doubles import emulators
 
 
 def script(path: Path, text: str) -> Path:

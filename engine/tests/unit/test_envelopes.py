@@ -12,9 +12,9 @@ from aws_lambda_powertools.utilities.parser.models import S3RecordModel
 from pydantic import BaseModel
 
 from sqs_worker_engine import NonRetryableError, PayloadError, Router
-from sqs_worker_engine.dlq import dead_letter_request
-from sqs_worker_engine.envelopes import ControlMessage, open_envelope, read_payload
-from sqs_worker_engine.offload import S3Pointer, pointer_body, pointer_of
+from sqs_worker_engine.formats.dlq import dead_letter_request
+from sqs_worker_engine.formats.envelopes import ControlMessage, open_envelope, read_payload
+from sqs_worker_engine.formats.offload import S3Pointer, pointer_body, pointer_of
 from sqs_worker_engine.testing import run_handler
 
 TOPIC = "arn:aws:sns:us-east-1:123456789012:orders"

@@ -8,11 +8,12 @@ from typing import Any
 
 import pytest
 
-from sqs_worker_engine import Job, Router, loops
+from sqs_worker_engine import Job, Router
 from sqs_worker_engine.cli import run_until_stopped
-from sqs_worker_engine.memory import MemorySQS
-from sqs_worker_engine.settings import ServiceDefaults, load_settings
-from sqs_worker_engine.worker import Worker
+from sqs_worker_engine.doubles.memory import MemorySQS
+from sqs_worker_engine.process import loops
+from sqs_worker_engine.process.settings import ServiceDefaults, load_settings
+from sqs_worker_engine.process.worker import Worker
 
 
 @pytest.mark.parametrize(

@@ -16,9 +16,9 @@ from opentelemetry.trace import SpanKind
 from opentelemetry.util._once import Once
 from prometheus_client import REGISTRY
 
-from sqs_worker_engine.job_spans import error_type
-from sqs_worker_engine.memory import MemorySQS
-from sqs_worker_engine.sqs import ObservedSqs, lease_client, observed
+from sqs_worker_engine.base.sqs import ObservedSqs, lease_client, observed
+from sqs_worker_engine.doubles.memory import MemorySQS
+from sqs_worker_engine.runtime.job_spans import error_type
 
 
 def sample(name: str, **labels: str) -> float:
@@ -133,7 +133,7 @@ def test_spans_only_for_messaging_operations_and_none_for_lease_extensions(spans
 
 
 def test_error_type_is_the_failures_class_or_the_outcome() -> None:
-    from sqs_worker_engine.errors import NonRetryableError
+    from sqs_worker_engine.base.errors import NonRetryableError
 
     assert error_type(ValueError("x"), "retry") == "ValueError"
     assert error_type(NonRetryableError("x"), "dead_letter") == "sqs_worker_engine.errors.NonRetryableError"
@@ -146,7 +146,7 @@ def test_the_user_agent_cleaning_is_remembered_and_unchanged() -> None:
     import botocore.config
     import botocore.useragent
 
-    from sqs_worker_engine import sqs
+    from sqs_worker_engine.base import sqs
 
     sqs._cache_user_agent()
     cleaned = botocore.useragent.sanitize_user_agent_string_component

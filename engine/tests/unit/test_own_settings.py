@@ -12,7 +12,7 @@ from pydantic import AliasChoices, Field, HttpUrl, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from sqs_worker_engine import cli
-from sqs_worker_engine.settings import ConfigError, ServiceDefaults, load_settings, own_variables
+from sqs_worker_engine.process.settings import ConfigError, ServiceDefaults, load_settings, own_variables
 
 
 class Partner(BaseSettings):

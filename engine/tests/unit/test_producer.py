@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from sqs_worker_engine.producer import Message, Producer
+from sqs_worker_engine.ops.producer import Message, Producer
 
 
 class Calls:
@@ -125,7 +125,7 @@ def test_send_raises_naming_the_code():
         async def send_message(self, QueueUrl: str, **entry: Any) -> dict[str, Any]:  # noqa: N803
             raise RuntimeError("connection refused")
 
-    from sqs_worker_engine.producer import SendError
+    from sqs_worker_engine.ops.producer import SendError
 
     with pytest.raises(SendError, match="connection refused") as caught:
         asyncio.run(Producer(Refusing(), "q").send("x"))
@@ -139,7 +139,7 @@ class Store:
         self.put_bodies: list[str] = []
 
     async def put(self, bucket: str, body: str) -> Any:
-        from sqs_worker_engine.offload import S3Pointer
+        from sqs_worker_engine.formats.offload import S3Pointer
 
         self.put_bodies.append(body)
         return S3Pointer(bucket, f"k{len(self.put_bodies)}", len(body.encode()))

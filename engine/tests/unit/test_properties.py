@@ -13,9 +13,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from sqs_worker_engine.backoff import backoff_delay
-from sqs_worker_engine.delivery import extension_seconds
-from sqs_worker_engine.dlq import (
+from sqs_worker_engine.base.backoff import backoff_delay
+from sqs_worker_engine.base.errors import NonRetryableError, PayloadError
+from sqs_worker_engine.base.limits import MAX_VISIBILITY_SECONDS as MAX_LEASE_SECONDS
+from sqs_worker_engine.formats.dlq import (
     ATTRIBUTE_NAME,
     ERROR_ATTRIBUTES,
     MAX_ATTRIBUTES,
@@ -24,16 +25,9 @@ from sqs_worker_engine.dlq import (
     decode_attribute,
     original_attributes,
 )
-from sqs_worker_engine.errors import NonRetryableError, PayloadError
-from sqs_worker_engine.limits import MAX_VISIBILITY_SECONDS as MAX_LEASE_SECONDS
-from sqs_worker_engine.payload import parse_payload
-from sqs_worker_engine.settings import (
-    _ALIASES,
-    QUEUE_OVERRIDES,
-    ConfigError,
-    WorkerConfig,
-    load_settings,
-)
+from sqs_worker_engine.formats.payload import parse_payload
+from sqs_worker_engine.process.settings import _ALIASES, QUEUE_OVERRIDES, ConfigError, WorkerConfig, load_settings
+from sqs_worker_engine.runtime.delivery import extension_seconds
 
 # No deadline: the machine running the suite may be busy. No example database: a failure
 # prints its example (and how to replay it), and nothing is left in the project tree.

@@ -17,16 +17,16 @@ import pytest
 from pydantic import BaseModel
 
 from sqs_worker_engine import Job, Router
-from sqs_worker_engine import admission as slot_module
-from sqs_worker_engine.acker import ATTEMPTS, RETRY_SECONDS, keep_trying
-from sqs_worker_engine.admission import Admission, Grant
-from sqs_worker_engine.backoff import Backoff, backoff_delay
-from sqs_worker_engine.delivery import extension_seconds
-from sqs_worker_engine.dlq import dead_letter_request
-from sqs_worker_engine.errors import NonRetryableError, PayloadError
-from sqs_worker_engine.events import Events
-from sqs_worker_engine.health import Health, check, check_file, progress_file, progress_files
-from sqs_worker_engine.payload import parse_payload
+from sqs_worker_engine.base.backoff import Backoff, backoff_delay
+from sqs_worker_engine.base.errors import NonRetryableError, PayloadError
+from sqs_worker_engine.base.events import Events
+from sqs_worker_engine.base.health import Health, check, check_file, progress_file, progress_files
+from sqs_worker_engine.formats.dlq import dead_letter_request
+from sqs_worker_engine.formats.payload import parse_payload
+from sqs_worker_engine.runtime import admission as slot_module
+from sqs_worker_engine.runtime.acker import ATTEMPTS, RETRY_SECONDS, keep_trying
+from sqs_worker_engine.runtime.admission import Admission, Grant
+from sqs_worker_engine.runtime.delivery import extension_seconds
 
 
 def test_backoff_grows_with_jitter_and_is_capped() -> None:
@@ -233,7 +233,7 @@ def test_slots_never_hand_out_more_than_capacity() -> None:
 
 
 def test_async_callables_are_recognised_however_they_are_wrapped() -> None:
-    from sqs_worker_engine.router import is_coroutine_callable
+    from sqs_worker_engine.handlers.router import is_coroutine_callable
 
     async def coro(job: Job[Any]) -> None: ...
 
@@ -288,7 +288,7 @@ def test_a_repeat_of_the_same_signal_within_a_second_is_an_echo(
 ) -> None:
     import signal
 
-    from sqs_worker_engine.worker import is_echo
+    from sqs_worker_engine.process.worker import is_echo
 
     previous = None if last is None else (signal.Signals[last[0]], last[1])
     assert is_echo(previous, signal.Signals[sig], now) is echo

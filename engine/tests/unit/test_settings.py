@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from sqs_worker_engine.settings import ConfigError, ServiceDefaults, load_settings, redact_url
+from sqs_worker_engine.process.settings import ConfigError, ServiceDefaults, load_settings, redact_url
 
 # A service as a generated one passes itself in: its answers are the defaults.
 SERVICE = ServiceDefaults(
@@ -427,7 +427,7 @@ def test_run_to_completion_is_off_unless_asked_for_and_one_value_for_the_process
 def test_the_event_loop_is_auto_by_default_and_a_bad_choice_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
     """WORKER_EVENT_LOOP: auto unless set; a value that is none of the three, or uvloop
     where it is not installed, refuses to boot naming the variable (and the extra)."""
-    from sqs_worker_engine import settings
+    from sqs_worker_engine.process import settings
 
     assert load_settings({}, SERVICE).settings.event_loop == "auto"
     assert load_settings({"WORKER_EVENT_LOOP": "asyncio"}, SERVICE).settings.event_loop == "asyncio"
@@ -621,8 +621,8 @@ def test_the_metrics_exporter_is_one_of_three() -> None:
 
 def test_the_unprefixed_settings_limits_names_are_the_engines() -> None:
     """limits.py lists them for the template's hooks, which cannot import the settings."""
-    from sqs_worker_engine.limits import RESERVED_PREFIXES, UNPREFIXED_SETTINGS
-    from sqs_worker_engine.settings import _ALIASES
+    from sqs_worker_engine.base.limits import RESERVED_PREFIXES, UNPREFIXED_SETTINGS
+    from sqs_worker_engine.process.settings import _ALIASES
 
     unprefixed = {name for name in _ALIASES if not name.startswith(RESERVED_PREFIXES)} - {"DATABASE_URL"}
     assert unprefixed == set(UNPREFIXED_SETTINGS)

@@ -21,9 +21,9 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 from cryptography.x509.oid import NameOID
 
-from sqs_worker_engine.envelopes import open_envelope
-from sqs_worker_engine.errors import PayloadError
-from sqs_worker_engine.signatures import (
+from sqs_worker_engine.base.errors import PayloadError
+from sqs_worker_engine.formats.envelopes import open_envelope
+from sqs_worker_engine.formats.signatures import (
     CACHE_SIZE,
     FAILURES_KEPT,
     MAX_FETCHES,

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from sqs_worker_engine import DownstreamUnavailable, Job, Router, testing
-from sqs_worker_engine.outcomes import OUTCOMES
+from sqs_worker_engine.handlers.outcomes import OUTCOMES
 from sqs_worker_engine.testing import OtherLoopError, run_batch, run_handler, run_handler_async
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from sqs_worker_engine.decisions import DeadLetter, Facts, RetryAfter, RetryInPlace, RetryPolicy, plan
-from sqs_worker_engine.errors import DownstreamUnavailable
-from sqs_worker_engine.outcomes import classify
-from sqs_worker_engine.throttle import Breaker, parse_rate
+from sqs_worker_engine.base.errors import DownstreamUnavailable
+from sqs_worker_engine.handlers.outcomes import classify
+from sqs_worker_engine.runtime.decisions import DeadLetter, Facts, RetryAfter, RetryInPlace, RetryPolicy, plan
+from sqs_worker_engine.runtime.throttle import Breaker, parse_rate
 
 
 @pytest.mark.parametrize(

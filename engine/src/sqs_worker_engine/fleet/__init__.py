@@ -8,5 +8,5 @@ is simulated how, and what the generated defaults give.
 
 This package sits above the engine's runtime and uses it as a service would: `Worker`,
 `Router`, `load_settings`, the running loop's clock; and the engine's virtual-time loop
-(`sqs_worker_engine.vtime`). Nothing in the runtime imports it.
+(`sqs_worker_engine.doubles.vtime`). Nothing in the runtime imports it.
 """

@@ -18,7 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from .._version import ENGINE_VERSION
+from ..base._version import ENGINE_VERSION
 from . import cost, deployfiles, plots, report
 from .simulation import Options, Run, capacity, choose_scale, job_seconds, simulate, start_seconds
 from .traffic import SHAPES, STANDARD

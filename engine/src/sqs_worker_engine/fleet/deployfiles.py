@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..limits import FIFO_SUFFIX
+from ..base.limits import FIFO_SUFFIX
 from . import metricmath
 
 

@@ -19,7 +19,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .. import clock
+from ..base import clock
 from .counts import Counts, Datapoint
 from .deployfiles import ScaledJob, ScaledObject, SqsTrigger
 from .hpa import SYNC_SECONDS, Hpa, proposal

@@ -16,7 +16,7 @@ import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from .. import clock
+from ..base import clock
 from .hpa import SYNC_SECONDS
 from .platform import JobPods, ReplicaSet
 from .traffic import Group

@@ -27,9 +27,9 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from .. import clock
-from ..settings import WorkerConfig
-from ..worker import Worker
+from ..base import clock
+from ..process.settings import WorkerConfig
+from ..process.worker import Worker
 from .queue import Connection, FleetQueue
 from .work import Ledger, Replica
 

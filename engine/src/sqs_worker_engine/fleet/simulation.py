@@ -23,9 +23,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import clock
-from ..settings import ServiceDefaults, WorkerConfig, load_settings
-from ..vtime import run as run_on_virtual_time
+from ..base import clock
+from ..doubles.vtime import run as run_on_virtual_time
+from ..process.settings import ServiceDefaults, WorkerConfig, load_settings
 from . import cost, keda, oracle, targettracking
 from .counts import Counts, Truth
 from .deployfiles import Bake, Deployment, EcsService, ScaledJob

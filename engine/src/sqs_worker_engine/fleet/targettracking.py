@@ -24,7 +24,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .. import clock
+from ..base import clock
 from .counts import Datapoint
 from .deployfiles import EcsService
 from .keda import Readers

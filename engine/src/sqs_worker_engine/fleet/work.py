@@ -33,9 +33,9 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .. import clock
-from ..job import Job
-from ..router import Router
+from ..base import clock
+from ..handlers.job import Job
+from ..handlers.router import Router
 from .traffic import Group
 
 SLICE = 1.0  # seconds of work a handler does between looks at SIGTERM and the downstream

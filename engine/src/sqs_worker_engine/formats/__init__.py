@@ -1,0 +1,1 @@
+"""Message formats: payloads, envelopes, signatures, S3 offload, dead-letter records."""

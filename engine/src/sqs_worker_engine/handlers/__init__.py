@@ -1,0 +1,1 @@
+"""What a handler sees: the router, the job, its outcomes, batches."""

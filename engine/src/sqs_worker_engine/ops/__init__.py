@@ -1,0 +1,1 @@
+"""Operator tools: the producer, redrive, queue administration, example payloads."""

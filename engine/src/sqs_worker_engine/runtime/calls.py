@@ -1,0 +1,195 @@
+"""Calling a queue's handler in its executor: on the loop (async), in the pool's threads,
+in the worker's processes, or gathered into a batch (batches.Collector).
+
+Each call returns the handler's result and a future done once its work has *really*
+ended: a thread cannot be interrupted, so a cancelled or timed-out call's thread may run
+on, and whatever it holds (a handler slot, the lease) must wait for that, not for the
+cancellation. `running` counts the calls whose work has not ended.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import contextvars
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from ..base import clock
+from ..base.errors import RetryLater
+from ..handlers.batches import Collector
+from ..handlers.job import Job
+from ..handlers.outcomes import Ending, classify
+from ..handlers.router import HandlerSpec, call_sync
+from .job_spans import JobSpan
+from .processes import ProcessPool
+from .reporting import QueueReport
+
+CUT_GRACE = 0.5  # seconds a job cut off at the shutdown deadline gets to react to its cancellation
+Started = tuple[asyncio.Future[Any], asyncio.Future[None]]  # (its result, its work has ended)
+# An async handler's task runs its first step at once (Python 3.12+), not on the loop's
+# next turn: a job whose slot came free starts its handler before the loop runs the
+# bookkeeping of the jobs that ended with it, and a handler that never waits is done
+# before its caller looks. Made directly, not through a task factory on the loop.
+EAGER: dict[str, Any] = {"eager_start": True} if sys.version_info >= (3, 12) else {}
+
+
+class HandlerCalls:
+    def __init__(
+        self,
+        spec: HandlerSpec,
+        concurrency: int,
+        report: QueueReport,
+        process_pool: ProcessPool | None,
+        lease_held: Callable[[str], bool],
+    ) -> None:
+        """`lease_held(job_id)`: may a job that waited for company in a batch still run."""
+        self.spec = spec
+        self.report = report
+        self.process_pool = process_pool
+        self.lease_held = lease_held
+        self.running = 0  # handler calls whose work has not ended, settled or not (written by start only)
+        report.count_running(lambda: self.running)  # the in-flight gauge reads this count
+        self.threads = (
+            concurrent.futures.ThreadPoolExecutor(concurrency, thread_name_prefix=f"job-{report.queue}")
+            if spec.mode == "thread"
+            else None
+        )
+        self.collector = (
+            None
+            if spec.batch is None
+            else Collector(
+                self._call_batch, min(spec.batch.size, concurrency), spec.batch.wait, lambda j: lease_held(j.id)
+            )
+        )
+
+    def start(self, job: Job[Any], on_ended: Callable[[], None]) -> Started:
+        """Start the handler for `job`; `on_ended` runs once its work has really ended."""
+        loop = asyncio.get_running_loop()
+        ended: asyncio.Future[None] = loop.create_future()
+
+        def finished(_: object = None) -> None:
+            if not ended.done():
+                ended.set_result(None)
+                self.running -= 1
+                on_ended()
+
+        self.running += 1
+        if self.collector is not None:
+            result, call_ended = self.collector.submit(job)
+            call_ended.add_done_callback(finished)
+            return result, ended
+        if self.spec.mode == "async":
+            task = self._call_async(job)
+            if task.done():
+                finished()
+            else:
+                task.add_done_callback(finished)
+            return task, ended
+        if self.spec.mode == "thread":
+            assert self.threads is not None
+            cf = self.threads.submit(contextvars.copy_context().run, call_sync, self.spec.fn, job)
+        else:
+            assert self.process_pool is not None
+            cf = self.process_pool.run(call_sync, self.spec.fn, job, may_run_again=lambda: self.lease_held(job.id))
+        cf.add_done_callback(lambda _f: loop.call_soon_threadsafe(finished))
+        return asyncio.wrap_future(cf, loop=loop), ended
+
+    def _call_async(self, job: Job[Any]) -> asyncio.Future[Any]:
+        """The async handler's call as a task (eager where it can be); a handler that fails
+        when called (a wrong signature) is a failed call like any other, not a crashed life."""
+        loop = asyncio.get_running_loop()
+        try:
+            called = self.spec.fn(job)
+        except Exception as exc:
+            failed: asyncio.Future[Any] = loop.create_future()
+            failed.set_exception(exc)
+            return failed
+        if asyncio.iscoroutine(called):
+            return asyncio.Task(called, loop=loop, **EAGER)
+        awaited: asyncio.Future[Any] = asyncio.ensure_future(called)  # an awaitable, from a decorator
+        return awaited
+
+    async def call(
+        self,
+        job: Job[Any],
+        *,
+        lost: asyncio.Future[None],
+        cut: asyncio.Future[None],
+        job_timeout: float,
+        lease_gone: Callable[[], bool],
+        span: JobSpan | None,
+        on_ended: Callable[[], None],
+        on_overdue: Callable[[], None] = lambda: None,
+    ) -> Ending:
+        """Run the handler until it ends, its `job_timeout`, its lease is `lost` or the shutdown
+        `cut`; `lease_gone()`: is the lease lost now. A job that cannot be interrupted keeps
+        its lease and slot until its work returns: released earlier, it could run twice at
+        once. Only the shutdown cut stops that wait (its message is released at exit).
+        `on_overdue()`: it was cancelled (its timeout, its lease lost) and its work goes on
+        all the same: it holds a slot of the concurrency, not one of the adaptive limit."""
+        started = clock.now()
+        with span or contextlib.nullcontext():  # the span is current in the handler's task or thread
+            work, ended = self.start(job, on_ended)
+        if not work.done():  # done already: a handler that never waited (EAGER)
+            await asyncio.wait({work, lost, cut}, timeout=job_timeout, return_when=asyncio.FIRST_COMPLETED)
+        if work.done() and lease_gone():
+            return Ending("lease_lost", None, clock.now() - started)  # whatever it did: not ours now
+        if work.done():
+            error = asyncio.CancelledError() if work.cancelled() else work.exception()
+            requested = error.seconds if isinstance(error, RetryLater) else None
+            return Ending(classify(error), error, clock.now() - started, requested)
+        reason = "shutdown" if cut.done() else "lease_lost" if lost.done() else "timeout"
+        if span is not None:
+            span.event("cancelled", reason=reason, job_timeout_seconds=job_timeout)
+        job._cancel(reason)
+        work.cancel()
+        if reason == "shutdown":
+            await asyncio.wait({ended}, timeout=CUT_GRACE)
+        elif not ended.done():
+            await asyncio.wait({ended}, timeout=CUT_GRACE)  # a handler that heeds its cancellation ends here
+            if not ended.done():
+                on_overdue()
+                either: set[asyncio.Future[Any]] = {ended, cut}
+                await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+                if not ended.done():
+                    await asyncio.wait({ended}, timeout=CUT_GRACE)
+        duration = clock.now() - started
+        if reason == "timeout" and not lease_gone():
+            if not ended.done():  # cut off at shutdown while its work still runs
+                return Ending("released", None, duration)
+            return Ending("timeout", TimeoutError(f"job exceeded its timeout of {job_timeout:g} s"), duration)
+        return Ending("lease_lost" if lease_gone() else "released", None, duration)
+
+    def _call_batch(self, jobs: list[Job[Any]]) -> Started:
+        """Start a batch handler (batches.Collector calls this). In a context of its own:
+        its log lines must not carry the first job's id or span."""
+        loop = asyncio.get_running_loop()
+        ended: asyncio.Future[None] = loop.create_future()
+        self.report.batch(len(jobs))
+
+        def done(_: object = None) -> None:
+            if not ended.done():
+                ended.set_result(None)
+
+        response: asyncio.Future[Any]
+        if self.spec.mode == "async":
+            response = loop.create_task(self.spec.fn(jobs), context=contextvars.Context())
+            response.add_done_callback(done)
+        else:
+            assert self.threads is not None
+            cf = self.threads.submit(contextvars.Context().run, call_sync, self.spec.fn, jobs)
+            cf.add_done_callback(lambda _f: loop.call_soon_threadsafe(done))
+            response = asyncio.wrap_future(cf, loop=loop)
+        return response, ended
+
+    def close(self) -> None:
+        """Shutdown: what waits for a batch is called now."""
+        if self.collector is not None:
+            self.collector.close()
+
+    def shutdown(self) -> None:
+        if self.threads is not None:
+            self.threads.shutdown(wait=False, cancel_futures=True)

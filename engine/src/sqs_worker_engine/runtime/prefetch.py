@@ -1,0 +1,88 @@
+"""How far ahead of its handler slots a pool receives (WORKER_PREFETCH), by Little's law.
+
+A pool receives only for free places (slots.py). Without prefetch, a slot freed by a job
+that ended waits a whole receive round trip for its next job: at SQS's in-region latency
+(about 20 ms) a 10 ms handler would run at a third of its concurrency. With prefetch, a
+pool keeps in hand as many messages as start during one round trip at full speed:
+
+    concurrency x receive round trip / job time, plus one receive's 10 if they start soon
+
+(the 10: a receive then asks for a whole batch while that many still wait, which halves
+the requests per message at low concurrency; "soon": as many jobs start within a second,
+so slow jobs are not hoarded from the other replicas for the sake of a request), measured
+as it runs (running averages of the receives that came back with all they asked for,
+which did not wait in a long poll, and of job durations), and never more than the cap:
+WORKER_PREFETCH, by default three times the concurrency, at least 50 and at most 200 (but
+never below the concurrency), 0 turns it off. Three times: 10 ms jobs at a 20-30 ms round
+trip need two to three times the concurrency in hand; the cap bounds memory and what a
+SIGKILL strands, the target (usually far less) is what is held.
+
+A prefetched message is a delivery like any other: leased and heartbeated, counted in
+flight and against the held bound, started in the order it was received (FIFO: a group's
+order and hold-back are unchanged, a group's next message waits for the one before it),
+and released at once on SIGTERM. On SIGKILL it waits out its visibility timeout like the
+running ones: at most the cap more messages than without prefetch, and, with prefetch on,
+up to the cap more whose deletes were sent but not answered (admission.py).
+"""
+
+from __future__ import annotations
+
+import math
+
+from ..base.limits import MAX_RECEIVE_BATCH
+
+SMOOTHING = 0.2  # weight of the latest figure in each running average
+SOON_SECONDS = 1.0  # a receive's extra batch is held only if that many jobs start this soon
+# The default cap at low concurrency. Short jobs need the most: at 10 ms jobs, concurrency
+# 10 and a 30 ms round trip, 1,000 jobs a second start, 30 of them during each receive's
+# round trip, plus a receive's 10 (the target, 40); below that the slots wait for receives.
+DEFAULT_FLOOR = 50
+# Above the floor, the default cap is this many times the concurrency: 10 ms jobs at
+# concurrency 50 and a 25 ms round trip (SQS in-region, plus the receive itself) need
+# 50 / 0.01 x 0.025 + 10 = 135 in hand, and the concurrency alone (the cap before) held
+# them to about half their rate at +20 ms in the benchmark.
+DEFAULT_TIMES = 3
+# ... and at most this many, unless the concurrency is larger (the cap before: no more
+# than it was at any concurrency). One process runs at most a few thousand short jobs a
+# second: at 3,000 a second and a 30 ms round trip, 100 in hand. Messages of up to 256 KiB
+# then take 50 MiB at most.
+DEFAULT_CEILING = 200
+
+
+def default_prefetch(concurrency: int) -> int:
+    """The cap when WORKER_PREFETCH is unset: DEFAULT_TIMES the concurrency, at least
+    DEFAULT_FLOOR, at most DEFAULT_CEILING unless the concurrency is larger. What is held
+    is the measured target (prefetch_target), usually far less: the cap bounds memory and
+    what a SIGKILL can strand beyond the running jobs."""
+    return max(concurrency, DEFAULT_FLOOR, min(DEFAULT_TIMES * concurrency, DEFAULT_CEILING))
+
+
+def prefetch_target(concurrency: int, cap: int, receive_seconds: float | None, job_seconds: float | None) -> int:
+    """Messages to hold beyond the concurrency: those that start during one receive round
+    trip when every slot is busy, plus a receive's 10 if that many start within
+    SOON_SECONDS, so that the next receive can ask for a whole batch while they still
+    wait (slots.Slots.reserve); 0 until both have been measured."""
+    if cap <= 0 or receive_seconds is None or job_seconds is None:
+        return 0
+    starts_per_second = concurrency / max(job_seconds, 1e-4)
+    batch = min(MAX_RECEIVE_BATCH, math.floor(starts_per_second * SOON_SECONDS))
+    return min(cap, math.ceil(starts_per_second * receive_seconds) + batch)
+
+
+class Pace:
+    """The running averages `prefetch_target` needs."""
+
+    def __init__(self) -> None:
+        self.receive_seconds: float | None = None
+        self.job_seconds: float | None = None
+
+    def received(self, seconds: float) -> None:
+        """A receive that brought all it asked for took `seconds`, request to response."""
+        self.receive_seconds = _average(self.receive_seconds, seconds)
+
+    def ran(self, seconds: float) -> None:
+        self.job_seconds = _average(self.job_seconds, seconds)
+
+
+def _average(current: float | None, latest: float) -> float:
+    return latest if current is None else current + SMOOTHING * (latest - current)

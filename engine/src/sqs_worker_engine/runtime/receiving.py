@@ -1,0 +1,161 @@
+"""One queue's receiving: its pollers, each asking admission how many messages it may ask
+for (admission.py) and SQS for at most that many, until the stop.
+
+What comes back is handed to the pool with a ticket per message (`on_messages`). A poll
+that fails waits with backoff and tries again; one that comes back empty keeps polling if
+it is the lead poller, and otherwise waits until a receive brings messages again, so an
+idle queue costs one long poll at a time, not one per poller.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from ..base import clock
+from ..base.backoff import Backoff
+from ..base.limits import MAX_RECEIVE_BATCH
+from ..base.sqs import SqsApi
+from .admission import Admission, Ticket
+from .reporting import QueueReport
+from .settling import Polls
+
+RESPONSE_ALLOWANCE = 1.0  # seconds a ReceiveMessage response may spend in transit
+# With WORKER_WAIT_TIME_SECONDS=0 an empty queue answers at once; a poller waits this long
+# before asking again (a long poll would wait up to 20 s on SQS's side instead).
+EMPTY_SHORT_POLL_PAUSE = 1.0
+# (messages, a ticket each, when their visibility clock started)
+OnMessages = Callable[[list[dict[str, Any]], list[Ticket], float], None]
+
+
+class Receiver:
+    def __init__(
+        self,
+        client: SqsApi,
+        url: str,
+        admission: Admission,
+        polls: Polls,
+        report: QueueReport,
+        *,
+        wait_time: int,
+        visibility: int,
+        on_messages: OnMessages,
+        on_answer: Callable[[], None],
+        on_full: Callable[[float], None] | None = None,
+    ) -> None:
+        """`on_answer()`: a receive was answered (SQS can be reached: held messages may
+        start, see admission.py); `on_full(seconds)`: a receive came back with all it asked
+        for in `seconds` (it did not wait in a long poll): the prefetch's round trip
+        (prefetch.py)."""
+        self.client = client
+        self.url = url
+        self.admission = admission
+        self.polls = polls  # our long polls out: written here only (settling.py reads them)
+        self.report = report
+        self.wait_time = wait_time
+        self.visibility = visibility
+        self.on_messages = on_messages
+        self.on_answer = on_answer
+        self.on_full = on_full
+        self.tasks: list[asyncio.Task[None]] = []
+        self.fifo = url.endswith(".fifo")
+        self._retry_attempt: str | None = None  # FIFO: a failed receive's attempt id (`_attempt`)
+        self.backing_off = 0  # pollers waiting to try again after a receive failed
+        self._has_work = asyncio.Event()  # the queue had messages at the latest receive
+        self._has_work.set()
+
+    def start(self, pollers: int, name: str) -> None:
+        self.tasks = [
+            asyncio.create_task(self._poll_forever(lead=i == 0), name=f"poller-{name}-{i}") for i in range(pollers)
+        ]
+
+    @property
+    def stopping(self) -> bool:
+        return self.admission.stopping  # one fact: admission stops receiving and starting at once
+
+    def stop(self) -> None:
+        """Admission has stopped: the idle pollers wake to see that they are done."""
+        self._has_work.set()
+
+    async def wait(self, cap: float) -> None:
+        """WORKER_DRAIN_POLLS: let the last polls answer, until the loop time `cap`."""
+        pending = [task for task in self.tasks if not task.done()]
+        if pending:
+            await asyncio.wait(pending, timeout=max(0.0, cap - clock.now()))
+
+    async def cancel(self) -> None:
+        """Cancel whatever poll is still waiting (an idle queue): the drain is over."""
+        self.polls.abandoned = list(self.polls.out.values())
+        for task in self.tasks:
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+
+    def _attempt(self) -> dict[str, str]:
+        """FIFO: the next receive, whichever poller sends it, retries the latest one that
+        failed with its ReceiveRequestAttemptId, so that messages SQS handed out in an
+        answer never read come back at once, not after their visibility timeout with their
+        whole group held behind them; otherwise a new id."""
+        if not self.fifo:
+            return {}
+        attempt, self._retry_attempt = self._retry_attempt or uuid.uuid4().hex, None
+        return {"ReceiveRequestAttemptId": attempt}
+
+    async def _poll_forever(self, lead: bool) -> None:
+        backoff = Backoff(base=0.5, cap=20.0)
+        me = asyncio.current_task()
+        while not self.stopping:
+            grant = await self.admission.reserve(MAX_RECEIVE_BATCH)
+            if self.stopping or not grant.places:
+                self.admission.received(grant, 0)
+                return
+            sent = clock.now()
+            self.polls.sent(me, sent)
+            attempt = self._attempt()
+            try:
+                resp = await self.client.receive_message(
+                    QueueUrl=self.url,
+                    MaxNumberOfMessages=grant.places,
+                    WaitTimeSeconds=self.wait_time,
+                    VisibilityTimeout=self.visibility,
+                    MessageSystemAttributeNames=["All"],
+                    MessageAttributeNames=["All"],
+                    **attempt,
+                )
+            except asyncio.CancelledError:
+                self.admission.received(grant, 0)
+                raise
+            except Exception as exc:
+                self._retry_attempt = attempt.get("ReceiveRequestAttemptId")
+                self.admission.received(grant, 0)
+                delay = backoff.next_delay()
+                self.report.receive_failed(exc, delay)
+                self.backing_off += 1  # waiting out an outage: the pool rests (health.py)
+                try:
+                    await asyncio.sleep(delay)
+                finally:
+                    self.backing_off -= 1
+                continue
+            finally:
+                self.polls.answered(me)
+            backoff.reset()
+            self.report.receive_ok()
+            self.on_answer()
+            messages: list[dict[str, Any]] = [dict(m) for m in resp.get("Messages", [])]
+            tickets = self.admission.received(grant, len(messages))
+            if len(messages) == grant.places and self.on_full is not None:
+                self.on_full(clock.now() - sent)  # a full answer did not wait in a long poll
+            if messages:
+                # SQS starts a message's visibility clock when it hands the message out: during
+                # a long poll, that is just before the response, not when the request was sent.
+                # Allow a second for the response in transit, never later than the send.
+                self.on_messages(messages, tickets, max(sent, clock.now() - RESPONSE_ALLOWANCE))
+                self._has_work.set()
+            elif self.stopping:
+                return  # answered after the stop: nothing more to wait for (WORKER_DRAIN_POLLS)
+            elif not lead:
+                self._has_work.clear()
+                await self._has_work.wait()
+            elif self.wait_time == 0:
+                await asyncio.sleep(EMPTY_SHORT_POLL_PAUSE)  # a short poll answers at once: do not spin
