@@ -483,6 +483,64 @@ def before_after(results: dict[str, Any], base: dict[str, Any]) -> str:
     return "\n".join(parts)
 
 
+PREVIOUS = "benchmarks-previous.json"  # the run this one replaced, kept beside it
+
+
+def keep_previous(out: Path, plan: str) -> None:
+    """Before a run overwrites `out`'s report, keep the run it replaces (same plan only: a
+    smoke run is no measure of a full one) as PREVIOUS, for against_previous."""
+    current = out / "benchmarks.json"
+    if current.exists() and json.loads(current.read_text())["plan"]["name"] == plan:
+        (out / PREVIOUS).write_text(current.read_text())
+
+
+def against_previous(results: dict[str, Any], previous: dict[str, Any]) -> str:
+    """The generated worker's rows against the same rows of the run before this one: what
+    the engine's changes since did. Two runs, so the machine's drift is in every pair:
+    efficiency and CPU over each run's own raw loop are the figures to read."""
+    rows = []
+    for added in latencies(results):
+        for handler in latency_handlers(results, added):
+            for concurrency in concurrencies(results, handler):
+                after = find(results, "generated", handler, concurrency, added)
+                before = find(previous, "generated", handler, concurrency, added)
+                if after is None or before is None:
+                    continue
+                cpu = [cpu_vs_raw(before, previous), cpu_vs_raw(after, results)]
+                rows.append(
+                    [
+                        HANDLER_TEXT.get(handler, handler),
+                        str(concurrency),
+                        latency_text(added),
+                        f"{num(before.get('efficiency'), 2)} → {num(after.get('efficiency'), 2)}",
+                        f"{num(before['requests_per_message'], 3)} → {num(after['requests_per_message'], 3)}",
+                        f"{ratio_text(cpu[0])} → {ratio_text(cpu[1])}",
+                    ]
+                )
+    kills = [by_contender(run["kill"]).get("generated", {}) for run in (previous, results)]
+    met = [sum(1 for t in run.get("targets", []) if t["met"]) for run in (previous, results)]
+    return "\n".join(
+        [
+            f"\n## Against the previous run ({previous['date']})\n",
+            (
+                "The generated worker's rows in the run this report replaced and in this one. They are two "
+                "runs on a shared machine: read efficiency and CPU over each run's own raw loop, not raw "
+                "rates, and expect a pair to move a few points with the machine alone.\n"
+            ),
+            table(
+                ["handler", "concurrency", "latency", "efficiency", "SQS requests / message", "CPU / raw loop's"],
+                rows,
+            )
+            + "\n",
+            (
+                f"Targets met: {met[0]} → {met[1]} of {len(results.get('targets', []))}. After a SIGKILL, left in "
+                f"flight: {kills[0].get('left_in_flight', '–')} → {kills[1].get('left_in_flight', '–')}; run twice: "
+                f"{kills[0].get('processed_twice', '–')} → {kills[1].get('processed_twice', '–')}.\n"
+            ),
+        ]
+    )
+
+
 def why_missed(results: dict[str, Any]) -> str:
     """For each missed throughput target, what this run measured in its rows: how busy the
     machine was (every process: LocalStack, the proxy, the contender), the worker's own
@@ -612,7 +670,9 @@ def prefetch_section(results: dict[str, Any]) -> str:
     )
 
 
-def markdown(results: dict[str, Any], baseline: dict[str, Any] | None = None) -> str:
+def markdown(
+    results: dict[str, Any], baseline: dict[str, Any] | None = None, previous: dict[str, Any] | None = None
+) -> str:
     plan = results["plan"]
     m = results["machine"]
     labels = results["contenders"]
@@ -870,6 +930,8 @@ def markdown(results: dict[str, Any], baseline: dict[str, Any] | None = None) ->
         )
         + "\n"
     )
+    if previous:
+        add(against_previous(results, previous))
     if baseline and plan["name"] == "full":
         add(before_after(results, baseline))
     if results.get("profiles"):
@@ -1000,7 +1062,9 @@ def write(results: dict[str, Any], out: Path) -> None:
     # The figures from before the profile's fixes, kept beside the report (see before_after).
     stored = out / "benchmarks-baseline.json"
     baseline = json.loads(stored.read_text()) if stored.exists() else None
-    (out / "benchmarks.md").write_text(markdown(results, baseline))
+    kept = out / PREVIOUS
+    previous = json.loads(kept.read_text()) if kept.exists() else None
+    (out / "benchmarks.md").write_text(markdown(results, baseline, previous))
 
 
 if __name__ == "__main__":

@@ -1212,6 +1212,7 @@ def run(
         results["duration_seconds"] = round(time.monotonic() - started, 1)
         scrub(results, [str(scratch), str(project), str(ROOT), str(Path.home()), tempfile.gettempdir()])
         out.mkdir(parents=True, exist_ok=True)
+        report.keep_previous(out, plan.name)
         (out / "benchmarks.json").write_text(json.dumps(results, indent=1) + "\n")
         report.write(results, out)
     return results

@@ -158,3 +158,34 @@ def test_cpu_per_message_is_reported_over_the_raw_loops_of_the_same_run() -> Non
     assert report.cpu_vs_raw({"error": "x"}, results) is None
     assert report.cpu_vs_raw(row, {"ceiling": {"runs": []}}) is None
     assert report.ratio_text(1.25) == "1.25x" and report.ratio_text(None) == "–"
+
+
+def test_a_full_run_is_compared_with_the_full_run_it_replaces(tmp_path: Path) -> None:
+    """`make bench` keeps the report it overwrites (a run of the same plan only) and sets the
+    generated worker's rows beside it: what changed since is read from the report itself."""
+
+    def run_of(date: str, plan: str, efficiency: float, cpu_ms: float, left: int) -> dict[str, object]:
+        row = {"contender": "generated", "handler": "io10ms", "concurrency": 50, "added_ms": "20"}
+        row |= {"efficiency": efficiency, "requests_per_message": 0.2, "cpu_ms_per_message": cpu_ms}
+        return {
+            "date": date,
+            "plan": {"name": plan, "handlers": ["io10ms"], "concurrencies": [50]},
+            "added_latencies": ["0", "20"],
+            "ceiling": {"cpu_ms_per_message": 0.3, "runs": []},
+            "runs": [row],
+            "kill": [{"contender": "generated", "left_in_flight": left, "processed_twice": 0}],
+            "targets": [{"name": "a target", "met": efficiency >= 0.9}],
+        }
+
+    old, new = run_of("day one", "full", 0.48, 0.45, 15), run_of("day two", "full", 0.97, 0.39, 12)
+    (tmp_path / "benchmarks.json").write_text(json.dumps(old))
+    report.keep_previous(tmp_path, "smoke")
+    assert not (tmp_path / report.PREVIOUS).exists(), "a smoke run is no measure of a full one"
+    report.keep_previous(tmp_path, "full")
+    kept = json.loads((tmp_path / report.PREVIOUS).read_text())
+    assert kept == old
+
+    section = report.against_previous(new, kept)
+    assert "## Against the previous run (day one)" in section
+    assert "| I/O 10 ms | 50 | +20 ms | 0.48 → 0.97 | 0.200 → 0.200 | 1.50x → 1.30x |" in section
+    assert "Targets met: 0 → 1 of 1" in section and "left in flight: 15 → 12" in section
