@@ -79,6 +79,14 @@ def concurrencies(results: dict[str, Any], handler: str) -> list[int]:
     return sorted({*plan["concurrencies"], extra}) if handler == "noop" and extra else list(plan["concurrencies"])
 
 
+def scenarios(results: dict[str, Any]) -> Iterable[tuple[str, str, int]]:
+    """Every throughput row of a run as (added latency, handler, concurrency), in report order."""
+    for added in latencies(results):
+        for handler in latency_handlers(results, added):
+            for concurrency in concurrencies(results, handler):
+                yield added, handler, concurrency
+
+
 def by_contender(rows: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return {r["contender"]: r for r in rows}
 
@@ -499,24 +507,22 @@ def against_previous(results: dict[str, Any], previous: dict[str, Any]) -> str:
     the engine's changes since did. Two runs, so the machine's drift is in every pair:
     efficiency and CPU over each run's own raw loop are the figures to read."""
     rows = []
-    for added in latencies(results):
-        for handler in latency_handlers(results, added):
-            for concurrency in concurrencies(results, handler):
-                after = find(results, "generated", handler, concurrency, added)
-                before = find(previous, "generated", handler, concurrency, added)
-                if after is None or before is None:
-                    continue
-                cpu = [cpu_vs_raw(before, previous), cpu_vs_raw(after, results)]
-                rows.append(
-                    [
-                        HANDLER_TEXT.get(handler, handler),
-                        str(concurrency),
-                        latency_text(added),
-                        f"{num(before.get('efficiency'), 2)} → {num(after.get('efficiency'), 2)}",
-                        f"{num(before['requests_per_message'], 3)} → {num(after['requests_per_message'], 3)}",
-                        f"{ratio_text(cpu[0])} → {ratio_text(cpu[1])}",
-                    ]
-                )
+    for added, handler, concurrency in scenarios(results):
+        after = find(results, "generated", handler, concurrency, added)
+        before = find(previous, "generated", handler, concurrency, added)
+        if after is None or before is None:
+            continue
+        cpu = [cpu_vs_raw(before, previous), cpu_vs_raw(after, results)]
+        rows.append(
+            [
+                HANDLER_TEXT.get(handler, handler),
+                str(concurrency),
+                latency_text(added),
+                f"{num(before.get('efficiency'), 2)} → {num(after.get('efficiency'), 2)}",
+                f"{num(before['requests_per_message'], 3)} → {num(after['requests_per_message'], 3)}",
+                f"{ratio_text(cpu[0])} → {ratio_text(cpu[1])}",
+            ]
+        )
     kills = [by_contender(run["kill"]).get("generated", {}) for run in (previous, results)]
     met = [sum(1 for t in run.get("targets", []) if t["met"]) for run in (previous, results)]
     return "\n".join(
@@ -625,27 +631,25 @@ def prefetch_section(results: dict[str, Any]) -> str:
     """The worker with its default prefetch against WORKER_PREFETCH=0, row by row, from
     this one run (their turns alternate with the other contenders')."""
     rows = []
-    for added in latencies(results):
-        for handler in latency_handlers(results, added):
-            for concurrency in concurrencies(results, handler):
-                on = find(results, "generated", handler, concurrency, added)
-                off = find(results, "generated-p0", handler, concurrency, added)
-                if not (on and off):
-                    continue
-                rows.append(
-                    [
-                        latency_text(added),
-                        HANDLER_TEXT.get(handler, handler),
-                        str(concurrency),
-                        f"{num(off['throughput'])} → {num(on['throughput'])}",
-                        f"{num(on['throughput'] / off['throughput'], 2)}x" if off["throughput"] else "–",
-                        f"{num(off['efficiency'], 2)} → {num(on['efficiency'], 2)}"
-                        if on.get("efficiency") is not None and off.get("efficiency") is not None
-                        else "–",
-                        f"{num(off['requests_per_message'], 3)} → {num(on['requests_per_message'], 3)}",
-                        f"{num(off['cpu_ms_per_message'], 3)} → {num(on['cpu_ms_per_message'], 3)}",
-                    ]
-                )
+    for added, handler, concurrency in scenarios(results):
+        on = find(results, "generated", handler, concurrency, added)
+        off = find(results, "generated-p0", handler, concurrency, added)
+        if not (on and off):
+            continue
+        rows.append(
+            [
+                latency_text(added),
+                HANDLER_TEXT.get(handler, handler),
+                str(concurrency),
+                f"{num(off['throughput'])} → {num(on['throughput'])}",
+                f"{num(on['throughput'] / off['throughput'], 2)}x" if off["throughput"] else "–",
+                f"{num(off['efficiency'], 2)} → {num(on['efficiency'], 2)}"
+                if on.get("efficiency") is not None and off.get("efficiency") is not None
+                else "–",
+                f"{num(off['requests_per_message'], 3)} → {num(on['requests_per_message'], 3)}",
+                f"{num(off['cpu_ms_per_message'], 3)} → {num(on['cpu_ms_per_message'], 3)}",
+            ]
+        )
     if not rows:
         return ""
     return (
