@@ -525,13 +525,20 @@ def against_previous(results: dict[str, Any], previous: dict[str, Any]) -> str:
         )
     kills = [by_contender(run["kill"]).get("generated", {}) for run in (previous, results)]
     met = [sum(1 for t in run.get("targets", []) if t["met"]) for run in (previous, results)]
+    cpus = [run.get("machine", {}).get("cpu", "unknown") for run in (previous, results)]
+    where = (
+        "runs on a shared machine"
+        if cpus[0] == cpus[1]
+        else f"runs on different machines ({cpus[0]}, then {cpus[1]}), so not a measure of the engine"
+    )
     return "\n".join(
         [
             f"\n## Against the previous run ({previous['date']})\n",
             (
-                "The generated worker's rows in the run this report replaced and in this one. They are two "
-                "runs on a shared machine: read efficiency and CPU over each run's own raw loop, not raw "
-                "rates, and expect a pair to move a few points with the machine alone.\n"
+                f"The generated worker's rows in the run this report replaced and in this one. They are two "
+                f"{where}: read efficiency and CPU over each run's own raw loop, not raw rates, and expect a "
+                "pair to move a few points with the machine alone. `make bench-versions` runs two versions "
+                "side by side in one run.\n"
             ),
             table(
                 ["handler", "concurrency", "latency", "efficiency", "SQS requests / message", "CPU / raw loop's"],

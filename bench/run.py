@@ -998,10 +998,27 @@ def tool_env() -> dict[str, str]:
     return env
 
 
-def bake(into: Path) -> Path:
-    from cookiecutter.main import cookiecutter
+def bake(into: Path, template: Path = ROOT) -> Path:
+    """Bake the default service from `template` (this checkout, or another version of it
+    unpacked elsewhere) into `into`, and install it with its own engine."""
+    if template == ROOT:
+        from cookiecutter.main import cookiecutter
 
-    project = Path(cookiecutter(str(ROOT), no_input=True, output_dir=str(into)))
+        project = Path(cookiecutter(str(ROOT), no_input=True, output_dir=str(into)))
+    else:
+        # In a process of its own, started in the template: cookiecutter imports the
+        # template's local_extensions by name, and this process (or a checkout in the
+        # working directory) would hand it this checkout's, whose engine path it names.
+        into.mkdir(parents=True, exist_ok=True)
+        before = set(into.iterdir())
+        subprocess.run(
+            [sys.executable, "-m", "cookiecutter", "--no-input", "--output-dir", str(into), str(template)],
+            cwd=template,
+            env=tool_env(),
+            check=True,
+            capture_output=True,
+        )
+        (project,) = set(into.iterdir()) - before
     env = tool_env()
     result = subprocess.run(["make", "install"], cwd=project, env=env, capture_output=True, text=True, check=False)
     if result.returncode != 0:

@@ -189,3 +189,57 @@ def test_a_full_run_is_compared_with_the_full_run_it_replaces(tmp_path: Path) ->
     assert "## Against the previous run (day one)" in section
     assert "| I/O 10 ms | 50 | +20 ms | 0.48 → 0.97 | 0.200 → 0.200 | 1.50x → 1.30x |" in section
     assert "Targets met: 0 → 1 of 1" in section and "left in flight: 15 → 12" in section
+    assert "runs on a shared machine" in section
+    kept["machine"], new["machine"] = {"cpu": "Intel(R) Xeon(R) Processor"}, {"cpu": "AMD EPYC"}
+    assert "runs on different machines (Intel(R) Xeon(R) Processor, then AMD EPYC)" in report.against_previous(
+        new, kept
+    )
+
+
+def test_versions_side_by_side_are_read_as_ratios_within_each_round() -> None:
+    """bench/versions.py: a version's figure over this checkout's is taken within each round
+    (the machine's drift falls on both alike) and the median of those ratios reported; a run
+    that gave no figure is left out of both."""
+    import versions
+
+    def row(version: str, round_: int, rate: float, cpu: float) -> dict[str, object]:
+        return {
+            "version": version,
+            "round": round_,
+            "handler": "noop",
+            "concurrency": 8,
+            "added_ms": "0",
+            "throughput": rate,
+            "efficiency": rate / 1000,
+            "requests_per_message": 0.2,
+            "cpu_ms_per_message": cpu,
+            "cpu_vs_raw": cpu / 0.4,
+        }
+
+    measured = [
+        row("old", 1, 900, 0.50), row(versions.NOW, 1, 1000, 0.40),
+        row("old", 2, 450, 1.00), row(versions.NOW, 2, 500, 0.80),  # a busy round: both slower
+        row("old", 3, 990, 0.44), row(versions.NOW, 3, 1100, 0.40),
+        {"version": "old", "round": 4, "handler": "noop", "concurrency": 8, "added_ms": "0", "error": "x"},
+    ]  # fmt: skip
+    summary = {s["version"]: s for s in versions.summarise(measured, ("old", versions.NOW))}
+    old, now = summary["old"], summary[versions.NOW]
+    assert old["rounds"] == 3 and now["rounds"] == 3
+    assert old["throughput"] == 900 and now["throughput"] == 1000
+    assert abs(old["throughput_vs_now"] - 0.9) < 1e-9 and abs(old["cpu_vs_now"] - 1.25) < 1e-9
+    assert now["throughput_vs_now"] == 1.0 and now["cpu_vs_now"] == 1.0
+    text = versions.markdown(
+        {
+            "versions": [{"ref": "old", "commit": "abc1234"}, {"ref": versions.NOW, "commit": versions.NOW}],
+            "date": "today",
+            "rounds": 3,
+            "duration_seconds": 600,
+            "machine": {"cpu": "AMD EPYC", "cores": 2},
+            "ceiling": 1000.0,
+            "raw_cpu_ms": 0.4,
+            "summary": list(summary.values()),
+            "runs": measured,
+        }
+    )
+    assert "| no-op | 8 | the emulator's latency | old | 900 | 0.90 | 0.200 | 0.500 | 1.25x | 0.90x | 1.25x |" in text
+    assert "1 run(s) gave no figure" in text

@@ -1,0 +1,241 @@
+#!/usr/bin/env python3
+"""The generated worker on two or more versions of the engine, side by side in one run.
+
+    python bench/versions.py REF [REF ...] [--rounds N] [--out DIR]
+    make bench-versions REFS="REF [REF ...]"
+
+Two full `make bench` runs on a shared machine differ by more than most engine changes do
+(docs/benchmarks.md, "Against the previous run"), and two runs on different machines say
+nothing at all. This runs the versions against each other instead: each REF (a commit, tag
+or branch of this repository) is unpacked from git and baked from its own template with its
+own engine; this checkout's working tree comes last, as "now". One LocalStack, one counting
+proxy, the run.py bench for every run, and in each round every version takes its turn at
+every row, the order rotating, so the machine's drift falls on all of them alike.
+
+The rows are the ones the short-jobs targets live in: no-op at concurrency 8 and 50 and
+I/O 10 ms at 50 and 100, at the emulator's latency and with 20 ms added to every request.
+For each version and row: msg/s, efficiency (over the handler's bound or, for no-op, the
+raw batched loop measured in this run), SQS requests and CPU per message, and CPU over the
+raw loop's; the median over the rounds, and each version's msg/s and CPU per message over
+now's in the same round (median of those ratios). Writes benchmarks-versions.md and .json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from io import BytesIO
+from pathlib import Path
+from typing import Any
+
+import run  # bench/run.py: the bench itself (its directory is first on sys.path)
+from sqs_worker_engine import localstack
+
+NOW = "now"
+ROWS: tuple[tuple[str, int, tuple[float, float]], ...] = tuple(
+    (handler, concurrency, added)
+    for added in ((0.0, 0.0), (0.02, 0.02))
+    for handler, concurrency in (("noop", 8), ("noop", 50), ("io10ms", 50), ("io10ms", 100))
+)
+
+
+def unpack(ref: str, into: Path) -> tuple[Path, str]:
+    """This repository at `ref`, as files (git archive), and its short commit."""
+    commit = subprocess.run(
+        ["git", "-C", str(run.ROOT), "rev-parse", "--short", f"{ref}^{{commit}}"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if commit.returncode != 0:
+        raise SystemExit(f"{ref!r} is not a commit of this repository: {commit.stderr.strip()}")
+    tree = into / f"src-{commit.stdout.strip()}"
+    archive = subprocess.run(["git", "-C", str(run.ROOT), "archive", ref], capture_output=True, check=True).stdout
+    with tarfile.open(fileobj=BytesIO(archive)) as tar:
+        tar.extractall(tree, filter="data")
+    return tree, commit.stdout.strip()
+
+
+def _median(rows: list[dict[str, Any]], key: str) -> float | None:
+    values = [r[key] for r in rows if r.get(key) is not None]
+    return statistics.median(values) if values else None
+
+
+def _over(rows: list[dict[str, Any]], now: dict[int, dict[str, Any]], key: str) -> float | None:
+    """The median over the rounds of a row's figure over now's in the same round."""
+    ratios = [r[key] / now[r["round"]][key] for r in rows if r["round"] in now and now[r["round"]].get(key)]
+    return statistics.median(ratios) if ratios else None
+
+
+def summarise(measured: list[dict[str, Any]], versions: Sequence[str]) -> list[dict[str, Any]]:
+    """Per row and version: medians over the rounds, and ratios to now's run of the same round."""
+    out = []
+    for handler, concurrency, added in ROWS:
+        label = run.latency_label(added)
+        rows = [
+            r
+            for r in measured
+            if (r["handler"], r["concurrency"], r["added_ms"]) == (handler, concurrency, label) and r.get("throughput")
+        ]
+        now = {r["round"]: r for r in rows if r["version"] == NOW}
+        for version in versions:
+            mine = [r for r in rows if r["version"] == version]
+            if mine:
+                out.append(
+                    {
+                        "handler": handler,
+                        "concurrency": concurrency,
+                        "added_ms": label,
+                        "version": version,
+                        "rounds": len(mine),
+                        **{k: _median(mine, k) for k in ("throughput", "efficiency", "requests_per_message")},
+                        **{k: _median(mine, k) for k in ("cpu_ms_per_message", "cpu_vs_raw")},
+                        "throughput_vs_now": _over(mine, now, "throughput"),
+                        "cpu_vs_now": _over(mine, now, "cpu_ms_per_message"),
+                    }
+                )
+    return out
+
+
+def markdown(results: dict[str, Any]) -> str:
+    versions = results["versions"]
+    names = ", ".join(f"`{v['ref']}` ({v['commit']})" if v["ref"] != NOW else "now (this checkout)" for v in versions)
+    lines = [
+        "# The generated worker on versions of the engine, side by side",
+        "",
+        (
+            f"Run of {results['date']} ({results['rounds']} rounds, {results['duration_seconds'] / 60:.0f} min), "
+            f"by `bench/versions.py`: {names}. Each version baked from its own template with its own engine; "
+            "in every round each version ran every row in turn, the order rotating. Medians over the rounds; "
+            "*over now* is each version's figure over now's in the same round (median of those ratios)."
+        ),
+        "",
+        (
+            f"Machine: {results['machine']['cpu']}, {results['machine']['cores']} cores. Raw batched loop, "
+            f"this run: {results['ceiling']:.0f} msg/s, {results['raw_cpu_ms']:.3f} ms CPU per message."
+        ),
+        "",
+        (
+            "| handler | concurrency | latency | version | msg/s | efficiency | SQS requests / message "
+            "| CPU ms / message | CPU / raw loop's | msg/s over now | CPU over now |"
+        ),
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+
+    def f(value: float | None, spec: str, suffix: str = "") -> str:
+        return "" if value is None else f"{value:{spec}}{suffix}"
+
+    for row in results["summary"]:
+        latency = "the emulator's latency" if row["added_ms"] == "0" else f"+{row['added_ms']} ms"
+        lines.append(
+            f"| {run.report.HANDLER_TEXT.get(row['handler'], row['handler'])} | {row['concurrency']} | {latency} | {row['version']} "
+            f"| {f(row['throughput'], '.0f')} | {f(row['efficiency'], '.2f')} | {f(row['requests_per_message'], '.3f')} "
+            f"| {f(row['cpu_ms_per_message'], '.3f')} | {f(row['cpu_vs_raw'], '.2f', 'x')} "
+            f"| {f(row['throughput_vs_now'], '.2f', 'x')} | {f(row['cpu_vs_now'], '.2f', 'x')} |"
+        )
+    failed = [r for r in results["runs"] if not r.get("throughput")]
+    if failed:
+        lines += ["", f"{len(failed)} run(s) gave no figure:"]
+        lines += [
+            f"- {r['version']} {r['handler']} c={r['concurrency']} +{r['added_ms']} ms: {r.get('error')}"
+            for r in failed
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def measure(refs: Sequence[str], rounds: int, out: Path, log: Callable[[str], None]) -> dict[str, Any]:
+    plan = run.PLANS["quick"]
+    started = time.monotonic()
+    with contextlib.ExitStack() as stack:
+        scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="sqs-bench-versions-")))
+        benches: dict[str, run.Bench] = {}
+        versions = []
+        ls = localstack.ensure()
+        stack.callback(ls.stop)  # stops it only if it was started here
+        faultproxy = run.load_module("bench_faultproxy", run.ENGINE / "tests" / "faultproxy.py")
+        for ref in [*refs, NOW]:
+            if ref == NOW:
+                template, commit = run.ROOT, NOW
+            else:
+                template, commit = unpack(ref, scratch)
+            log(f"baking and installing {ref} ({commit})")
+            project = run.bake(scratch / f"bake-{commit}", template)
+            work = scratch / f"runs-{commit}"
+            work.mkdir()
+            benches[ref] = run.Bench(plan, project, run.package_name(project), ls.endpoint, work, faultproxy)
+            versions.append({"ref": ref, "commit": commit})
+        first = benches[NOW]
+        log("raw batched loop (the emulator's ceiling and the CPU floor)")
+        ceiling_runs = first.measure_ceiling()
+        raw_cpu_ms = run.report.raw_cpu_ms({"ceiling": {"runs": ceiling_runs}})
+        if not first.ceiling or raw_cpu_ms is None:
+            raise SystemExit(f"the raw loop could not run: {ceiling_runs}")
+        for bench in benches.values():
+            bench.ceiling, bench.raw_cpu_ms = first.ceiling, raw_cpu_ms
+        names = tuple(benches)
+        measured: list[dict[str, Any]] = []
+        turn = 0
+        for round_ in range(1, rounds + 1):
+            for handler, concurrency, added in ROWS:
+                for ref in run.rotation(names, turn):
+                    bench = benches[ref]
+                    bench.added = added
+                    row = bench.throughput("generated", handler, concurrency)
+                    row.update(version=ref, round=round_)
+                    if row.get("throughput"):
+                        row["efficiency"] = row["throughput"] / bench.ideal(handler, concurrency)
+                        row["cpu_vs_raw"] = row["cpu_ms_per_message"] / raw_cpu_ms
+                    measured.append(row)
+                    log(f"round {round_} {ref:>10} +{row['added_ms']:>2} ms " + run.describe(row, raw_cpu_ms))
+                turn += 1
+        results: dict[str, Any] = {
+            "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+            "machine": run.machine(first, ls.endpoint),
+            "versions": versions,
+            "rounds": rounds,
+            "ceiling": first.ceiling,
+            "raw_cpu_ms": raw_cpu_ms,
+            "ceiling_runs": ceiling_runs,
+            "runs": measured,
+            "summary": summarise(measured, names),
+        }
+        results["duration_seconds"] = round(time.monotonic() - started, 1)
+        run.scrub(results, [str(scratch), str(run.ROOT), str(Path.home()), tempfile.gettempdir()])
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "benchmarks-versions.json").write_text(json.dumps(results, indent=1) + "\n")
+    (out / "benchmarks-versions.md").write_text(markdown(results))
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("refs", nargs="+", help="commits, tags or branches to set beside this checkout")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of every row on every version (default 3)")
+    parser.add_argument("--out", type=Path, default=run.ROOT / "docs", help="where the report goes (default: docs/)")
+    args = parser.parse_args(argv)
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
+
+    def log(text: str) -> None:
+        print(f"[versions {time.strftime('%H:%M:%S')}] {text}", flush=True)
+
+    # Each run ends by killing its worker mid-request: the proxy would log every dropped
+    # connection as an error.
+    logging.getLogger("aiohttp.server").setLevel(logging.CRITICAL)
+    results = measure(args.refs, args.rounds, args.out, log)
+    print(markdown(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
