@@ -51,7 +51,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import threading
 import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -125,8 +124,6 @@ def make_job(
         envelope=envelope,
         resources=resources,
         logger=logging.getLogger(f"sqs_worker_engine.testing.{queue}"),
-        _cancel_flag=threading.Event(),
-        _stop_flag=threading.Event(),
     )
 
 

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from sqs_worker_engine.base import clock
 from sqs_worker_engine.runtime.admission import Admission, Grant, Ticket
 from sqs_worker_engine.runtime.throttle import SPACING_MARGIN, StartWindow
+from sqs_worker_engine.runtime.tickets import LEGAL, SIZED, TicketBook
 
 # One step: a message of group 0-2 arrives, a running job of it ends, a waiting one leaves.
 steps = st.lists(st.tuples(st.sampled_from(["arrive", "end", "leave"]), st.integers(0, 2)), max_size=60)
@@ -337,3 +338,20 @@ def test_a_life_cancelled_after_its_turn_came_gives_its_slot_back() -> None:
         assert (admission.running, admission.held, admission.in_use) == (0, 0, 0)
 
     asyncio.run(play())
+
+
+@given(walk=st.lists(st.tuples(st.integers(0, 4), st.integers(0, 10)), max_size=80))
+def test_the_book_counts_what_its_phases_hold_after_any_walk_of_legal_moves(walk: list[tuple[int, int]]) -> None:
+    """The sizes TicketBook keeps as it moves tickets (running, in use, held) are always the
+    sizes of the phases' sets: a walk of legal moves over five tickets, each step one of
+    the edges its ticket's phase has (picked by index), checked against a count by hand."""
+    book = TicketBook()
+    tickets = book.issue(book.grant(5, probe=False), 5, promised=False)
+    for which, pick in walk:
+        ticket = tickets[which]
+        edges = sorted(LEGAL[ticket.phase], key=lambda p: p.value)
+        if edges:
+            book.move(ticket, edges[pick % len(edges)])
+        for phases in SIZED:
+            assert book.count(phases) == sum(t.phase in phases for t in tickets), (phases, [t.phase for t in tickets])
+    assert book.running == sum(t.running for t in tickets)

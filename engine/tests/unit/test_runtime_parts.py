@@ -128,9 +128,7 @@ def test_router_registration_rules() -> None:
 
 
 def test_job_cancellation_signal() -> None:
-    import threading
-
-    job: Job[Any] = Job("1", "q", "{}", {}, {}, {}, 3, 4, "w", _cancel_flag=threading.Event())
+    job: Job[Any] = Job("1", "q", "{}", {}, {}, {}, 3, 4, "w")
     assert job.retry_count == 2 and not job.cancelled
     job.raise_if_cancelled()
     job._cancel("shutdown")

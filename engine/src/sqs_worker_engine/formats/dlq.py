@@ -31,6 +31,7 @@ import json
 import math
 import re
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from ..base.sqs import SqsApi
@@ -123,11 +124,13 @@ def system_arguments(message: dict[str, Any], fifo: bool, default_group: str) ->
     return arguments
 
 
-def original_attributes(message: dict[str, Any]) -> dict[str, Any]:
-    """The message attributes `message` had before the worker dead-lettered it: the
-    worker's record taken off, what it moved aside put back. Any other message's as they
-    are. Not a trust decision: whatever comes back, a producer could have set."""
-    return _unwrap(dict(message.get("MessageAttributes") or {}))[0]
+def original_attributes(attributes: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A received message's `MessageAttributes` as they were before the worker
+    dead-lettered it: the worker's record taken off, what it moved aside put back. Any
+    other message's as they are. Given the attributes alone, not the message: unfolding
+    them needs nothing else. Not a trust decision: whatever comes back, a producer could
+    have set."""
+    return _unwrap(dict(attributes or {}))[0]
 
 
 def worker_record(message: dict[str, Any]) -> dict[str, Any] | None:

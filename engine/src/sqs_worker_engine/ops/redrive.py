@@ -303,7 +303,7 @@ def copy_entry(index: int, message: dict[str, Any], fifo: bool) -> dict[str, Any
     """The SendMessageBatch entry that puts a DLQ message back as it was first sent: its
     attributes without the worker's record and with those the worker moved aside, its
     AWSTraceHeader and its MessageGroupId (FIFO order, or a fair queue's tenant)."""
-    attrs = original_attributes(message)
+    attrs = original_attributes(message.get("MessageAttributes"))
     entry: dict[str, Any] = {"Id": str(index), "MessageBody": message["Body"]}
     if attrs:
         entry["MessageAttributes"] = attrs

@@ -39,6 +39,11 @@ class State(Enum):
     RELEASED = "released"  # visible again at once, confirmed
     LOST = "lost"  # the handle must never be used again
 
+    # Members are singletons compared by identity: hash them by identity too. Enum's own
+    # __hash__ is a Python-level call (the name's hash), and the sets of these are asked
+    # a dozen times a message: 110 ns a lookup, against 34.
+    __hash__ = object.__hash__
+
 
 LEGAL: dict[State, frozenset[State]] = {
     State.RECEIVED: frozenset({State.RUNNING, State.SETTLING, State.LOST}),
@@ -101,6 +106,11 @@ class Delivery:
     @property
     def receive_count(self) -> int:
         return int(self.message.get("Attributes", {}).get("ApproximateReceiveCount", "1"))
+
+    def age(self, now_wall: float) -> float | None:
+        """Seconds since SQS says the message was sent (wall clock), None if it did not say."""
+        sent_ms = self.message.get("Attributes", {}).get("SentTimestamp")
+        return None if sent_ms is None else max(0.0, now_wall - int(sent_ms) / 1000)
 
     @property
     def group(self) -> str | None:

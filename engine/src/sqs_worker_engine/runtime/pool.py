@@ -237,7 +237,9 @@ class QueuePool:
             run = Run(delivery, attempt=delivery.receive_count, ticket=ticket)
             self.runs.add(run)
             runs.append(run)
-            oldest = max(oldest, self.report.claimed(delivery, now_wall))
+            age = delivery.age(now_wall)
+            self.report.claimed(delivery.message_id, delivery.receive_count, age)
+            oldest = max(oldest, age or 0.0)
         self.received.note(len(messages), oldest)
         if self.info.fifo:
             groups: dict[str | None, list[Run]] = {}

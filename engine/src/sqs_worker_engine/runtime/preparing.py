@@ -10,7 +10,6 @@ another attempt, and a message whose lease went meanwhile must not start at all
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -79,13 +78,11 @@ class Preparer:
             large_payload=payload.pointer,
             attributes=dict(message.get("Attributes", {})),
             # As first sent: a record of the worker's, brought back by a move task, unfolded.
-            message_attributes=original_attributes(message),
+            message_attributes=original_attributes(message.get("MessageAttributes")),
             receive_count=attempt,
             max_retries=None if self.max_receive is None else self.max_receive - 1,
             worker_id=self.worker_id,
             logger=get_logger(),
-            _cancel_flag=threading.Event(),
-            _stop_flag=threading.Event(),
             _on_progress=self.progress(delivery.message_id),
         )
 

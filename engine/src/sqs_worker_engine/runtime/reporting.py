@@ -22,7 +22,6 @@ from ..base.health import Health
 from ..base.sqs import NOT_FOUND_CODES, error_code
 from ..handlers.outcomes import OUTCOMES, Ending, describe
 from .adaptive import Limit, worth_telling
-from .delivery import Delivery
 
 log = logging.getLogger("sqs_worker_engine.pool")
 
@@ -150,16 +149,13 @@ class QueueReport:
 
     # -- each job ---------------------------------------------------------------------
 
-    def claimed(self, delivery: Delivery, now_wall: float) -> float:
-        """A message was received; returns its age in seconds (0 if SQS did not say)."""
-        self._receive_count.observe(delivery.receive_count)
-        age = 0.0
-        sent_ms = delivery.message.get("Attributes", {}).get("SentTimestamp")
-        if sent_ms is not None:
-            age = max(0.0, now_wall - int(sent_ms) / 1000)
+    def claimed(self, job_id: str, receive_count: int, age: float | None) -> None:
+        """A message was received: its receive count, and its age when SQS said when it was
+        sent. Told the facts, not handed the message: reporting never reads one."""
+        self._receive_count.observe(receive_count)
+        if age is not None:
             self._age.observe(age)
-        self.events.emit("job:claimed", worker_id=self.worker_id, job_id=delivery.message_id, queue=self.queue)
-        return age
+        self.events.emit("job:claimed", worker_id=self.worker_id, job_id=job_id, queue=self.queue)
 
     def started(self, job_id: str) -> None:
         self.events.emit("job:started", worker_id=self.worker_id, job_id=job_id, queue=self.queue)

@@ -42,6 +42,11 @@ class Phase(Enum):
     SENT = "sent"  # its delete is sent: its place given back before SQS answers (delete_sent)
     CLOSED = "closed"  # holds nothing
 
+    # Members are singletons compared by identity: hash them by identity too. Enum's own
+    # __hash__ is a Python-level call (the name's hash), and the sets of these are asked
+    # a dozen times a message: 110 ns a lookup, against 34.
+    __hash__ = object.__hash__
+
 
 LEGAL: dict[Phase, frozenset[Phase]] = {
     Phase.ARRIVING: frozenset({Phase.READY}),
@@ -61,6 +66,9 @@ LINE = frozenset({Phase.WAITING, Phase.LENT})  # wait in line for a start
 IN_USE = frozenset({Phase.ARRIVING, Phase.READY, Phase.WAITING}) | SLOT  # what the prefetch target bounds
 HELD = frozenset(Phase) - {Phase.SENT, Phase.CUT, Phase.CLOSED}  # hold a place of the hard bound
 GONE = frozenset({Phase.CUT, Phase.CLOSED})  # closed: its message has left the pool
+# The sets admission asks the size of several times a message: `move` keeps their sizes as
+# it moves a ticket, so that asking costs a lookup, not a sum over the phases.
+SIZED = (SLOT, IN_USE, HELD)
 
 
 class IllegalMoveError(RuntimeError):
@@ -121,8 +129,12 @@ class TicketBook:
         # only; no ticket exists for them yet).
         self.reserved = 0
         self._seq = 0  # the latest ticket's receive order (written by issue)
+        self._sizes = dict.fromkeys(SIZED, 0)  # the tickets in each of SIZED (written by issue and move)
 
     def count(self, phases: frozenset[Phase]) -> int:
+        size = self._sizes.get(phases)
+        if size is not None:
+            return size
         return sum(len(self._in[phase]) for phase in phases if phase is not Phase.CLOSED)
 
     @property
@@ -158,6 +170,9 @@ class TicketBook:
             ticket = Ticket(self._seq, promised=promised)
             self._in[Phase.ARRIVING].add(ticket)
             tickets.append(ticket)
+        for phases in SIZED:
+            if Phase.ARRIVING in phases:
+                self._sizes[phases] += got
         return tickets
 
     def overdue(self, ticket: Ticket) -> bool:
@@ -175,6 +190,9 @@ class TicketBook:
         self._in[was].discard(ticket)
         if to is not Phase.CLOSED:
             self._in[to].add(ticket)
+        for phases in SIZED:
+            if (was in phases) is not (to in phases):
+                self._sizes[phases] += 1 if to in phases else -1
         if was in LINE and to not in LINE:
             self.line.remove(ticket)
         elif to in LINE and was not in LINE:
