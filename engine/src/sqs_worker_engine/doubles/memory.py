@@ -463,7 +463,10 @@ class MemorySQS:
         redrive = queue.redrive()
         taken: list[dict[str, Any]] = []
         blocked: set[str | None] = set()  # FIFO groups whose earliest message is hidden
-        for message in list(queue.messages.values()):
+        dead: list[_Message] = []  # moved to the DLQ once the walk is over (it edits the dict)
+        # The walk stops at `most`: copying the whole queue each receive made a deep backlog
+        # cost every receive its length.
+        for message in queue.messages.values():
             if len(taken) >= most:
                 break
             if queue.fifo and message.group in blocked:
@@ -473,7 +476,7 @@ class MemorySQS:
                     blocked.add(message.group)
                 continue
             if redrive is not None and message.receive_count >= redrive[1]:
-                self._move_to_dlq(queue, message, redrive[0])
+                dead.append(message)
                 continue
             message.receive_count += 1
             self.receipts[message.body] = self.receipts.get(message.body, 0) + 1
@@ -482,6 +485,9 @@ class MemorySQS:
             if message.first_received is None:
                 message.first_received = now
             taken.append(message.describe())
+        if redrive is not None:
+            for message in dead:
+                self._move_to_dlq(queue, message, redrive[0])
         return taken
 
     def _move_to_dlq(self, queue: _Queue, message: _Message, dlq_arn: str) -> None:
