@@ -77,6 +77,19 @@ def _over(rows: list[dict[str, Any]], now: dict[int, dict[str, Any]], key: str) 
     return statistics.median(ratios) if ratios else None
 
 
+def checkout_revision() -> str:
+    """This checkout's short commit, "+changes" when its template or engine differ from it."""
+    git = ["git", "-C", str(run.ROOT)]
+    head = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False)
+    changed = subprocess.run(
+        [*git, "status", "--porcelain", "--", "{{cookiecutter.project_slug}}", "engine/src", "engine/pyproject.toml"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return (head.stdout.strip() or "unknown") + ("+changes" if changed.stdout.strip() else "")
+
+
 def summarise(measured: list[dict[str, Any]], versions: Sequence[str]) -> list[dict[str, Any]]:
     """Per row and version: medians over the rounds, and ratios to now's run of the same round."""
     out = []
@@ -109,7 +122,9 @@ def summarise(measured: list[dict[str, Any]], versions: Sequence[str]) -> list[d
 
 def markdown(results: dict[str, Any]) -> str:
     versions = results["versions"]
-    names = ", ".join(f"`{v['ref']}` ({v['commit']})" if v["ref"] != NOW else "now (this checkout)" for v in versions)
+    names = ", ".join(
+        f"`{v['ref']}` ({v['commit']})" if v["ref"] != NOW else f"now (this checkout, {v['commit']})" for v in versions
+    )
     lines = [
         "# The generated worker on versions of the engine, side by side",
         "",
@@ -163,14 +178,14 @@ def measure(refs: Sequence[str], rounds: int, out: Path, log: Callable[[str], No
         ls = localstack.ensure()
         stack.callback(ls.stop)  # stops it only if it was started here
         faultproxy = run.load_module("bench_faultproxy", run.ENGINE / "tests" / "faultproxy.py")
-        for ref in [*refs, NOW]:
+        for i, ref in enumerate([*refs, NOW]):
             if ref == NOW:
-                template, commit = run.ROOT, NOW
+                template, commit = run.ROOT, checkout_revision()
             else:
                 template, commit = unpack(ref, scratch)
             log(f"baking and installing {ref} ({commit})")
-            project = run.bake(scratch / f"bake-{commit}", template)
-            work = scratch / f"runs-{commit}"
+            project = run.bake(scratch / f"bake-{i}", template)
+            work = scratch / f"runs-{i}"
             work.mkdir()
             benches[ref] = run.Bench(plan, project, run.package_name(project), ls.endpoint, work, faultproxy)
             versions.append({"ref": ref, "commit": commit})
