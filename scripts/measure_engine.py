@@ -27,6 +27,7 @@ TEST_DIRS = (ROOT / "tests", ROOT / "engine" / "tests")
 MAX_CLASS = 350
 MAX_FUNCTION = 80
 MAX_TEST_FILE = 800
+MAX_WAY_MODULES = 6  # the modules a message passes from receive to settled
 
 
 def _layer_order() -> tuple[str, ...]:
@@ -379,7 +380,10 @@ def main() -> int:
     print(f"  stops ({len(stops)}, a run of the same stop counted once):")
     for i, stop in enumerate(stops, 1):
         print(f"  {i:4d} {stop}")
-    print(f"  distinct modules: {len(distinct)} ({', '.join(distinct)})")
+    print(
+        f"  distinct modules: {len(distinct)} (target: at most {MAX_WAY_MODULES}, {verdict(len(distinct) <= MAX_WAY_MODULES)})"
+    )
+    print(f"    {', '.join(distinct)}")
     print(f"  climbs back up (returns to a module it had left): {climbs(stops)}")
     return 0
 
