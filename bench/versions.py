@@ -26,6 +26,7 @@ import argparse
 import contextlib
 import json
 import logging
+import os
 import statistics
 import subprocess
 import sys
@@ -71,10 +72,9 @@ def _median(rows: list[dict[str, Any]], key: str) -> float | None:
     return statistics.median(values) if values else None
 
 
-def _over(rows: list[dict[str, Any]], now: dict[int, dict[str, Any]], key: str) -> float | None:
-    """The median over the rounds of a row's figure over now's in the same round."""
-    ratios = [r[key] / now[r["round"]][key] for r in rows if r["round"] in now and now[r["round"]].get(key)]
-    return statistics.median(ratios) if ratios else None
+def _over(rows: list[dict[str, Any]], now: dict[int, dict[str, Any]], key: str) -> list[float]:
+    """A row's figure over now's in the same round, one ratio a round."""
+    return [r[key] / now[r["round"]][key] for r in rows if r["round"] in now and now[r["round"]].get(key)]
 
 
 def checkout_revision() -> str:
@@ -88,6 +88,14 @@ def checkout_revision() -> str:
         check=False,
     )
     return (head.stdout.strip() or "unknown") + ("+changes" if changed.stdout.strip() else "")
+
+
+def _spread(ratios: list[float]) -> dict[str, float | None]:
+    """The median of the rounds' ratios, and their lowest and highest: how far the machine
+    moved one version against the other from one round to the next."""
+    if not ratios:
+        return {"": None, "_low": None, "_high": None}
+    return {"": statistics.median(ratios), "_low": min(ratios), "_high": max(ratios)}
 
 
 def summarise(measured: list[dict[str, Any]], versions: Sequence[str]) -> list[dict[str, Any]]:
@@ -113,11 +121,18 @@ def summarise(measured: list[dict[str, Any]], versions: Sequence[str]) -> list[d
                         "rounds": len(mine),
                         **{k: _median(mine, k) for k in ("throughput", "efficiency", "requests_per_message")},
                         **{k: _median(mine, k) for k in ("cpu_ms_per_message", "cpu_vs_raw")},
-                        "throughput_vs_now": _over(mine, now, "throughput"),
-                        "cpu_vs_now": _over(mine, now, "cpu_ms_per_message"),
+                        **{
+                            f"{name}_vs_now{part}": value
+                            for name, key in (("throughput", "throughput"), ("cpu", "cpu_ms_per_message"))
+                            for part, value in _spread(_over(mine, now, key)).items()
+                        },
                     }
                 )
     return out
+
+
+def load(averages: list[float] | None) -> str:
+    return "unknown" if not averages else f"{averages[0]:.1f}"
 
 
 def markdown(results: dict[str, Any]) -> str:
@@ -136,8 +151,12 @@ def markdown(results: dict[str, Any]) -> str:
         ),
         "",
         (
-            f"Machine: {results['machine']['cpu']}, {results['machine']['cores']} cores. Raw batched loop, "
-            f"this run: {results['ceiling']:.0f} msg/s, {results['raw_cpu_ms']:.3f} ms CPU per message."
+            f"Machine: {results['machine']['cpu']}, {results['machine']['cores']} cores; load average "
+            f"{load(results['machine'].get('load_average_at_start'))} when the rounds began, "
+            f"{load(results.get('load_average_at_end'))} at the end. Raw batched loop, "
+            f"this run: {results['ceiling']:.0f} msg/s, {results['raw_cpu_ms']:.3f} ms CPU per message. "
+            "In brackets, the lowest and highest of the rounds' ratios: a difference inside that spread "
+            "is the machine's as much as the engine's."
         ),
         "",
         (
@@ -150,13 +169,19 @@ def markdown(results: dict[str, Any]) -> str:
     def f(value: float | None, spec: str, suffix: str = "") -> str:
         return "" if value is None else f"{value:{spec}}{suffix}"
 
+    def over(row: dict[str, Any], name: str) -> str:
+        median, low, high = (row.get(f"{name}_vs_now{part}") for part in ("", "_low", "_high"))
+        if median is None:
+            return ""
+        return f"{median:.2f}x" if low == high else f"{median:.2f}x ({low:.2f}-{high:.2f})"
+
     for row in results["summary"]:
         latency = "the emulator's latency" if row["added_ms"] == "0" else f"+{row['added_ms']} ms"
         lines.append(
             f"| {run.report.HANDLER_TEXT.get(row['handler'], row['handler'])} | {row['concurrency']} | {latency} | {row['version']} "
             f"| {f(row['throughput'], '.0f')} | {f(row['efficiency'], '.2f')} | {f(row['requests_per_message'], '.3f')} "
             f"| {f(row['cpu_ms_per_message'], '.3f')} | {f(row['cpu_vs_raw'], '.2f', 'x')} "
-            f"| {f(row['throughput_vs_now'], '.2f', 'x')} | {f(row['cpu_vs_now'], '.2f', 'x')} |"
+            f"| {over(row, 'throughput')} | {over(row, 'cpu')} |"
         )
     failed = [r for r in results["runs"] if not r.get("throughput")]
     if failed:
@@ -190,6 +215,7 @@ def measure(refs: Sequence[str], rounds: int, out: Path, log: Callable[[str], No
             benches[ref] = run.Bench(plan, project, run.package_name(project), ls.endpoint, work, faultproxy)
             versions.append({"ref": ref, "commit": commit})
         first = benches[NOW]
+        machine = run.machine(first, ls.endpoint)  # its load average: as the rounds begin
         log("raw batched loop (the emulator's ceiling and the CPU floor)")
         ceiling_runs = first.measure_ceiling()
         raw_cpu_ms = run.report.raw_cpu_ms({"ceiling": {"runs": ceiling_runs}})
@@ -215,7 +241,7 @@ def measure(refs: Sequence[str], rounds: int, out: Path, log: Callable[[str], No
                 turn += 1
         results: dict[str, Any] = {
             "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
-            "machine": run.machine(first, ls.endpoint),
+            "machine": machine,
             "versions": versions,
             "rounds": rounds,
             "ceiling": first.ceiling,
@@ -225,6 +251,7 @@ def measure(refs: Sequence[str], rounds: int, out: Path, log: Callable[[str], No
             "summary": summarise(measured, names),
         }
         results["duration_seconds"] = round(time.monotonic() - started, 1)
+        results["load_average_at_end"] = list(os.getloadavg())
         run.scrub(results, [str(scratch), str(run.ROOT), str(Path.home()), tempfile.gettempdir()])
     out.mkdir(parents=True, exist_ok=True)
     (out / "benchmarks-versions.json").write_text(json.dumps(results, indent=1) + "\n")

@@ -234,12 +234,16 @@ def test_versions_side_by_side_are_read_as_ratios_within_each_round() -> None:
             "date": "today",
             "rounds": 3,
             "duration_seconds": 600,
-            "machine": {"cpu": "AMD EPYC", "cores": 2},
+            "machine": {"cpu": "AMD EPYC", "cores": 2, "load_average_at_start": [0.5, 0.4, 0.3]},
+            "load_average_at_end": [1.5, 0.9, 0.4],
             "ceiling": 1000.0,
             "raw_cpu_ms": 0.4,
             "summary": list(summary.values()),
             "runs": measured,
         }
     )
-    assert "| no-op | 8 | the emulator's latency | old | 900 | 0.90 | 0.200 | 0.500 | 1.25x | 0.90x | 1.25x |" in text
-    assert "1 run(s) gave no figure" in text
+    row = (
+        "| no-op | 8 | the emulator's latency | old | 900 | 0.90 | 0.200 | 0.500 | 1.25x | 0.90x | 1.25x (1.10-1.25) |"
+    )
+    assert row in text, text
+    assert "1 run(s) gave no figure" in text and "load average 0.5 when the rounds began, 1.5 at the end" in text
