@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 import sys
 from typing import Any
 
@@ -99,3 +100,31 @@ def test_an_async_handler_that_is_no_plain_coroutine_ends_as_a_call_and_gives_it
         assert (ended, calls.running) == (["ended"], 0)
 
     asyncio.run(main())
+
+
+def test_a_thread_that_returns_after_the_loop_closed_says_nothing(caplog: pytest.LogCaptureFixture) -> None:
+    """A job cut off at shutdown keeps its thread, which may return after the worker's loop
+    has closed: nothing is left to tell, and its end must not be logged as an error
+    ("exception calling callback ... Event loop is closed") on every deploy."""
+    import threading
+
+    release = threading.Event()
+
+    def handler(job: Any) -> None:
+        release.wait(30)
+
+    report = QueueReport("calls", "w-1", Events(), Health(60, None), concurrency=1)
+    calls = HandlerCalls(HandlerSpec("calls", handler, None, "thread"), 1, report, None, lambda _id: True)
+
+    async def main() -> None:
+        calls.start("job-1", lambda: None)  # type: ignore[arg-type]
+        await asyncio.sleep(0)
+
+    loop = asyncio.new_event_loop()
+    loop.run_until_complete(main())
+    loop.close()
+    with caplog.at_level(logging.ERROR, logger="concurrent.futures"):
+        release.set()
+        assert calls.threads is not None
+        calls.threads.shutdown(wait=True)
+    assert not [r for r in caplog.records if r.name == "concurrent.futures"], caplog.text

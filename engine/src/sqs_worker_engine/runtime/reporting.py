@@ -9,6 +9,7 @@ and listeners rely on (metric names, event names, their fields) lives in one fil
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import threading
@@ -227,7 +228,10 @@ class QueueReport:
         if threading.get_ident() == self._loop_thread:
             emit()
         else:
-            loop.call_soon_threadsafe(emit)
+            # A thread cut off at shutdown may report after the loop closed: nobody listens
+            # any more, and the handler must not fail for it.
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(emit)
 
 
 def _ms(seconds: float | None) -> str:
