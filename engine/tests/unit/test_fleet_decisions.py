@@ -484,7 +484,17 @@ spec:
       metadata: {metricName: ApproximateAgeOfOldestMessage, targetMetricValue: "120"}
 """
 
-SERVICE = """
+# The alarms' rounds of work a task, as the generated stack writes them.
+ALARM_METRICS = """      Metrics:
+        - Id: visible
+          MetricStat: {Period: 60, Metric: {MetricName: ApproximateNumberOfMessagesVisible}}
+        - Id: tasks
+          MetricStat: {Period: 60, Metric: {MetricName: RunningTaskCount}}
+        - Id: rounds
+          Expression: !Sub "visible / (tasks * ${Target})"
+"""
+SERVICE = (
+    """
 Parameters:
   Target: {Type: Number, Default: 8}
 Resources:
@@ -537,14 +547,9 @@ Resources:
       Threshold: 2
       EvaluationPeriods: 3
       AlarmActions: [!Ref Step]
-      Metrics:
-        - Id: visible
-          MetricStat: {Period: 60, Metric: {MetricName: ApproximateNumberOfMessagesVisible}}
-        - Id: tasks
-          MetricStat: {Period: 60, Metric: {MetricName: RunningTaskCount}}
-        - Id: rounds
-          Expression: !Sub "visible / (tasks * ${Target})"
 """
+    + ALARM_METRICS
+)
 
 
 def test_the_deploy_files_are_read_with_the_platforms_defaults_for_what_they_leave_out(tmp_path: Path) -> None:
@@ -592,7 +597,8 @@ def test_the_deploy_files_are_read_with_the_platforms_defaults_for_what_they_lea
 
 
 # The same service with target tracking's scale-in disabled and a step policy on a low alarm.
-SCALE_IN = """
+SCALE_IN = (
+    """
   QuietStep:
     Type: AWS::ApplicationAutoScaling::ScalingPolicy
     Properties:
@@ -610,14 +616,9 @@ SCALE_IN = """
       EvaluationPeriods: 15
       DatapointsToAlarm: 12
       AlarmActions: [!Ref QuietStep]
-      Metrics:
-        - Id: visible
-          MetricStat: {Period: 60, Metric: {MetricName: ApproximateNumberOfMessagesVisible}}
-        - Id: tasks
-          MetricStat: {Period: 60, Metric: {MetricName: RunningTaskCount}}
-        - Id: rounds
-          Expression: !Sub "visible / (tasks * ${Target})"
 """
+    + ALARM_METRICS
+)
 SCALES_IN = (
     SERVICE.replace("        ScaleOutCooldown: 60\n", "        ScaleOutCooldown: 60\n        DisableScaleIn: true\n")
     + SCALE_IN
