@@ -82,7 +82,7 @@ def _defects() -> Iterator[Any]:
         id="ecs-botocore",
     )
     yield pytest.param(
-        _mutate_text("deploy/ecs/service.yaml", lambda t: t.replace("ScaleInCooldown: 300", "ScaleInCooldown: soon")),
+        _mutate_text("deploy/ecs/service.yaml", lambda t: t.replace("ScaleOutCooldown: 60", "ScaleOutCooldown: soon")),
         lambda path, answers: cfn_problems(path, answers.region),
         id="cfn-lint-service",
     )

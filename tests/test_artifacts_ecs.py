@@ -273,7 +273,8 @@ def test_ecs_service(projects: dict[str, Path], key: str) -> None:
     assert target["ResourceId"] == f"service/CHANGE-ME-cluster/{ECS_RESOURCES['Service.Name']}"
     tracking = policy["TargetTrackingScalingPolicyConfiguration"]
     assert policy["PolicyType"] == "TargetTrackingScaling"
-    assert tracking["ScaleInCooldown"] >= 300 > tracking["ScaleOutCooldown"]
+    # Target tracking scales out only; scale-in is the step policy's on a lasting low alarm.
+    assert tracking["DisableScaleIn"] is True and tracking["ScaleOutCooldown"] < 300
     # One round of work per task, visible and in flight.
     assert tracking["TargetValue"] == answers.concurrency
     metrics = {m["Id"]: m for m in tracking["CustomizedMetricSpecification"]["Metrics"]}
@@ -303,7 +304,7 @@ def test_ecs_service(projects: dict[str, Path], key: str) -> None:
     assert step["PolicyType"] == "StepScaling"
     config = step["StepScalingPolicyConfiguration"]
     adjustments = config["StepAdjustments"]
-    assert all(a["ScalingAdjustment"] > 0 for a in adjustments), "scale-in stays with target tracking"
+    assert all(a["ScalingAdjustment"] > 0 for a in adjustments), "this one scales out only"
     assert adjustments[0]["MetricIntervalLowerBound"] == 0 and "MetricIntervalUpperBound" not in adjustments[-1]
     for lower, upper in itertools.pairwise(adjustments):
         assert lower["MetricIntervalUpperBound"] == upper["MetricIntervalLowerBound"], "steps without a gap"
@@ -320,6 +321,26 @@ def test_ecs_service(projects: dict[str, Path], key: str) -> None:
             assert alarm_metrics[metric_id]["MetricStat"]["Metric"] == metric["MetricStat"]["Metric"]
     (rounds,) = [m["Expression"] for m in alarm_metrics.values() if m.get("ReturnData")]
     assert rounds.replace(" ", "") == f"(visible+in_flight)/(tasks*{answers.concurrency})"
+
+    # Scale-in: a step policy on a low alarm over the same rounds of work, which must hold for
+    # many minutes (a dip between bursts removes nothing), one task at a time, one per cooldown.
+    quiet_id, low_id = "BacklogScaleInPolicy", "BacklogRoundsLowAlarm"
+    quiet = cfn_resolve(stack.template["Resources"][quiet_id]["Properties"], known)
+    assert quiet.pop("ScalingTargetId") == ECS_RESOURCES["ScalableTarget"]
+    quiet.update({k: target[k] for k in ("ServiceNamespace", "ResourceId", "ScalableDimension")})
+    assert api_problems("application-autoscaling", "PutScalingPolicy", quiet) == []
+    quiet_config = quiet["StepScalingPolicyConfiguration"]
+    assert quiet_config["AdjustmentType"] == "ChangeInCapacity"
+    assert [a["ScalingAdjustment"] for a in quiet_config["StepAdjustments"]] == [-1], "one task at a time"
+    assert quiet_config["StepAdjustments"][0]["MetricIntervalUpperBound"] == 0
+    assert quiet_config["Cooldown"] >= 300
+    low = cfn_resolve(stack.template["Resources"][low_id]["Properties"], known)
+    assert api_problems("cloudwatch", "PutMetricAlarm", {"AlarmName": "quiet", **low}) == []
+    assert stack.template["Resources"][low_id]["Properties"]["AlarmActions"] == [{"Ref": quiet_id}]
+    assert low["ComparisonOperator"] == "LessThanThreshold" and 0 < low["Threshold"] < 1
+    assert low["DatapointsToAlarm"] == low["EvaluationPeriods"] >= 10, "a quiet spell that lasts"
+    assert low["TreatMissingData"] == "notBreaching"
+    assert low["Metrics"] == alarm["Metrics"], "the same rounds of work as the high alarm"
 
     # Roles: ECS tasks of this account only may assume them. The task role grants exactly
     # the policy file's statements (built by the stack for its partition, region, account

@@ -64,6 +64,11 @@ def test_the_simulator_reads_what_the_bake_ships(name: str, tmp_path: Path) -> N
         assert step.expression.replace(" ", "") == f"(visible+in_flight)/(tasks*{answers.concurrency})"
         assert (step.threshold, step.periods, step.datapoints) == (2.0, 1, 1)
         assert step.adjustment_type == "PercentChangeInCapacity" and step.steps[0].lower == 0
+        # Scale-in by a step policy on a low alarm over the same rounds, not by target tracking.
+        quiet = read.ecs.step_in
+        assert read.ecs.scale_in_disabled and quiet is not None and quiet.scales_in
+        assert quiet.expression == step.expression and quiet.datapoints == quiet.periods >= 10
+        assert quiet.adjustment_type == "ChangeInCapacity" and [s.adjustment for s in quiet.steps] == [-1]
 
 
 # Twenty minutes at half the fleet's capacity, a rollout of every replica and one crash.

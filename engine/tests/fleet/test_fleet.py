@@ -8,6 +8,7 @@ Small fleets and short shapes: each run is a few seconds of CPU, exact on any ma
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from typing import Any
 
 import pytest
@@ -127,6 +128,40 @@ def test_an_ecs_step_policy_scales_out_on_the_first_datapoint_target_tracking_on
     # then; target tracking waits for two more.
     assert 300.0 + 120.0 <= first_out["step"] < 300.0 + 180.0, first_out
     assert first_out["tracking"] >= first_out["step"] + 120.0, first_out
+
+
+def test_an_ecs_step_scale_in_removes_a_task_per_cooldown_once_its_low_alarm_holds() -> None:
+    # Target tracking scales out only (DisableScaleIn); a low alarm, under half a round of
+    # work a task for five minutes, removes one task per two minutes.
+    quiet = StepScaling(
+        (
+            ("visible", "ApproximateNumberOfMessagesVisible"),
+            ("in_flight", "ApproximateNumberOfMessagesNotVisible"),
+            ("tasks", "RunningTaskCount"),
+        ),
+        "(visible + in_flight) / (tasks * 4)",
+        0.5,
+        5,
+        5,
+        "ChangeInCapacity",
+        (Step(None, 0, -1),),
+        120,
+        comparison="LessThanThreshold",
+    )
+    tracking = EcsService(worker(), 1, 4, 4.0, 60, 300, 50, 100, in_flight=True, scale_in_disabled=True)
+    shape = Shape("spike", "a spike", 2400.0, Spike(0.1, 10.0, 300.0, 300.0))
+    desired = {}
+    for name, spec in (("tracking only", tracking), ("step scale-in", dataclasses.replace(tracking, step_in=quiet))):
+        result = simulate(Run(shape, "ecs", Bake(ecs=spec), Options(scale=1, start_seconds=20.0)))
+        check(result)
+        desired[name] = [(s.t, s.desired) for s in result["series"]]
+    assert max(d for _, d in desired["tracking only"]) == 4
+    assert desired["tracking only"][-1][1] == 4, "scale-in disabled: the spike's tasks stay"
+    ins = [(t, d) for (_, before), (t, d) in itertools.pairwise(desired["step scale-in"]) if d < before]
+    assert [d for _, d in ins] == [3, 2, 1], "one task at a time, down to the minimum"
+    # One step per cooldown (the series samples once a second, so a change shows up to a second late).
+    assert all(b - a >= 120.0 - 1.0 for (a, _), (b, _) in itertools.pairwise(ins)), ins
+    assert ins[0][0] >= 600.0 + 300.0, "not before five quiet minutes after the spike"
 
 
 def test_a_scaled_job_runs_each_message_in_a_pod_of_its_own() -> None:

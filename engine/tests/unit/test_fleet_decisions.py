@@ -1,12 +1,13 @@
 """The fleet simulator's decisions, each a pure function, held to the platforms' documented
 behaviour and to the cases that bite: the HPA's tolerance, policies and windows; KEDA's
-ScaledJob strategies; ECS target tracking's alarms and cooldowns, and a step scaling
-policy beside it; the oracle; traffic; the
-lagging counts."""
+ScaledJob strategies; ECS target tracking's alarms and cooldowns, and the step scaling
+policies beside it (scale-out on a high alarm, scale-in on a low one); the oracle; traffic;
+the lagging counts."""
 
 from __future__ import annotations
 
 import ast
+import dataclasses
 import itertools
 import math
 import random
@@ -31,7 +32,7 @@ from sqs_worker_engine.fleet.deployfiles import (
 from sqs_worker_engine.fleet.metricmath import evaluate
 from sqs_worker_engine.fleet.platform import ecs_batch
 from sqs_worker_engine.fleet.simulation import thrash
-from sqs_worker_engine.fleet.stepscaling import StepPolicy
+from sqs_worker_engine.fleet.stepscaling import ScaleInStepPolicy, StepPolicy
 from sqs_worker_engine.fleet.targettracking import TargetTracking, combined
 from sqs_worker_engine.fleet.work import Durations, Histogram
 
@@ -237,9 +238,85 @@ def test_target_tracking_and_the_step_policy_take_the_larger_capacity() -> None:
     # tracking scale-in, and the larger scale-out wins.
     step, tracking = StepPolicy(ROUNDS, 2, 10), TargetTracking(ECS)
     points = _points([(80, 2)] * 3)
-    assert combined(tracking.decide(0.0, points, 2), step.decide(0.0, points, 2)) == 10  # ceil(80 / 8) over x4
-    assert combined(2, None) == 2, "no alarm: target tracking's"
-    assert combined(3, 8) == 8, "a step scale-out beats a target tracking scale-in"
+    assert combined(2, tracking.decide(0.0, points, 2), step.decide(0.0, points, 2)) == 10  # ceil(80 / 8) over x4
+    assert combined(2, 2, None) == 2, "no alarm: target tracking's"
+    assert combined(5, 3, 8) == 8, "a step scale-out beats a target tracking scale-in"
+    assert combined(5, 5, None, 4) == 4, "a step scale-in when nothing scales out"
+    assert combined(5, 6, None, 4) == 6, "a target tracking scale-out beats a step scale-in"
+    assert combined(6, 3, None, 5) == 5, "of two scale-ins, the larger capacity"
+
+
+# A low alarm on the same rounds of work: under half a round for five minutes in a row
+# removes a task, or two under a quarter of a round; one step per five minutes.
+QUIET = dataclasses.replace(
+    ROUNDS,
+    threshold=0.5,
+    periods=5,
+    datapoints=5,
+    adjustment_type="ChangeInCapacity",
+    steps=(Step(-0.25, 0, -1), Step(None, -0.25, -2)),
+    cooldown=300,
+    min_magnitude=0,
+    comparison="LessThanThreshold",
+)
+
+
+def test_a_low_alarm_that_must_hold_five_minutes_does_not_scale_in_on_a_two_minute_dip() -> None:
+    busy: tuple[float, int] = (48, 8)  # 0.75 rounds of work a task
+    dip: tuple[float, int] = (24, 8)  # 0.375
+    policy = ScaleInStepPolicy(QUIET, 2, 10)
+    assert policy.decide(0.0, _points([dip] * 2 + [busy] * 3), 8) is None, "two minutes under: no alarm"
+    assert policy.decide(60.0, _points([dip] * 4 + [busy]), 8) is None, "four: still not"
+    assert policy.decide(120.0, _points([dip] * 5), 8) == 7, "five in a row: one task fewer"
+    # DatapointsToAlarm 3 of EvaluationPeriods 5: any three of the latest five.
+    three_of_five = ScaleInStepPolicy(dataclasses.replace(QUIET, datapoints=3), 2, 10)
+    assert three_of_five.decide(0.0, _points([dip, dip, busy, busy, busy]), 8) is None
+    assert three_of_five.decide(0.0, _points([dip, busy, dip, busy, dip]), 8) == 7
+    assert ScaleInStepPolicy(QUIET, 2, 10).decide(0.0, _points([dip] * 4), 8) is None, (
+        "missing datapoints do not breach"
+    )
+
+
+def test_a_scale_in_takes_the_step_whose_bounds_hold_the_breach() -> None:
+    def stepped(visible: float, tasks: int = 8, spec: deployfiles.StepScaling = QUIET) -> int | None:
+        return ScaleInStepPolicy(spec, 2, 10).decide(0.0, _points([(visible, tasks)] * 5), tasks)
+
+    assert stepped(32) is None, "0.5 rounds: not below the threshold"
+    assert stepped(24) == 7, "0.375: -0.125 from the threshold, in (-0.25, 0]"
+    assert stepped(8) == 6, "0.125: -0.375, in (-inf, -0.25]"
+    assert stepped(16) == 6, "0.25: -0.25, the lower step's upper bound, which it includes below the threshold"
+    at_most = dataclasses.replace(QUIET, comparison="LessThanOrEqualToThreshold")
+    assert stepped(32, spec=at_most) == 7, "at the threshold: the step whose upper bound is 0 holds it"
+    assert stepped(8, tasks=2) is None, "never below MinCapacity"
+
+
+def test_a_percent_scale_in_rounds_as_application_auto_scaling_does() -> None:
+    def stepped(percent: float, capacity: int, magnitude: int = 0) -> int | None:
+        spec = dataclasses.replace(
+            QUIET, adjustment_type="PercentChangeInCapacity", steps=(Step(None, 0, percent),), min_magnitude=magnitude
+        )
+        return ScaleInStepPolicy(spec, 1, 100).decide(0.0, _points([(0, capacity)] * 5), capacity)
+
+    assert stepped(-10, 3) == 2, "-0.3 rounds to -1"
+    assert stepped(-50, 5) == 3, "-2.5 rounds up to -2"
+    assert stepped(-10, 12) == 11, "-1.2 rounds up to -1"
+    assert stepped(-25, 4, magnitude=2) == 2, "at least MinAdjustmentMagnitude"
+
+
+def test_a_scale_in_waits_its_cooldown_and_a_scale_out_ends_it() -> None:
+    quiet = _points([(0, 8)] * 5)
+    policy = ScaleInStepPolicy(QUIET, 2, 10)
+    assert policy.decide(0.0, quiet, 8) == 6
+    assert policy.decide(60.0, quiet, 6) is None, "within the cooldown"
+    assert policy.decide(300.0, quiet, 6) == 4, "cooled"
+    policy.scaled_out()
+    assert policy.decide(360.0, quiet, 6) == 4, "a scale-out ended the cooldown"
+
+
+def test_disable_scale_in_stops_target_tracking_from_scaling_in() -> None:
+    policy = TargetTracking(dataclasses.replace(ECS, scale_in_disabled=True))
+    assert policy.decide(60.0, _points([(0, 6)] * 15), 6) == 6, "fifteen quiet minutes: no scale-in"
+    assert policy.decide(120.0, _points([(40, 2)] * 3), 2) == 5, "it still scales out"
 
 
 def test_an_ecs_rollout_stops_what_is_above_the_minimum_healthy() -> None:
@@ -407,7 +484,17 @@ spec:
       metadata: {metricName: ApproximateAgeOfOldestMessage, targetMetricValue: "120"}
 """
 
-SERVICE = """
+# The alarms' rounds of work a task, as the generated stack writes them.
+ALARM_METRICS = """      Metrics:
+        - Id: visible
+          MetricStat: {Period: 60, Metric: {MetricName: ApproximateNumberOfMessagesVisible}}
+        - Id: tasks
+          MetricStat: {Period: 60, Metric: {MetricName: RunningTaskCount}}
+        - Id: rounds
+          Expression: !Sub "visible / (tasks * ${Target})"
+"""
+SERVICE = (
+    """
 Parameters:
   Target: {Type: Number, Default: 8}
 Resources:
@@ -460,14 +547,9 @@ Resources:
       Threshold: 2
       EvaluationPeriods: 3
       AlarmActions: [!Ref Step]
-      Metrics:
-        - Id: visible
-          MetricStat: {Period: 60, Metric: {MetricName: ApproximateNumberOfMessagesVisible}}
-        - Id: tasks
-          MetricStat: {Period: 60, Metric: {MetricName: RunningTaskCount}}
-        - Id: rounds
-          Expression: !Sub "visible / (tasks * ${Target})"
 """
+    + ALARM_METRICS
+)
 
 
 def test_the_deploy_files_are_read_with_the_platforms_defaults_for_what_they_leave_out(tmp_path: Path) -> None:
@@ -511,6 +593,48 @@ def test_the_deploy_files_are_read_with_the_platforms_defaults_for_what_they_lea
     assert step.metrics == (("visible", "ApproximateNumberOfMessagesVisible"), ("tasks", "RunningTaskCount"))
     assert (step.adjustment_type, step.cooldown, step.min_magnitude) == ("PercentChangeInCapacity", 300, 0)
     assert step.steps == (Step(0, 2, 100), Step(2, None, 300))
+    assert ecs.step_in is None and not ecs.scale_in_disabled
+
+
+# The same service with target tracking's scale-in disabled and a step policy on a low alarm.
+SCALE_IN = (
+    """
+  QuietStep:
+    Type: AWS::ApplicationAutoScaling::ScalingPolicy
+    Properties:
+      PolicyType: StepScaling
+      StepScalingPolicyConfiguration:
+        AdjustmentType: ChangeInCapacity
+        Cooldown: 120
+        StepAdjustments:
+          - {MetricIntervalUpperBound: 0, ScalingAdjustment: -1}
+  Quiet:
+    Type: AWS::CloudWatch::Alarm
+    Properties:
+      ComparisonOperator: LessThanThreshold
+      Threshold: 0.5
+      EvaluationPeriods: 15
+      DatapointsToAlarm: 12
+      AlarmActions: [!Ref QuietStep]
+"""
+    + ALARM_METRICS
+)
+SCALES_IN = (
+    SERVICE.replace("        ScaleOutCooldown: 60\n", "        ScaleOutCooldown: 60\n        DisableScaleIn: true\n")
+    + SCALE_IN
+)
+
+
+def test_a_step_policy_on_a_low_alarm_is_read_as_the_scale_in_one(tmp_path: Path) -> None:
+    (tmp_path / "ecs").mkdir()
+    (tmp_path / "ecs" / "service.yaml").write_text(SCALES_IN)
+    ecs = deployfiles.read(tmp_path).ecs
+    assert ecs is not None and ecs.scale_in_disabled
+    assert ecs.step is not None and not ecs.step.scales_in, "the high alarm's policy still scales out"
+    quiet = ecs.step_in
+    assert quiet is not None and quiet.scales_in
+    assert (quiet.comparison, quiet.threshold, quiet.periods, quiet.datapoints) == ("LessThanThreshold", 0.5, 15, 12)
+    assert (quiet.adjustment_type, quiet.cooldown, quiet.steps) == ("ChangeInCapacity", 120, (Step(None, 0, -1),))
 
 
 @pytest.mark.parametrize(
@@ -523,6 +647,18 @@ def test_the_deploy_files_are_read_with_the_platforms_defaults_for_what_they_lea
         ({"ecs/service.yaml": SERVICE.replace("AlarmActions: [!Ref Step]", "AlarmActions: []")}, "no CloudWatch alarm"),
         ({"ecs/service.yaml": SERVICE.replace("Period: 60", "Period: 300")}, "one-minute SQS and ECS metrics"),
         ({"ecs/service.yaml": SERVICE.replace('"visible / (tasks * ${Target})"', "SUM(METRICS())")}, "not simulated"),
+        (
+            {"ecs/service.yaml": SCALES_IN + SCALE_IN.replace("QuietStep", "Quiet2").replace("Quiet:", "Quiet3:")},
+            "plays one of each",
+        ),
+        (
+            {"ecs/service.yaml": SCALES_IN.replace("ScalingAdjustment: -1", "ScalingAdjustment: 1")},
+            "adds capacity on a low",
+        ),
+        (
+            {"ecs/service.yaml": SCALES_IN.replace("LessThanThreshold", "LessThanLowerOrGreaterThanUpperThreshold")},
+            "compares with",
+        ),
     ],
 )
 def test_a_deploy_directory_the_simulator_cannot_play_is_named_with_why(tmp_path: Path, files, fragment) -> None:

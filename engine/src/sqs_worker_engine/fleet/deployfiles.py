@@ -5,7 +5,9 @@ and its KEDA ScaledObject (replica bounds, polling, the HPA's behaviour, the SQS
 CloudWatch triggers), or the KEDA ScaledJob (its strategy, polling, bounds, Job deadline).
 From `deploy/ecs/service.yaml`: the task's environment and stop timeout, the service's
 deployment configuration, the Application Auto Scaling target, its target tracking policy
-and a step scaling policy beside it with the CloudWatch alarm that invokes it.
+(and whether its scale-in is disabled), and beside it up to two step scaling policies, one
+that scales out on a high alarm and one that scales in on a low alarm, each with the
+CloudWatch alarm that invokes it.
 
 Defaults a manifest leaves out are the platforms' own (KEDA's, the HPA's, ECS's), so a
 service whose owner deleted a line is simulated as it would run. Needs PyYAML (the
@@ -126,8 +128,9 @@ class ScaledJob:
 
 @dataclass(frozen=True)
 class Step:
-    """One step adjustment: where the alarm's value lies above its threshold (the bounds
-    are offsets from it; None: unbounded) and what the step adds."""
+    """One step adjustment: where the alarm's value lies from its threshold (the bounds
+    are offsets from it, negative below it; None: unbounded) and what the step adds (a
+    negative adjustment removes)."""
 
     lower: float | None
     upper: float | None
@@ -136,7 +139,9 @@ class Step:
 
 @dataclass(frozen=True)
 class StepScaling:
-    """A step scaling policy and the CloudWatch alarm that invokes it (scale-out only)."""
+    """A step scaling policy and the CloudWatch alarm that invokes it: a high alarm
+    (GreaterThan...) for a policy that scales out, a low one (LessThan...) for one that
+    scales in."""
 
     metrics: tuple[tuple[str, str], ...]  # (the alarm's metric id, the metric's name)
     expression: str  # what the alarm compares, over those ids (a metric math expression, or one id)
@@ -147,6 +152,26 @@ class StepScaling:
     steps: tuple[Step, ...]
     cooldown: int
     min_magnitude: int = 0  # MinAdjustmentMagnitude (PercentChangeInCapacity only)
+    comparison: str = "GreaterThanThreshold"  # the alarm's ComparisonOperator
+
+    @property
+    def scales_in(self) -> bool:
+        """A low alarm: the policy removes capacity while the metric stays below the threshold."""
+        return self.comparison in LOW_COMPARISONS
+
+    def breaching(self, value: float) -> bool:
+        """The alarm's comparison of one datapoint's value with its threshold."""
+        if self.comparison == "GreaterThanOrEqualToThreshold":
+            return value >= self.threshold
+        if self.comparison == "LessThanThreshold":
+            return value < self.threshold
+        if self.comparison == "LessThanOrEqualToThreshold":
+            return value <= self.threshold
+        return value > self.threshold
+
+
+HIGH_COMPARISONS = ("GreaterThanThreshold", "GreaterThanOrEqualToThreshold")
+LOW_COMPARISONS = ("LessThanThreshold", "LessThanOrEqualToThreshold")
 
 
 @dataclass(frozen=True)
@@ -160,7 +185,9 @@ class EcsService:
     min_healthy_percent: int
     max_percent: int
     in_flight: bool = False  # the policy's metric counts messages in flight (NotVisible), not only visible ones
-    step: StepScaling | None = None  # a step scaling policy beside target tracking, on an alarm of its own
+    step: StepScaling | None = None  # a step scaling policy that scales out, on a high alarm of its own
+    step_in: StepScaling | None = None  # a step scaling policy that scales in, on a low alarm of its own
+    scale_in_disabled: bool = False  # target tracking's DisableScaleIn: it only scales out
 
 
 @dataclass(frozen=True)
@@ -424,6 +451,7 @@ def read_ecs(path: Path) -> EcsService:
     }
     if "ApproximateNumberOfMessagesVisible" not in counted:
         raise DeployFileError(f"{path}: the target tracking policy does not count the queue's visible messages")
+    step_out, step_in = _step_policies(path, policies, resources, resolve)
     return EcsService(
         worker,
         minimum=_int(resolve(target.get("MinCapacity", 1)), "MinCapacity"),
@@ -435,7 +463,9 @@ def read_ecs(path: Path) -> EcsService:
         min_healthy_percent=_int(resolve(deployment.get("MinimumHealthyPercent", 100)), "MinimumHealthyPercent"),
         max_percent=_int(resolve(deployment.get("MaximumPercent", 200)), "MaximumPercent"),
         in_flight="ApproximateNumberOfMessagesNotVisible" in counted,
-        step=_step_scaling(path, policies, resources, resolve),
+        step=step_out,
+        step_in=step_in,
+        scale_in_disabled=_bool(resolve(policy.get("DisableScaleIn", False))),
     )
 
 
@@ -449,20 +479,31 @@ DATAPOINT_METRICS = {
 STEP_ADJUSTMENT_TYPES = ("ChangeInCapacity", "PercentChangeInCapacity", "ExactCapacity")
 
 
-def _step_scaling(
+def _step_policies(
     path: Path, policies: dict[str, dict[str, Any]], resources: dict[str, Any], resolve: Callable[[Any], Any]
-) -> StepScaling | None:
-    """The step scaling policy, if any, with the alarm whose action invokes it."""
+) -> tuple[StepScaling | None, StepScaling | None]:
+    """The step scaling policies, each with the alarm whose action invokes it: (the one that
+    scales out, the one that scales in)."""
     steps = {
         name: p["StepScalingPolicyConfiguration"]
         for name, p in policies.items()
         if p.get("StepScalingPolicyConfiguration")
     }
-    if not steps:
-        return None
-    if len(steps) > 1:
-        raise DeployFileError(f"{path}: more than one step scaling policy: the simulator plays one (scale-out)")
-    ((name, config),) = steps.items()
+    read = [_step_scaling(path, name, config, resources, resolve) for name, config in steps.items()]
+    out = [s for s in read if not s.scales_in]
+    in_ = [s for s in read if s.scales_in]
+    if len(out) > 1 or len(in_) > 1:
+        raise DeployFileError(
+            f"{path}: {len(out)} step scaling policies on high alarms and {len(in_)} on low ones: "
+            "the simulator plays one of each (one that scales out, one that scales in)"
+        )
+    return (out[0] if out else None), (in_[0] if in_ else None)
+
+
+def _step_scaling(
+    path: Path, name: str, config: dict[str, Any], resources: dict[str, Any], resolve: Callable[[Any], Any]
+) -> StepScaling:
+    """One step scaling policy, with the alarm whose action invokes it."""
     alarm = next(
         (
             dict(r.get("Properties", {}))
@@ -474,8 +515,12 @@ def _step_scaling(
     )
     if alarm is None:
         raise DeployFileError(f"{path}: no CloudWatch alarm invokes the step scaling policy {name}")
-    if not str(alarm.get("ComparisonOperator", "")).startswith("GreaterThan"):
-        raise DeployFileError(f"{path}: the step scaling alarm is not a high alarm: scale-in steps are not simulated")
+    comparison = str(alarm.get("ComparisonOperator", ""))
+    if comparison not in HIGH_COMPARISONS + LOW_COMPARISONS:
+        raise DeployFileError(
+            f"{path}: the alarm of the step scaling policy {name} compares with {comparison!r}: "
+            f"the simulator plays {', '.join(HIGH_COMPARISONS + LOW_COMPARISONS)}"
+        )
     metrics, expression, periods = [], "", []
     for metric in alarm.get(
         "Metrics", [{"Id": "m", "ReturnData": True, "MetricStat": {"Metric": alarm, "Period": alarm.get("Period", 60)}}]
@@ -502,6 +547,23 @@ def _step_scaling(
             f"{path}: the step scaling policy's AdjustmentType {adjustment_type!r} is not one of {', '.join(STEP_ADJUSTMENT_TYPES)}"
         )
     periods_to_alarm = _int(resolve(alarm.get("EvaluationPeriods", 1)), "EvaluationPeriods")
+    adjustments = [
+        Step(
+            _bound(step.get("MetricIntervalLowerBound")),
+            _bound(step.get("MetricIntervalUpperBound")),
+            float(resolve(step["ScalingAdjustment"])),
+        )
+        for step in config.get("StepAdjustments", [])
+    ]
+    scales_in = comparison in LOW_COMPARISONS
+    if adjustment_type != "ExactCapacity" and any(
+        (s.adjustment > 0) if scales_in else (s.adjustment < 0) for s in adjustments
+    ):
+        raise DeployFileError(
+            f"{path}: the step scaling policy {name} "
+            + ("adds capacity on a low alarm" if scales_in else "removes capacity on a high alarm")
+            + ": the simulator plays a high alarm's policy scaling out and a low alarm's scaling in"
+        )
     return StepScaling(
         metrics=tuple(metrics),
         expression=expression,
@@ -509,17 +571,11 @@ def _step_scaling(
         periods=periods_to_alarm,
         datapoints=_int(resolve(alarm.get("DatapointsToAlarm", periods_to_alarm)), "DatapointsToAlarm"),
         adjustment_type=adjustment_type,
-        steps=tuple(
-            Step(
-                _bound(step.get("MetricIntervalLowerBound")),
-                _bound(step.get("MetricIntervalUpperBound")),
-                float(resolve(step["ScalingAdjustment"])),
-            )
-            for step in config.get("StepAdjustments", [])
-        ),
+        steps=tuple(adjustments),
         # Application Auto Scaling's default cooldown for ECS: 300 s.
         cooldown=_int(resolve(config.get("Cooldown", 300)), "Cooldown"),
         min_magnitude=_int(resolve(config.get("MinAdjustmentMagnitude", 0)), "MinAdjustmentMagnitude"),
+        comparison=comparison,
     )
 
 

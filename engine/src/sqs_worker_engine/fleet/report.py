@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .deployfiles import Bake, Deployment, EcsService, ScaledJob
+from .deployfiles import Bake, Deployment, EcsService, ScaledJob, StepScaling
 from .traffic import SHAPES
 
 # Figures each shape shows beside the oracle's, as ratios (ours / oracle's).
@@ -164,26 +164,33 @@ def describe(bake: Bake, platform: str) -> dict[str, Any]:
         assert isinstance(spec, EcsService)
         out.update(
             kind="ECS service + Application Auto Scaling target tracking"
-            + (" and step scaling" if spec.step is not None else ""),
+            + (" (scale-in disabled)" if spec.scale_in_disabled else "")
+            + (" and step scaling" if spec.step is not None or spec.step_in is not None else ""),
             min_replicas=spec.minimum,
             max_replicas=spec.maximum,
             target=spec.target,
             scale_out_cooldown=spec.scale_out_cooldown,
             scale_in_cooldown=spec.scale_in_cooldown,
+            target_tracking_scale_in=not spec.scale_in_disabled,
             min_healthy_percent=spec.min_healthy_percent,
             max_percent=spec.max_percent,
         )
-        if spec.step is not None:
-            step = spec.step
-            out["step_scaling"] = {
-                "alarm": step.expression,
-                "threshold": step.threshold,
-                "datapoints_to_alarm": f"{step.datapoints} of {step.periods}",
-                "adjustment_type": step.adjustment_type,
-                "steps": [s.__dict__ for s in step.steps],
-                "cooldown": step.cooldown,
-            }
+        for key, step in (("step_scaling", spec.step), ("step_scale_in", spec.step_in)):
+            if step is not None:
+                out[key] = _step(step)
     return out
+
+
+def _step(step: StepScaling) -> dict[str, Any]:
+    return {
+        "alarm": step.expression,
+        "comparison": step.comparison,
+        "threshold": step.threshold,
+        "datapoints_to_alarm": f"{step.datapoints} of {step.periods}",
+        "adjustment_type": step.adjustment_type,
+        "steps": [s.__dict__ for s in step.steps],
+        "cooldown": step.cooldown,
+    }
 
 
 def write_json(path: Path, report: dict[str, Any]) -> None:

@@ -526,4 +526,9 @@ def _autoscaler(spec: Deployment | ScaledJob | EcsService) -> str:
         return "keda-hpa"
     if isinstance(spec, ScaledJob):
         return f"keda-scaledjob-{spec.strategy}"
-    return "ecs-target-tracking" + ("+step" if spec.step is not None else "")
+    return (
+        "ecs-target-tracking"
+        + ("-no-scale-in" if spec.scale_in_disabled else "")
+        + ("+step" if spec.step is not None else "")
+        + ("+step-in" if spec.step_in is not None else "")
+    )

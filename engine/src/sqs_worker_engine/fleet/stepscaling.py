@@ -1,16 +1,22 @@
-"""An ECS service's step scaling policy (Application Auto Scaling) and the CloudWatch alarm
-that invokes it, beside the target tracking policy (targettracking.py).
+"""An ECS service's step scaling policies (Application Auto Scaling) and the CloudWatch
+alarms that invoke them, beside the target tracking policy (targettracking.py): one that
+scales out on a high alarm, one that scales in on a low alarm.
 
-The alarm reads one-minute datapoints (SQS's metrics are published a minute after their
+An alarm reads one-minute datapoints (SQS's metrics are published a minute after their
 minute ends: counts.py) and is in ALARM when `DatapointsToAlarm` of the latest
-`EvaluationPeriods` breach the threshold; missing datapoints do not breach. While it is in
-ALARM it invokes the policy at each evaluation (once a minute). The policy takes the step
-whose interval holds the breach (the alarm's value less its threshold) and applies its
-adjustment to the capacity: a count (ChangeInCapacity), a percentage (rounded down when
-above 1, up to 1 when between 0 and 1, at least MinAdjustmentMagnitude), or the capacity
-itself (ExactCapacity). While its cooldown lasts, what the last scale-out added counts as
-part of the capacity: the next scale-out adds only what a larger step asks beyond it
-(Application Auto Scaling's StepScalingPolicyConfiguration.Cooldown).
+`EvaluationPeriods` breach the threshold (above it for a high alarm, below it for a low
+one); missing datapoints do not breach. While it is in ALARM it invokes its policy at each
+evaluation (once a minute). The policy takes the step whose interval holds the breach (the
+alarm's value less its threshold: at or above the threshold [lower, upper), below it
+(lower, upper], Application Auto Scaling's StepAdjustment) and applies its adjustment to the
+capacity: a count (ChangeInCapacity), a percentage (its magnitude rounded down when above
+1, up to 1 when below, at least MinAdjustmentMagnitude), or the capacity itself
+(ExactCapacity).
+
+The cooldown (StepScalingPolicyConfiguration.Cooldown) means one thing for each direction.
+After a scale-out, what it added counts as part of the capacity while the cooldown lasts:
+the next scale-out adds only what a larger step asks beyond it. After a scale-in, further
+scale-ins wait for the cooldown to end; a scale-out (by any policy) ends it at once.
 """
 
 from __future__ import annotations
@@ -32,14 +38,20 @@ def alarm_value(spec: StepScaling, point: Datapoint) -> float | None:
 def in_alarm(spec: StepScaling, points: list[Datapoint]) -> tuple[bool, float | None]:
     """(the alarm's state is ALARM, its latest value), given the latest datapoints (newest first)."""
     latest = [alarm_value(spec, p) for p in points[: spec.periods]]
-    breaching = sum(1 for v in latest if v is not None and v > spec.threshold)
+    breaching = sum(1 for v in latest if v is not None and spec.breaching(v))
     return breaching >= spec.datapoints, latest[0] if latest else None
 
 
-def step_for(steps: tuple[Step, ...], breach: float) -> Step | None:
-    """The step whose interval [lower, upper) holds the breach (bounds are offsets from the threshold)."""
+def step_for(steps: tuple[Step, ...], breach: float, *, below: bool = False) -> Step | None:
+    """The step whose interval holds the breach (bounds are offsets from the threshold):
+    [lower, upper) for a high alarm, (lower, upper] for a low one (`below`), so that the
+    threshold itself belongs to the steps on the alarm's side of it."""
     for step in steps:
-        if (step.lower is None or breach >= step.lower) and (step.upper is None or breach < step.upper):
+        if not below:
+            within = (step.lower is None or breach >= step.lower) and (step.upper is None or breach < step.upper)
+        else:
+            within = (step.lower is None or breach > step.lower) and (step.upper is None or breach <= step.upper)
+        if within:
             return step
     return None
 
@@ -51,13 +63,12 @@ def adjusted(spec: StepScaling, step: Step, capacity: int) -> int:
     if spec.adjustment_type == "ChangeInCapacity":
         return capacity + int(step.adjustment)
     change = capacity * step.adjustment / 100
-    if 0 < change < 1:
-        change = 1
-    elif change > 1:
-        change = math.floor(change)
-    if change > 0:
-        change = max(change, spec.min_magnitude)
-    return capacity + int(change)
+    if change == 0:
+        return capacity
+    # Application Auto Scaling rounds the magnitude: down past 1 (12.7 -> 12, -6.67 -> -6),
+    # up to 1 below it (0.67 -> 1, -0.58 -> -1); then at least MinAdjustmentMagnitude.
+    magnitude = max(1, math.floor(abs(change)), spec.min_magnitude)
+    return capacity + int(math.copysign(magnitude, change))
 
 
 @dataclass
@@ -88,3 +99,34 @@ class StepPolicy:
             self.cooldown_base, self.last_out = current, now
         self.out_to = wanted
         return wanted
+
+
+@dataclass
+class ScaleInStepPolicy:
+    """The step scaling policy on a low alarm: it removes capacity while the alarm holds,
+    one step per cooldown."""
+
+    spec: StepScaling
+    minimum: int
+    maximum: int
+    last_in: float = -1e9
+
+    def decide(self, now: float, points: list[Datapoint], current: int) -> int | None:
+        """The capacity the policy sets now (None: not in ALARM, cooling down, or no step applies)."""
+        if now - self.last_in < self.spec.cooldown:
+            return None
+        alarmed, value = in_alarm(self.spec, points)
+        if not alarmed or value is None:
+            return None
+        step = step_for(self.spec.steps, value - self.spec.threshold, below=True)
+        if step is None:
+            return None
+        wanted = min(self.maximum, max(self.minimum, adjusted(self.spec, step, current)))
+        if wanted >= current:
+            return None
+        self.last_in = now
+        return wanted
+
+    def scaled_out(self) -> None:
+        """A scale-out by any policy ends the scale-in cooldown."""
+        self.last_in = -1e9

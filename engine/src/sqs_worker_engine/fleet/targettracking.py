@@ -9,12 +9,13 @@ the low alarm when 15 in a row are below 90% of it. Scale-out is proportional (t
 capacity that brings the metric to the target, at once); the capacity a scale-out added
 counts while its cooldown lasts, so the next scale-out only adds what is still missing.
 Scale-in is proportional too, and waits its cooldown after the last scale-in (a
-scale-out is never held back by it).
+scale-out is never held back by it); with DisableScaleIn the policy never scales in.
 
-Beside it, a step scaling policy on an alarm of its own (stepscaling.py), when the stack
-has one. Both are evaluated each minute; when both scale out, Application Auto Scaling
-takes the larger capacity, and a step policy that scales out overrides a target tracking
-scale-in (scale-in is target tracking's alone).
+Beside it, the stack's step scaling policies on alarms of their own (stepscaling.py): one
+that scales out, one that scales in. All are evaluated each minute. When several want to
+change the capacity, Application Auto Scaling takes the one that gives the largest: any
+scale-out wins over every scale-in, and of two scale-ins the smaller one is made. A
+scale-out ends the step scale-in's cooldown.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from .counts import Datapoint
 from .deployfiles import EcsService
 from .keda import Readers
 from .platform import ReplicaSet
-from .stepscaling import StepPolicy
+from .stepscaling import ScaleInStepPolicy, StepPolicy
 
 HIGH_DATAPOINTS = 3
 LOW_DATAPOINTS = 15
@@ -69,7 +70,7 @@ class TargetTracking:
         cooled = (
             now - self.last_in >= self.spec.scale_in_cooldown and now - self.last_out >= self.spec.scale_out_cooldown
         )
-        if quiet and cooled:
+        if quiet and cooled and not self.spec.scale_in_disabled:
             wanted = max(self.spec.minimum, math.ceil(messages(points[0], in_flight) / target))
             if wanted < current:
                 self.last_in = now
@@ -77,22 +78,30 @@ class TargetTracking:
         return current
 
 
-def combined(tracked: int, stepped: int | None) -> int:
-    """Both policies' capacities: the larger when the step policy scales out (a target
-    tracking scale-in loses to it), target tracking's otherwise."""
-    return tracked if stepped is None else max(tracked, stepped)
+def combined(current: int, tracked: int, stepped_out: int | None = None, stepped_in: int | None = None) -> int:
+    """The capacity when target tracking and the step policies have each had their say (a
+    step policy's None: it wants no change): the largest capacity that changes it, so any
+    scale-out beats every scale-in and the gentler of two scale-ins is made."""
+    return max((c for c in (tracked, stepped_out, stepped_in) if c is not None and c != current), default=current)
 
 
 async def track(spec: EcsService, readers: Readers, service: ReplicaSet, on_decision: Callable[[int], None]) -> None:
     """Evaluate the alarms once a minute, as CloudWatch does."""
     policy = TargetTracking(spec)
-    step = StepPolicy(spec.step, spec.minimum, spec.maximum) if spec.step is not None else None
-    wanted = max(LOW_DATAPOINTS, spec.step.periods if spec.step is not None else 0)
+    step_out = StepPolicy(spec.step, spec.minimum, spec.maximum) if spec.step is not None else None
+    step_in = ScaleInStepPolicy(spec.step_in, spec.minimum, spec.maximum) if spec.step_in is not None else None
+    wanted = max([LOW_DATAPOINTS] + [s.periods for s in (spec.step, spec.step_in) if s is not None])
     while True:
         now, current = clock.now(), service.desired
         points = readers.alarm_datapoints(wanted)
-        desired = policy.decide(now, points, current)
-        desired = combined(desired, step.decide(now, points, current) if step is not None else None)
+        desired = combined(
+            current,
+            policy.decide(now, points, current),
+            step_out.decide(now, points, current) if step_out is not None else None,
+            step_in.decide(now, points, current) if step_in is not None else None,
+        )
+        if desired > current and step_in is not None:
+            step_in.scaled_out()
         service.scale_to(desired)
         on_decision(desired)
         await asyncio.sleep(60.0)
