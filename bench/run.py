@@ -1078,6 +1078,20 @@ def package_name(project: Path) -> str:
     return found[0]
 
 
+def revision() -> tuple[str, bool]:
+    """This checkout's short commit, and whether its template or engine differ from it: what
+    a measured worker was built from."""
+    git = ["git", "-C", str(ROOT)]
+    head = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False)
+    changed = subprocess.run(
+        [*git, "status", "--porcelain", "--", "{{cookiecutter.project_slug}}", "engine/src", "engine/pyproject.toml"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return head.stdout.strip() or "unknown", bool(changed.stdout.strip())
+
+
 def machine(bench: Bench, endpoint: str) -> dict[str, Any]:
     code = (
         "import sys, json, importlib.metadata as m\n"
@@ -1096,16 +1110,9 @@ def machine(bench: Bench, endpoint: str) -> dict[str, Any]:
             if line.startswith("model name"):
                 model = line.split(":", 1)[1].strip()
                 break
-    git = ["git", "-C", str(ROOT)]
-    revision = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False)
-    changed = subprocess.run(
-        [*git, "status", "--porcelain", "--", "{{cookiecutter.project_slug}}", "engine/src", "engine/pyproject.toml"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    commit, changed = revision()
     return {
-        "template": revision.stdout.strip() + (" with uncommitted changes" if changed.stdout.strip() else ""),
+        "template": commit + (" with uncommitted changes" if changed else ""),
         "cores": os.cpu_count(),
         "cpu": model,
         "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),

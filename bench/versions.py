@@ -77,19 +77,6 @@ def _over(rows: list[dict[str, Any]], now: dict[int, dict[str, Any]], key: str) 
     return [r[key] / now[r["round"]][key] for r in rows if r["round"] in now and now[r["round"]].get(key)]
 
 
-def checkout_revision() -> str:
-    """This checkout's short commit, "+changes" when its template or engine differ from it."""
-    git = ["git", "-C", str(run.ROOT)]
-    head = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False)
-    changed = subprocess.run(
-        [*git, "status", "--porcelain", "--", "{{cookiecutter.project_slug}}", "engine/src", "engine/pyproject.toml"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    return (head.stdout.strip() or "unknown") + ("+changes" if changed.stdout.strip() else "")
-
-
 def _spread(ratios: list[float]) -> dict[str, float | None]:
     """The median of the rounds' ratios, and their lowest and highest: how far the machine
     moved one version against the other from one round to the next."""
@@ -205,7 +192,8 @@ def measure(refs: Sequence[str], rounds: int, out: Path, log: Callable[[str], No
         faultproxy = run.load_module("bench_faultproxy", run.ENGINE / "tests" / "faultproxy.py")
         for i, ref in enumerate([*refs, NOW]):
             if ref == NOW:
-                template, commit = run.ROOT, checkout_revision()
+                head, changed = run.revision()
+                template, commit = run.ROOT, head + ("+changes" if changed else "")
             else:
                 template, commit = unpack(ref, scratch)
             log(f"baking and installing {ref} ({commit})")

@@ -36,18 +36,6 @@ Started = tuple[asyncio.Future[Any], asyncio.Future[None]]  # (its result, its w
 EAGER: dict[str, Any] = {"eager_start": True} if sys.version_info >= (3, 12) else {}
 
 
-def on_loop(loop: asyncio.AbstractEventLoop, fn: Callable[[], None]) -> Callable[[object], None]:
-    """A thread's or process's done-callback that runs `fn` on `loop`, and nothing once the
-    loop has closed: a call cut off at shutdown may return after the worker's loop is gone,
-    with nothing left to tell (concurrent.futures would log the closed loop as an error)."""
-
-    def call(_: object) -> None:
-        with contextlib.suppress(RuntimeError):  # "Event loop is closed"
-            loop.call_soon_threadsafe(fn)
-
-    return call
-
-
 class HandlerCalls:
     def __init__(
         self,
@@ -106,7 +94,7 @@ class HandlerCalls:
         else:
             assert self.process_pool is not None
             cf = self.process_pool.run(call_sync, self.spec.fn, job, may_run_again=lambda: self.lease_held(job.id))
-        cf.add_done_callback(on_loop(loop, finished))
+        cf.add_done_callback(lambda _f: clock.from_thread(loop, finished))
         return asyncio.wrap_future(cf, loop=loop), ended
 
     def _call_async(self, job: Job[Any]) -> asyncio.Future[Any]:
@@ -193,7 +181,7 @@ class HandlerCalls:
         else:
             assert self.threads is not None
             cf = self.threads.submit(contextvars.Context().run, call_sync, self.spec.fn, jobs)
-            cf.add_done_callback(on_loop(loop, done))
+            cf.add_done_callback(lambda _f: clock.from_thread(loop, done))
             response = asyncio.wrap_future(cf, loop=loop)
         return response, ended
 

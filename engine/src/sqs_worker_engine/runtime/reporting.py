@@ -9,7 +9,6 @@ and listeners rely on (metric names, event names, their fields) lives in one fil
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 import threading
@@ -17,7 +16,7 @@ from collections.abc import Callable
 
 from prometheus_client import Counter, Gauge
 
-from ..base import metrics
+from ..base import clock, metrics
 from ..base.events import Events
 from ..base.health import Health
 from ..base.sqs import NOT_FOUND_CODES, error_code
@@ -228,10 +227,7 @@ class QueueReport:
         if threading.get_ident() == self._loop_thread:
             emit()
         else:
-            # A thread cut off at shutdown may report after the loop closed: nobody listens
-            # any more, and the handler must not fail for it.
-            with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(emit)
+            clock.from_thread(loop, emit)  # after the loop closed: nobody listens, the handler goes on
 
 
 def _ms(seconds: float | None) -> str:
