@@ -389,3 +389,54 @@ def test_a_job_that_ends_is_progress() -> None:
 
     vtime.run(scenario())
     assert all(live), f"stalled {live.index(False) / 10:.1f} s in"
+
+
+def test_a_handler_that_will_not_end_stalls_the_worker_while_the_pollers_still_answer() -> None:
+    """WORKER_STALLED_AFTER_SECONDS=8, the default prefetch, an idle queue: once jobs were
+    timed, the pollers receive ahead of the one slot, and every long poll on the empty queue
+    answered. Each answer counted as progress, so a handler that ignores its timeout held
+    the only slot and the worker stayed live for as long as SQS answered. With every slot
+    held only a job's end is progress."""
+    stuck_at: list[float] = []
+    released: list[bool] = []
+    stalled: list[float] = []
+
+    async def scenario() -> None:
+        sqs, router = memory_queue()
+
+        @router.handler(QUEUE, payload=str)
+        async def handle(job: Job[str]) -> None:
+            if job.payload != "stuck":
+                await asyncio.sleep(0.05)
+                return
+            stuck_at.append(clock.now())
+            while not released:
+                try:
+                    await asyncio.sleep(1)
+                except asyncio.CancelledError:
+                    continue  # a handler that will not end (until the test lets it)
+
+        worker = await start(
+            sqs,
+            router,
+            WORKER_CONCURRENCY="1",
+            WORKER_JOB_TIMEOUT_MS="2000",
+            WORKER_WAIT_TIME_SECONDS="1",
+            WORKER_STALLED_AFTER_SECONDS="8",
+            WORKER_SHUTDOWN_TIMEOUT_MS="5000",
+        )
+        health = worker.worker.health
+        for i in range(5):
+            sqs.put(QUEUE, f"warm-{i}")
+        assert await until(lambda: sqs.bodies(QUEUE) == [], 30)
+        assert worker.worker.pools[0].admission.prefetch > 0, "the prefetch should be on for this case"
+        sqs.put(QUEUE, "stuck")
+        assert await until(lambda: bool(stuck_at), 30)
+        if await until(lambda: not health.live(), 60):
+            stalled.append(clock.now() - stuck_at[0])
+        released.append(True)
+        await worker.stop()
+
+    vtime.run(scenario())
+    assert stalled, "a handler that will not end never stalled the worker while its pollers answered"
+    assert 8 <= stalled[0] <= 10, stalled

@@ -212,3 +212,36 @@ def test_short_jobs_at_an_in_region_round_trip_run_near_their_concurrency_by_def
 
     vtime.run(scenario())
     assert done[0] >= 0.9 * 50 / 0.01, f"{done[0]:.0f} jobs a second, of 5,000"
+
+
+def test_jobs_shorter_than_the_loop_clock_s_tick_still_count() -> None:
+    """No-op jobs on a clock that does not move while they run (virtual time here; uvloop's
+    loop clock ticks in whole milliseconds): each one's duration is 0.0. They were taken for
+    jobs that never reached their handler: no duration observed, and the prefetch, which
+    waits for a job time, never started; every freed slot waited a receive's round trip."""
+    from prometheus_client import REGISTRY
+
+    def observed() -> float:
+        return REGISTRY.get_sample_value("job_duration_seconds_count", {"queue": QUEUE}) or 0.0
+
+    seen: dict[str, float] = {}
+
+    async def scenario() -> None:
+        sqs, router = memory_queue(messages=200)
+        sqs.slow("ReceiveMessage", before=ROUND_TRIP)
+        done: list[str] = []
+
+        @router.handler(QUEUE, payload=str)
+        async def handle(job: Job[str]) -> None:
+            done.append(job.payload)
+
+        before = observed()
+        worker = await start(sqs, router, WORKER_CONCURRENCY="4")
+        assert await until(lambda: len(done) >= 100, 60)
+        seen["prefetch"] = worker.worker.pools[0].admission.prefetch
+        await worker.stop()
+        seen["jobs"], seen["observed"] = len(done), observed() - before
+
+    vtime.run(scenario())
+    assert seen["observed"] == seen["jobs"], seen
+    assert seen["prefetch"] > 0, seen

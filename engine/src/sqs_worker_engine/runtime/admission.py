@@ -195,7 +195,7 @@ class Admission(StartLine):
             and self.report is not None
         ):
             self.report.resumed()
-        self.decide(ticket, ending.duration, ending.outcome)
+        self.decide(ticket, ending.duration if ending.called else None, ending.outcome)
         return ending
 
     def trouble(self, ticket: Ticket, now: float, seconds: float) -> bool:

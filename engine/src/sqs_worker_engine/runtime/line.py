@@ -166,6 +166,12 @@ class StartLine(ABC):
         is progress."""
         return self.stopping or (not self.gate.slots_full() and (bool(self.waker.pollers) or backing_off))
 
+    def slot_free(self) -> bool:
+        """A handler slot is free: a poll's answer is then progress (health.py). With every
+        slot held it is not: the pollers go on filling the prefetch, and answering while a
+        job that will not end holds each slot (an idle queue answers every long poll)."""
+        return not self.gate.slots_full()
+
     def _blocked(self, ticket: Ticket, now: float) -> Block | None:
         """Why `ticket` may not start now, or None: the gate's rules, then the shared
         budget, asked last, once nothing else blocks it."""
@@ -276,11 +282,12 @@ class StartLine(ABC):
         if self.book.overdue(ticket):
             self._kick()
 
-    def decide(self, ticket: Ticket, duration: float = 0.0, outcome: Outcome | None = None) -> None:
+    def decide(self, ticket: Ticket, duration: float | None = None, outcome: Outcome | None = None) -> None:
         """Its ending was read (the pause's decisions made): the slot may go once its work
-        ended. A handler that ran (`duration`) tells the adaptive limit first, so that a
-        shrunken limit holds this very slot back."""
-        if self.adaptive is not None and duration and outcome is not None:
+        ended. A handler that ran (`duration`, 0.0 for one shorter than the loop clock's
+        tick) tells the adaptive limit first, so that a shrunken limit holds this very slot
+        back."""
+        if self.adaptive is not None and duration is not None and outcome is not None:
             limit = self.adaptive.sample(duration, outcome, clock.now(), self.running)
             if limit != self.limit:
                 self.set_limit(limit)

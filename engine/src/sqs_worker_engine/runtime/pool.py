@@ -298,7 +298,7 @@ class QueuePool:
                     await self._let_go([run], reason)
                     return Release()
                 ending = self.admission.ended(run.ticket, await self._attempt(run))
-                if ending.duration:
+                if ending.called:  # a job may take 0.0 s by the loop's clock (uvloop's ticks in ms)
                     self.pace.ran(ending.duration)  # also the fair tenants' line length
                     if self.options.prefetch:
                         self._size_prefetch()

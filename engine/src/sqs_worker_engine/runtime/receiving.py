@@ -140,7 +140,8 @@ class Receiver:
             finally:
                 self.polls.answered(me)
             backoff.reset()
-            self.report.receive_ok()
+            if self.admission.slot_free():  # with every slot held, only a job's end is progress (health.py)
+                self.report.receive_ok()
             self.on_answer()
             messages: list[dict[str, Any]] = [dict(m) for m in resp.get("Messages", [])]
             tickets = self.admission.received(grant, len(messages))

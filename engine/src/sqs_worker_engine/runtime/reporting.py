@@ -174,7 +174,7 @@ class QueueReport:
         outcome = ending.outcome
         self._processed[outcome].inc()
         self.health.progress(self.queue)  # a job that ended is progress (health.py)
-        if outcome != "released" and ending.duration:
+        if outcome != "released" and ending.called:  # 0.0 s too: shorter than the loop clock's tick
             self._duration.observe(ending.duration, exemplar=trace or None)
         if outcome == "success":
             log.debug("job completed in %.3f s", ending.duration)
