@@ -335,3 +335,21 @@ def test_durations_too_small_to_square_do_not_break_it() -> None:
     limit = Limit(floor=1, ceiling=8)
     for i in range(20):
         assert 1 <= limit.sample(1e-200 * (1 + i % 2), "success", float(i)) <= 8
+
+
+def test_jobs_under_the_loop_clock_s_tick_do_not_read_as_load() -> None:
+    """uvloop's loop clock counts whole milliseconds: a sub-millisecond job takes 0.0 s or
+    0.001 s by it, and such jobs are now sampled (they ran). Windows of 0.0 s make a
+    baseline of 0.0, against which any tick is a latency without bound: the windows' spread
+    must keep them from being trusted, or the limit halves on clock ticks alone."""
+    limit = Limit(floor=1, ceiling=32)
+    now = 0.0
+    for _ in range(200):  # all 0.0: the limit grows to the ceiling
+        now += 0.001
+        limit.sample(0.0, "success", now, limit.current)
+    grown = limit.current
+    assert grown == 32, grown
+    for i in range(5000):  # the same jobs, one in three read a tick
+        now += 0.001
+        limit.sample(0.001 if i % 3 == 0 else 0.0, "success", now, limit.current)
+        assert limit.current >= grown // 2 + 1, f"shrank to {limit.current} on clock ticks alone"
