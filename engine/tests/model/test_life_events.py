@@ -179,6 +179,15 @@ def test_a_message_that_never_reaches_its_handler_is_no_answer_to_a_pause() -> N
     assert resumed == [], f"the pause ended during the outage at {sorted(set(round(t) for t in resumed))}"
 
 
+async def will_not_end(released: list[bool]) -> None:
+    """A handler that ignores its timeout and its cancellation, until the test lets it go."""
+    while not released:
+        try:
+            await asyncio.sleep(1)
+        except asyncio.CancelledError:
+            continue
+
+
 class Order(BaseModel):
     order_id: str
 
@@ -200,11 +209,7 @@ def test_liveness_holds_through_a_pause_and_fails_on_a_handler_that_will_not_end
                     raise DownstreamUnavailable(20, "partner down")
                 return
             stuck_at.append(clock.now())
-            while not released:
-                try:
-                    await asyncio.sleep(1)
-                except asyncio.CancelledError:
-                    continue  # a handler that will not end (until the test lets it)
+            await will_not_end(released)
 
         settings = {
             "WORKER_CONCURRENCY": "1",
@@ -410,11 +415,7 @@ def test_a_handler_that_will_not_end_stalls_the_worker_while_the_pollers_still_a
                 await asyncio.sleep(0.05)
                 return
             stuck_at.append(clock.now())
-            while not released:
-                try:
-                    await asyncio.sleep(1)
-                except asyncio.CancelledError:
-                    continue  # a handler that will not end (until the test lets it)
+            await will_not_end(released)
 
         worker = await start(
             sqs,
