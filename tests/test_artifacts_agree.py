@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -198,3 +199,15 @@ def test_the_metrics_named_are_the_runtimes() -> None:
         for kind, name in re.findall(r"\b(Counter|Gauge|Histogram|Info)\(\s*\"([a-z_:]+)\"", text)
     }
     assert engine_metrics() == created
+
+
+@pytest.mark.parametrize("key", CHECKED)
+def test_the_service_asks_for_uvloop_as_the_engine_s_extra_does(projects: dict[str, Path], key: str) -> None:
+    """The service depends on uvloop itself (its engine pin stays `sqs-worker-engine==<version>`,
+    as the README documents it): with the requirement the engine's `uvloop` extra names, so
+    that a change to the one is a change to the other."""
+    engine = tomllib.loads((ROOT / "engine" / "pyproject.toml").read_text())
+    wanted = engine["project"]["optional-dependencies"]["uvloop"]
+    service = tomllib.loads((projects[key] / "pyproject.toml").read_text())
+    asked = [d for d in service["project"]["dependencies"] if re.match(r"uvloop\b", d)]
+    assert asked == wanted, (asked, wanted)
