@@ -164,7 +164,7 @@ class StartLine(ABC):
         unreachable, nothing to receive) or, `backing_off`, to ask SQS again after a
         failed receive. Every slot held is the case liveness is for: then only a job's end
         is progress."""
-        return self.stopping or (not self.gate.slots_full() and (bool(self.waker.pollers) or backing_off))
+        return self.stopping or (self.slot_free() and (bool(self.waker.pollers) or backing_off))
 
     def slot_free(self) -> bool:
         """A handler slot is free: a poll's answer is then progress (health.py). With every
