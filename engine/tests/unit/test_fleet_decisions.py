@@ -393,6 +393,58 @@ def test_cloudwatch_publishes_a_minute_after_it_ends() -> None:
     assert [p.minute for p in counts.cloudwatch(300.0, 3)] == [3, 2, 1]
 
 
+def test_cloudwatch_sums_what_was_sent_and_deleted_over_the_whole_minute() -> None:
+    # NumberOfMessagesSent and NumberOfMessagesDeleted are a minute's Sum, not a read in it.
+    counts = Counts(lag=0.0, delay=0.0, seed=2)
+    for t in range(0, 181):
+        counts.record(Truth(float(t), 0, 0, 0.0, 1, sent=3 * t, deleted=t if t < 120 else 119 + 2 * (t - 119)))
+    # Deletes doubled from second 120: minute 2's sum shows it whole, whatever moment SQS reads.
+    assert [(p.minute, p.sent, p.deleted) for p in counts.cloudwatch(180.0, 3)] == [
+        (2, 180, 120),
+        (1, 180, 60),
+        (0, 177, 59),
+    ]
+
+
+# The generated stack's second step policy: how much the backlog grew in a minute, in rounds.
+GROWTH = StepScaling(
+    metrics=(("sent", "NumberOfMessagesSent"), ("deleted", "NumberOfMessagesDeleted"), ("tasks", "RunningTaskCount")),
+    expression="(sent - deleted) / (tasks * 8)",
+    threshold=2.0,
+    periods=1,
+    datapoints=1,
+    adjustment_type="PercentChangeInCapacity",
+    steps=(Step(0, 2, 100), Step(2, 6, 300), Step(6, None, 700)),
+    cooldown=60,
+    min_magnitude=1,
+)
+
+
+def test_a_spike_that_began_after_the_minute_s_read_is_seen_by_what_the_minute_sent() -> None:
+    # Three tasks deleting 5 a second; from second 40 of minute 0, 25 a second arrive. SQS's
+    # read of the counts at second 30 shows nothing; the minute's sums show the backlog grew
+    # by 400, 16.7 rounds of work a task.
+    counts = Counts(lag=30.0, delay=0.0, seed=1)
+    backlog = sent = deleted = 0
+    for t in range(0, 61):
+        arriving = 25 if t >= 40 else 5
+        sent, deleted = sent + arriving, deleted + 5
+        backlog += arriving - 5
+        counts.record(Truth(float(t), backlog, 24, 0.0, 3, sent=sent, deleted=deleted))
+    (point,) = counts.cloudwatch(61.0)
+    read = StepPolicy(ROUNDS, 3, 10)
+    counts_at_30 = dataclasses.replace(point, visible=0.0)  # the read before the spike, whatever the draw
+    assert read.decide(0.0, [counts_at_30], 3) is None, "one round in flight a task: no alarm"
+    assert point.sent - point.deleted == 400
+    assert StepPolicy(GROWTH, 3, 10).decide(0.0, [point], 3) == 10, "16.7 rounds of growth: x8, within MaxCapacity"
+
+
+def test_a_backlog_the_tasks_are_working_down_raises_no_growth_alarm() -> None:
+    shrinking = Datapoint(0, 400, 24, 30.0, 3, sent=100, deleted=300)
+    assert StepPolicy(ROUNDS, 3, 10).decide(0.0, [shrinking], 3) == 10, "the rounds alarm: 17.7 rounds a task"
+    assert StepPolicy(GROWTH, 3, 10).decide(0.0, [shrinking], 3) is None
+
+
 def test_job_durations_keep_their_mean_and_fit_their_timeout() -> None:
     rng = random.Random(1)
     durations = Durations(2.0, longest=5.0)
@@ -587,8 +639,7 @@ def test_the_deploy_files_are_read_with_the_platforms_defaults_for_what_they_lea
     )
     assert (ecs.min_healthy_percent, ecs.max_percent, ecs.in_flight) == (50, 100, True)
     assert (ecs.worker.cpu, ecs.worker.memory_gib, ecs.worker.grace) == (0.5, 1.0, 105.0)
-    step = ecs.step
-    assert step is not None, "the step policy, found by the alarm whose action it is"
+    (step,) = ecs.steps_out  # the step policy, found by the alarm whose action it is
     assert (step.expression, step.threshold, step.periods, step.datapoints) == ("visible / (tasks * 8)", 2.0, 3, 3)
     assert step.metrics == (("visible", "ApproximateNumberOfMessagesVisible"), ("tasks", "RunningTaskCount"))
     assert (step.adjustment_type, step.cooldown, step.min_magnitude) == ("PercentChangeInCapacity", 300, 0)
@@ -630,7 +681,7 @@ def test_a_step_policy_on_a_low_alarm_is_read_as_the_scale_in_one(tmp_path: Path
     (tmp_path / "ecs" / "service.yaml").write_text(SCALES_IN)
     ecs = deployfiles.read(tmp_path).ecs
     assert ecs is not None and ecs.scale_in_disabled
-    assert ecs.step is not None and not ecs.step.scales_in, "the high alarm's policy still scales out"
+    assert [s.scales_in for s in ecs.steps_out] == [False], "the high alarm's policy still scales out"
     quiet = ecs.step_in
     assert quiet is not None and quiet.scales_in
     assert (quiet.comparison, quiet.threshold, quiet.periods, quiet.datapoints) == ("LessThanThreshold", 0.5, 15, 12)
@@ -649,7 +700,7 @@ def test_a_step_policy_on_a_low_alarm_is_read_as_the_scale_in_one(tmp_path: Path
         ({"ecs/service.yaml": SERVICE.replace('"visible / (tasks * ${Target})"', "SUM(METRICS())")}, "not simulated"),
         (
             {"ecs/service.yaml": SCALES_IN + SCALE_IN.replace("QuietStep", "Quiet2").replace("Quiet:", "Quiet3:")},
-            "plays one of each",
+            "plays one that scales in",
         ),
         (
             {"ecs/service.yaml": SCALES_IN.replace("ScalingAdjustment: -1", "ScalingAdjustment: 1")},

@@ -6,7 +6,9 @@
   in a row can disagree, as KEDA's users report of the SQS scaler (kedacore/keda #7845).
 - CloudWatch's SQS metrics are one datapoint a minute, published `delay` seconds after the
   minute ends; a reader gets the latest published (what KEDA's aws-cloudwatch scaler and
-  Application Auto Scaling's alarms act on).
+  Application Auto Scaling's alarms act on). The counts in a datapoint are one approximate
+  read in the minute, so a backlog that began after it waits a minute more to be seen; the
+  sums (`NumberOfMessagesSent`, `NumberOfMessagesDeleted`) count the whole minute, exactly.
 
 The truth is recorded once a simulated second (`record`), in real messages: with a scale
 k > 1 the ledger's counts, not the simulated messages' (work.py).
@@ -27,6 +29,8 @@ class Truth:
     inflight: int
     oldest_age: float  # seconds: the oldest message not yet deleted (SQS's ApproximateAgeOfOldestMessage)
     running: int  # replicas running (ECS's RunningTaskCount, Container Insights)
+    sent: int = 0  # messages sent so far (cumulative)
+    deleted: int = 0  # messages deleted so far, by the workers that completed them (cumulative)
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +40,8 @@ class Datapoint:
     inflight: float
     oldest_age: float
     running: float
+    sent: float = 0.0  # NumberOfMessagesSent: messages sent in the minute (its Sum)
+    deleted: float = 0.0  # NumberOfMessagesDeleted: messages deleted in the minute (its Sum)
 
 
 class Counts:
@@ -46,6 +52,7 @@ class Counts:
         self._recent: deque[Truth] = deque(maxlen=int(lag) + 2)
         self._minutes: dict[int, Datapoint] = {}
         self._latest: Truth | None = None
+        self._closed: Truth | None = None  # the last truth of the minute closed before
 
     def record(self, truth: Truth) -> None:
         """The true state now (once a simulated second)."""
@@ -59,7 +66,17 @@ class Counts:
         # SQS samples its counts once a minute; what it publishes is its own approximate read.
         seen = self.approximate(at=last.at)
         minute = int(last.at // 60)
-        self._minutes[minute] = Datapoint(minute, seen.visible, seen.inflight, last.oldest_age, last.running)
+        before = self._closed or Truth(0.0, 0, 0, 0.0, 0)
+        self._minutes[minute] = Datapoint(
+            minute,
+            seen.visible,
+            seen.inflight,
+            last.oldest_age,
+            last.running,
+            sent=last.sent - before.sent,
+            deleted=last.deleted - before.deleted,
+        )
+        self._closed = last
 
     def approximate(self, at: float | None = None) -> Truth:
         """SQS's answer to GetQueueAttributes: the counts of a moment up to `lag` back."""

@@ -185,7 +185,7 @@ class EcsService:
     min_healthy_percent: int
     max_percent: int
     in_flight: bool = False  # the policy's metric counts messages in flight (NotVisible), not only visible ones
-    step: StepScaling | None = None  # a step scaling policy that scales out, on a high alarm of its own
+    steps_out: tuple[StepScaling, ...] = ()  # step scaling policies that scale out, each on a high alarm of its own
     step_in: StepScaling | None = None  # a step scaling policy that scales in, on a low alarm of its own
     scale_in_disabled: bool = False  # target tracking's DisableScaleIn: it only scales out
 
@@ -451,7 +451,7 @@ def read_ecs(path: Path) -> EcsService:
     }
     if "ApproximateNumberOfMessagesVisible" not in counted:
         raise DeployFileError(f"{path}: the target tracking policy does not count the queue's visible messages")
-    step_out, step_in = _step_policies(path, policies, resources, resolve)
+    steps_out, step_in = _step_policies(path, policies, resources, resolve)
     return EcsService(
         worker,
         minimum=_int(resolve(target.get("MinCapacity", 1)), "MinCapacity"),
@@ -463,7 +463,7 @@ def read_ecs(path: Path) -> EcsService:
         min_healthy_percent=_int(resolve(deployment.get("MinimumHealthyPercent", 100)), "MinimumHealthyPercent"),
         max_percent=_int(resolve(deployment.get("MaximumPercent", 200)), "MaximumPercent"),
         in_flight="ApproximateNumberOfMessagesNotVisible" in counted,
-        step=step_out,
+        steps_out=steps_out,
         step_in=step_in,
         scale_in_disabled=_bool(resolve(policy.get("DisableScaleIn", False))),
     )
@@ -475,15 +475,17 @@ DATAPOINT_METRICS = {
     "ApproximateNumberOfMessagesNotVisible": "inflight",
     "ApproximateAgeOfOldestMessage": "oldest_age",
     "RunningTaskCount": "running",
+    "NumberOfMessagesSent": "sent",
+    "NumberOfMessagesDeleted": "deleted",
 }
 STEP_ADJUSTMENT_TYPES = ("ChangeInCapacity", "PercentChangeInCapacity", "ExactCapacity")
 
 
 def _step_policies(
     path: Path, policies: dict[str, dict[str, Any]], resources: dict[str, Any], resolve: Callable[[Any], Any]
-) -> tuple[StepScaling | None, StepScaling | None]:
-    """The step scaling policies, each with the alarm whose action invokes it: (the one that
-    scales out, the one that scales in)."""
+) -> tuple[tuple[StepScaling, ...], StepScaling | None]:
+    """The step scaling policies, each with the alarm whose action invokes it: (those that
+    scale out, the one that scales in)."""
     steps = {
         name: p["StepScalingPolicyConfiguration"]
         for name, p in policies.items()
@@ -492,12 +494,11 @@ def _step_policies(
     read = [_step_scaling(path, name, config, resources, resolve) for name, config in steps.items()]
     out = [s for s in read if not s.scales_in]
     in_ = [s for s in read if s.scales_in]
-    if len(out) > 1 or len(in_) > 1:
+    if len(in_) > 1:
         raise DeployFileError(
-            f"{path}: {len(out)} step scaling policies on high alarms and {len(in_)} on low ones: "
-            "the simulator plays one of each (one that scales out, one that scales in)"
+            f"{path}: {len(in_)} step scaling policies on low alarms: the simulator plays one that scales in"
         )
-    return (out[0] if out else None), (in_[0] if in_ else None)
+    return tuple(out), (in_[0] if in_ else None)
 
 
 def _step_scaling(

@@ -165,7 +165,7 @@ def describe(bake: Bake, platform: str) -> dict[str, Any]:
         out.update(
             kind="ECS service + Application Auto Scaling target tracking"
             + (" (scale-in disabled)" if spec.scale_in_disabled else "")
-            + (" and step scaling" if spec.step is not None or spec.step_in is not None else ""),
+            + (" and step scaling" if spec.steps_out or spec.step_in is not None else ""),
             min_replicas=spec.minimum,
             max_replicas=spec.maximum,
             target=spec.target,
@@ -175,9 +175,10 @@ def describe(bake: Bake, platform: str) -> dict[str, Any]:
             min_healthy_percent=spec.min_healthy_percent,
             max_percent=spec.max_percent,
         )
-        for key, step in (("step_scaling", spec.step), ("step_scale_in", spec.step_in)):
-            if step is not None:
-                out[key] = _step(step)
+        if spec.steps_out:
+            out["step_scaling"] = [_step(step) for step in spec.steps_out]
+        if spec.step_in is not None:
+            out["step_scale_in"] = _step(spec.step_in)
     return out
 
 

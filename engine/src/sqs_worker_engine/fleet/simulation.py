@@ -286,6 +286,10 @@ class Simulation:
     async def play(self) -> dict[str, Any]:
         shape, options = self.run.shape, self.run.options
         await self._stand_up()
+        # The traffic changes at any second of CloudWatch's minute (clock time's multiples of
+        # 60 s), not at the second the fleet happened to be ready: a spike that begins late in
+        # a minute is seen by that minute's datapoint only as far as it began before SQS's read.
+        await asyncio.sleep(random.Random(f"{options.seed}:phase").uniform(0.0, 60.0))
         self.t0 = clock.now()
         self.tasks += [
             asyncio.ensure_future(self._autoscaler()),
@@ -333,7 +337,10 @@ class Simulation:
                 await keda.scale_object(spec.scaling, self.readers, self.fleet, self.decided)
             else:
                 assert isinstance(spec, EcsService)
-                await targettracking.track(spec, self.readers, self.fleet, self.decided)
+                # CloudWatch evaluates an alarm once a minute at a second of its own, whatever
+                # second of the minute the traffic changes at: not at the shape's start.
+                phase = random.Random(f"{run.options.seed}:alarms").uniform(0.0, 60.0)
+                await targettracking.track(spec, self.readers, self.fleet, self.decided, phase)
             return
         assert self.jobs is not None
         assert isinstance(spec, ScaledJob)
@@ -357,7 +364,7 @@ class Simulation:
             oldest = ledger.oldest_arrival()
             age = max(0.0, now - oldest) if oldest is not None else 0.0
             ready = sum(1 for p in world.pods if p.ready)
-            self.counts.record(Truth(now, ledger.observed - held, held, age, ready))
+            self.counts.record(Truth(now, ledger.observed - held, held, age, ready, ledger.sent, ledger.completed))
             desired = self.fleet.desired if self.fleet is not None else self.jobs.active() if self.jobs else 0
             self.series.append(
                 Sample(
@@ -529,6 +536,6 @@ def _autoscaler(spec: Deployment | ScaledJob | EcsService) -> str:
     return (
         "ecs-target-tracking"
         + ("-no-scale-in" if spec.scale_in_disabled else "")
-        + ("+step" if spec.step is not None else "")
+        + "".join("+step" for _ in spec.steps_out)
         + ("+step-in" if spec.step_in is not None else "")
     )

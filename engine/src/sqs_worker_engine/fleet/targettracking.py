@@ -11,8 +11,8 @@ counts while its cooldown lasts, so the next scale-out only adds what is still m
 Scale-in is proportional too, and waits its cooldown after the last scale-in (a
 scale-out is never held back by it); with DisableScaleIn the policy never scales in.
 
-Beside it, the stack's step scaling policies on alarms of their own (stepscaling.py): one
-that scales out, one that scales in. All are evaluated each minute. When several want to
+Beside it, the stack's step scaling policies on alarms of their own (stepscaling.py): any
+that scale out, one that scales in. All are evaluated each minute. When several want to
 change the capacity, Application Auto Scaling takes the one that gives the largest: any
 scale-out wins over every scale-in, and of two scale-ins the smaller one is made. A
 scale-out ends the step scale-in's cooldown.
@@ -78,26 +78,29 @@ class TargetTracking:
         return current
 
 
-def combined(current: int, tracked: int, stepped_out: int | None = None, stepped_in: int | None = None) -> int:
+def combined(current: int, tracked: int, *stepped: int | None) -> int:
     """The capacity when target tracking and the step policies have each had their say (a
     step policy's None: it wants no change): the largest capacity that changes it, so any
     scale-out beats every scale-in and the gentler of two scale-ins is made."""
-    return max((c for c in (tracked, stepped_out, stepped_in) if c is not None and c != current), default=current)
+    return max((c for c in (tracked, *stepped) if c is not None and c != current), default=current)
 
 
-async def track(spec: EcsService, readers: Readers, service: ReplicaSet, on_decision: Callable[[int], None]) -> None:
-    """Evaluate the alarms once a minute, as CloudWatch does."""
+async def track(
+    spec: EcsService, readers: Readers, service: ReplicaSet, on_decision: Callable[[int], None], phase: float = 0.0
+) -> None:
+    """Evaluate the alarms once a minute, as CloudWatch does, the first `phase` seconds from now."""
     policy = TargetTracking(spec)
-    step_out = StepPolicy(spec.step, spec.minimum, spec.maximum) if spec.step is not None else None
+    steps_out = [StepPolicy(s, spec.minimum, spec.maximum) for s in spec.steps_out]
     step_in = ScaleInStepPolicy(spec.step_in, spec.minimum, spec.maximum) if spec.step_in is not None else None
-    wanted = max([LOW_DATAPOINTS] + [s.periods for s in (spec.step, spec.step_in) if s is not None])
+    wanted = max([LOW_DATAPOINTS] + [s.periods for s in (*spec.steps_out, spec.step_in) if s is not None])
+    await asyncio.sleep(phase)
     while True:
         now, current = clock.now(), service.desired
         points = readers.alarm_datapoints(wanted)
         desired = combined(
             current,
             policy.decide(now, points, current),
-            step_out.decide(now, points, current) if step_out is not None else None,
+            *(step.decide(now, points, current) for step in steps_out),
             step_in.decide(now, points, current) if step_in is not None else None,
         )
         if desired > current and step_in is not None:
