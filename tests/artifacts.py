@@ -306,6 +306,10 @@ ECS_RESOURCES = {
         f"arn:aws:autoscaling:us-east-1:{PLACEHOLDER_ACCOUNT}:scalingPolicy:00000000-0000-0000-0000-000000000000:"
         "resource/ecs/service/cluster/service-name:policyName/service-name-sqs-backlog-step"
     ),
+    "BacklogGrowthStepPolicy": (
+        f"arn:aws:autoscaling:us-east-1:{PLACEHOLDER_ACCOUNT}:scalingPolicy:00000000-0000-0000-0000-000000000002:"
+        "resource/ecs/service/cluster/service-name:policyName/service-name-sqs-backlog-growth-step"
+    ),
     "BacklogScaleInPolicy": (
         f"arn:aws:autoscaling:us-east-1:{PLACEHOLDER_ACCOUNT}:scalingPolicy:00000000-0000-0000-0000-000000000001:"
         "resource/ecs/service/cluster/service-name:policyName/service-name-sqs-backlog-scale-in"

@@ -322,6 +322,29 @@ def test_ecs_service(projects: dict[str, Path], key: str) -> None:
     (rounds,) = [m["Expression"] for m in alarm_metrics.values() if m.get("ReturnData")]
     assert rounds.replace(" ", "") == f"(visible+in_flight)/(tasks*{answers.concurrency})"
 
+    # A second step policy on how much the backlog grew over the minute (sent less deleted,
+    # sums of the whole minute): it sees a spike that began after the minute's read of the
+    # counts. The same steps; its alarm's one action is the policy.
+    growth_id, growth_alarm_id = "BacklogGrowthStepPolicy", "BacklogGrowthHighAlarm"
+    growth_step = cfn_resolve(stack.template["Resources"][growth_id]["Properties"], known)
+    assert growth_step.pop("ScalingTargetId") == ECS_RESOURCES["ScalableTarget"]
+    growth_step.update({k: target[k] for k in ("ServiceNamespace", "ResourceId", "ScalableDimension")})
+    assert api_problems("application-autoscaling", "PutScalingPolicy", growth_step) == []
+    assert growth_step["StepScalingPolicyConfiguration"] == config
+    growth_alarm = cfn_resolve(stack.template["Resources"][growth_alarm_id]["Properties"], known)
+    assert api_problems("cloudwatch", "PutMetricAlarm", {"AlarmName": "growth", **growth_alarm}) == []
+    assert stack.template["Resources"][growth_alarm_id]["Properties"]["AlarmActions"] == [{"Ref": growth_id}]
+    assert {
+        k: growth_alarm[k] for k in ("EvaluationPeriods", "DatapointsToAlarm", "ComparisonOperator", "Threshold")
+    } == {k: alarm[k] for k in ("EvaluationPeriods", "DatapointsToAlarm", "ComparisonOperator", "Threshold")}
+    sums = {m["Id"]: m["MetricStat"] for m in growth_alarm["Metrics"] if "MetricStat" in m}
+    for metric_id, name in (("sent", "NumberOfMessagesSent"), ("deleted", "NumberOfMessagesDeleted")):
+        assert sums[metric_id]["Metric"] == {**visible["MetricStat"]["Metric"], "MetricName": name}
+        assert (sums[metric_id]["Stat"], sums[metric_id]["Period"]) == ("Sum", 60), "the whole minute's count"
+    assert sums["tasks"] == alarm_metrics["tasks"]["MetricStat"]
+    (grew,) = [m["Expression"] for m in growth_alarm["Metrics"] if m.get("ReturnData")]
+    assert grew.replace(" ", "") == f"(sent-deleted)/(tasks*{answers.concurrency})"
+
     # Scale-in: a step policy on a low alarm over the same rounds of work, which must hold for
     # many minutes (a dip between bursts removes nothing), one task at a time, one per cooldown.
     quiet_id, low_id = "BacklogScaleInPolicy", "BacklogRoundsLowAlarm"

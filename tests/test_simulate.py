@@ -57,13 +57,16 @@ def test_the_simulator_reads_what_the_bake_ships(name: str, tmp_path: Path) -> N
         assert job.deadline > answers.job_timeout + grace
     if read.ecs is not None:
         assert read.ecs.maximum == most
-        assert read.ecs.minimum == min(3, most), "three tasks a sudden backlog finds, where the budget has room"
-        # The step policy beside target tracking, and the alarm that invokes it: played as shipped.
-        step = read.ecs.step
-        assert step is not None, "the stack's step scaling policy is simulated"
+        assert read.ecs.minimum == min(4, most), "four tasks a sudden backlog finds, where the budget has room"
+        # The step policies beside target tracking, and the alarms that invoke them, played as
+        # shipped: one on the rounds of work a task, one on how much the backlog grew in a minute.
+        step, growth = read.ecs.steps_out
         assert step.expression.replace(" ", "") == f"(visible+in_flight)/(tasks*{answers.concurrency})"
-        assert (step.threshold, step.periods, step.datapoints) == (2.0, 1, 1)
-        assert step.adjustment_type == "PercentChangeInCapacity" and step.steps[0].lower == 0
+        assert growth.expression.replace(" ", "") == f"(sent-deleted)/(tasks*{answers.concurrency})"
+        assert dict(growth.metrics)["sent"] == "NumberOfMessagesSent"
+        for policy in (step, growth):
+            assert (policy.threshold, policy.periods, policy.datapoints) == (2.0, 1, 1)
+            assert policy.adjustment_type == "PercentChangeInCapacity" and policy.steps[0].lower == 0
         # Scale-in by a step policy on a low alarm over the same rounds, not by target tracking.
         quiet = read.ecs.step_in
         assert read.ecs.scale_in_disabled and quiet is not None and quiet.scales_in
