@@ -191,6 +191,13 @@ class StartLine(ABC):
         """Wait until `ticket` may start and take what it needs; False if it may not after
         all (the pool stops, or `lost`: its lease was lost meanwhile). In receive order:
         a message waits while an earlier one that could start waits too."""
+        started = self.start_at_once(ticket)
+        return started if started is not None else await self.wait_to_start(ticket, lost)
+
+    def start_at_once(self, ticket: Ticket) -> bool | None:
+        """`start` when it needs no wait: True, it took what it needs; False, it may not
+        start (the pool stops); None, it must wait in line (`wait_to_start`). Most
+        messages start at once: they need neither the lease's future nor a coroutine."""
         self.behind_its_group(ticket)  # it asks now
         if ticket.phase in SLOT:
             return True
@@ -202,6 +209,10 @@ class StartLine(ABC):
             if self.budget is not None:
                 self.budget.changed(self)  # at its cap or its rate now, it may leave the free slots to others
             return True
+        return None
+
+    async def wait_to_start(self, ticket: Ticket, lost: asyncio.Future[None]) -> bool:
+        """`start` once `start_at_once` said it must wait: in line until its turn."""
         turn: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         ticket._turn = turn
         # Parked (its tenant runs its cap): it lends its place to other tenants' messages

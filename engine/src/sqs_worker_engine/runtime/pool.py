@@ -103,11 +103,24 @@ class Run:
     delivery: Delivery
     attempt: int  # the receive count, plus retries run in place
     ticket: Ticket  # what it holds from admission
-    # Done at the shutdown deadline: stop waiting for the work. A future (see Delivery.lost).
-    cut: asyncio.Future[None] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
     job: Job[Any] | None = None
     payload: Payload = field(default_factory=Payload)  # where its payload is, once read
     span: job_spans.JobSpan | None = None  # this attempt's `process` span, when tracing
+    _cut_off: bool = False  # the shutdown deadline came: stop waiting for the work (written by cut_now)
+    _cut: asyncio.Future[None] | None = field(default=None, repr=False)
+
+    def cut(self) -> asyncio.Future[None]:
+        """Done once it is cut off: a future made only when a handler waits (see Delivery.lost)."""
+        if self._cut is None:
+            self._cut = asyncio.get_running_loop().create_future()
+            if self._cut_off:
+                self._cut.set_result(None)
+        return self._cut
+
+    def cut_now(self) -> None:
+        self._cut_off = True
+        if self._cut is not None and not self._cut.done():
+            self._cut.set_result(None)
 
 
 @dataclass
@@ -171,8 +184,7 @@ class QueuePool:
             await asyncio.wait(lives, timeout=max(0.0, deadline - clock.now()))
         cut = [run for run in self.runs if not run.ticket.returned]
         for run in self.runs:
-            if not run.cut.done():
-                run.cut.set_result(None)
+            run.cut_now()
         # Wait for the lives still going (one may spawn another as it lets its group go):
         # only for those not done, so that a finished task whose removal is still queued
         # is never awaited over and over.
@@ -293,7 +305,10 @@ class QueuePool:
             if await self._given_back_for_its_tenant(run):
                 return Release()
             while True:
-                if not await self.admission.start(run.ticket, run.delivery.lost()):
+                started = self.admission.start_at_once(run.ticket)
+                if started is None:
+                    started = await self.admission.wait_to_start(run.ticket, run.delivery.lost())
+                if not started:
                     reason = "shutdown" if self.stopping else "lease lost before it started"
                     await self._let_go([run], reason)
                     return Release()
@@ -380,7 +395,7 @@ class QueuePool:
             self.book.start(run.delivery)
         return await self.calls.call(
             job,
-            lost=run.delivery.lost(),
+            lost=run.delivery.lost,
             cut=run.cut,
             job_timeout=self.options.job_timeout,
             lease_gone=lambda: run.delivery.state is State.LOST,
