@@ -92,8 +92,9 @@ class Acker:
         self, delivery: Delivery, action: SettleAction, seconds: int, sent: Callable[[], None] | None = None
     ) -> asyncio.Future[bool]:
         loop = asyncio.get_running_loop()
-        entry = _Entry(delivery, action, seconds, loop.create_future(), clock.now(), sent=sent)
-        if not self.book.settling(delivery, action, clock.now()):
+        now = clock.now()
+        entry = _Entry(delivery, action, seconds, loop.create_future(), now, sent=sent)
+        if not self.book.settling(delivery, action, now):
             self._give_up(entry, "lease expired or lost before it could be settled")
             return entry.done
         pending = self._pending[action]

@@ -276,7 +276,8 @@ class StartLine(ABC):
         if ticket.promised and self.completion is not None:
             ticket.promised = False
             self.completion.job_started()
-        if self.gate.called(ticket, clock.now()):
+        # Only a start the rate window let go is counted in it now: the clock only for those.
+        if ticket.rate_pending and self.gate.called(ticket, clock.now()):
             self._kick()  # the window's next opening is a time now: the line's timer follows it
 
     # -- 3. what a ticket gives back --------------------------------------------------
