@@ -246,11 +246,12 @@ class QueuePool:
         for message, ticket in zip(messages, tickets, strict=True):
             delivery = self.book.receive(message, received_at)
             self.admission.received_group(ticket, delivery.group)
-            run = Run(delivery, attempt=delivery.receive_count, ticket=ticket)
+            receive_count = delivery.receive_count  # read from the message's attributes: once
+            run = Run(delivery, attempt=receive_count, ticket=ticket)
             self.runs.add(run)
             runs.append(run)
             age = delivery.age(now_wall)
-            self.report.claimed(delivery.message_id, delivery.receive_count, age)
+            self.report.claimed(delivery.message_id, receive_count, age)
             oldest = max(oldest, age or 0.0)
         self.received.note(len(messages), oldest)
         if self.info.fifo:
@@ -302,7 +303,8 @@ class QueuePool:
         wait behind it. Whatever way it leaves, its ticket is closed (`_forget`)."""
         bind_job(job_id=run.delivery.message_id, queue=self.name, receive_count=run.attempt)
         try:
-            if await self._given_back_for_its_tenant(run):
+            # Only a queue with a group cap gives messages back for their tenant: no coroutine else.
+            if self.tenants is not None and await self._given_back_for_its_tenant(run):
                 return Release()
             while True:
                 started = self.admission.start_at_once(run.ticket)
@@ -317,7 +319,7 @@ class QueuePool:
                     self.pace.ran(ending.duration)  # also the fair tenants' line length
                     if self.options.prefetch:
                         self._size_prefetch()
-                waiting = any(m.delivery.state is State.RECEIVED for m in mates)
+                waiting = bool(mates) and any(m.delivery.state is State.RECEIVED for m in mates)
                 facts = Facts(
                     attempt=run.attempt,
                     max_receive=self.info.max_receive_count,
