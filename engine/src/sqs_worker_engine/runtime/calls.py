@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextlib
 import contextvars
 import sys
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -120,7 +120,8 @@ class HandlerCalls:
             failed: asyncio.Future[Any] = loop.create_future()
             failed.set_exception(exc)
             return failed
-        if asyncio.iscoroutine(called):
+        # A native coroutine asked first: asyncio.iscoroutine is a Python call, a message each.
+        if type(called) is types.CoroutineType or asyncio.iscoroutine(called):
             return asyncio.Task(called, loop=loop, **EAGER)
         awaited: asyncio.Future[Any] = asyncio.ensure_future(called)  # an awaitable, from a decorator
         return awaited
@@ -145,8 +146,11 @@ class HandlerCalls:
         `on_overdue()`: it was cancelled (its timeout, its lease lost) and its work goes on
         all the same: it holds a slot of the concurrency, not one of the adaptive limit."""
         started = clock.now()
-        with span or contextlib.nullcontext():  # the span is current in the handler's task or thread
+        if span is None:  # no context manager to enter (a nullcontext each message showed in profiles)
             work, ended = self.start(job, on_ended)
+        else:
+            with span:  # the span is current in the handler's task or thread
+                work, ended = self.start(job, on_ended)
         if work.done():  # a handler that never waited (EAGER)
             return _returned(work, lease_gone, started)
         lost_it, cut_off = lost(), cut()

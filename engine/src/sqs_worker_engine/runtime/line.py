@@ -299,12 +299,13 @@ class StartLine(ABC):
         ended. A handler that ran (`duration`, 0.0 for one shorter than the loop clock's
         tick) tells the adaptive limit first, so that a shrunken limit holds this very slot
         back."""
-        if self.adaptive is not None and duration is not None and outcome is not None:
-            limit = self.adaptive.sample(duration, outcome, clock.now(), self.running)
-            if limit != self.limit:
+        adaptive = self.gate.adaptive  # the gate's own fields here and below, not the properties: twice a message
+        if adaptive is not None and duration is not None and outcome is not None:
+            limit = adaptive.sample(duration, outcome, clock.now(), self.running)
+            if limit != self.gate.limit:
                 self.set_limit(limit)
                 if self.report is not None:
-                    self.report.concurrency_limit(self.adaptive)
+                    self.report.concurrency_limit(adaptive)
         to = ON_DECIDED.get(ticket.phase)
         if to is not None:
             self._move_slot(ticket, to)
@@ -326,7 +327,7 @@ class StartLine(ABC):
         kept until the delete is confirmed, and the jobs left count it only then). A batch
         gives back up to 10 places at once: one look at the state for all of them, so that
         a poller wakes to a whole receive's worth, not to the first of ten."""
-        if ticket.phase is Phase.SETTLING and self.sent < self.sent_limit:
+        if ticket.phase is Phase.SETTLING and self.book.sent < self.sent_limit:
             self.book.move(ticket, Phase.SENT)
             self.waker.soon()
 
@@ -339,7 +340,7 @@ class StartLine(ABC):
         # A ticket whose delete was sent gave its place back then: unless it still holds
         # something else, its close changes what a poller may ask for only while SQS cannot
         # be reached (_receivable), and needs no look at the state (one per job is enough).
-        changed = ticket.phase is not Phase.SENT or not self.sqs_ok or self._probe is ticket
+        changed = ticket.phase is not Phase.SENT or not self.gate.sqs_ok or self.gate.probe is ticket
         self.behind_its_group(ticket)  # no longer arriving
         self._leave_line(ticket)
         self.gate.let_go(ticket)  # it said nothing about the downstream: the next may probe

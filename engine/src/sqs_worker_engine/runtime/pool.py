@@ -374,7 +374,8 @@ class QueuePool:
         work has ended here."""
         invoked = False
         try:
-            self._start_span(run)
+            if self.tracing:
+                self._start_span(run)
             job = await self.preparer.prepare(run.delivery, run.attempt, run.payload)
             if isinstance(job, Ending):
                 return job
@@ -407,12 +408,11 @@ class QueuePool:
         )
 
     def _start_span(self, run: Run) -> None:
-        if self.tracing:
-            run.span = job_spans.JobSpan(
-                self.name, run.delivery.message, self.worker_id, run.attempt, self.options.trace_parent
-            )
-            self.book.observe(run.delivery, run.span.note)
-            bind_job(**run.span.log_ids())
+        run.span = job_spans.JobSpan(
+            self.name, run.delivery.message, self.worker_id, run.attempt, self.options.trace_parent
+        )
+        self.book.observe(run.delivery, run.span.note)
+        bind_job(**run.span.log_ids())
 
     def _ended(self, run: Run, settlement: Settlement, ending: Ending, will_retry: bool) -> None:
         """The attempt is reported, and its span ends with the settlement on it."""
