@@ -201,7 +201,7 @@ class StartLine(ABC):
         self.behind_its_group(ticket)  # it asks now
         if ticket.phase in SLOT:
             return True
-        if self.stopping:
+        if self.gate.stopping:
             return False
         now = clock.now()
         if not self.book.line and self._blocked(ticket, now) is None:
