@@ -299,7 +299,8 @@ class StartLine(ABC):
         ended. A handler that ran (`duration`, 0.0 for one shorter than the loop clock's
         tick) tells the adaptive limit first, so that a shrunken limit holds this very slot
         back."""
-        adaptive = self.gate.adaptive  # the gate's own fields here and below, not the properties: twice a message
+        # The gate's fields read directly, not through the properties: decide runs twice a message.
+        adaptive = self.gate.adaptive
         if adaptive is not None and duration is not None and outcome is not None:
             limit = adaptive.sample(duration, outcome, clock.now(), self.running)
             if limit != self.gate.limit:

@@ -120,6 +120,7 @@ class Run:
         return self._cut
 
     def cut_now(self) -> None:
+        """The shutdown deadline came: whoever waits for its work stops waiting."""
         self._cut_off = True
         if self._cut is not None and not self._cut.done():
             self._cut.set_result(None)
