@@ -160,17 +160,24 @@ class Subscribe(Protocol):
 class Events:
     def __init__(self) -> None:
         self._listeners: dict[str, list[Callable[[Any], object]]] = {name: [] for name in EVENTS}
+        # The events someone listens to now (written by on and off): a job's events come
+        # several a message and mostly nobody listens, so their emitters ask this first
+        # and build no fields for nobody.
+        self.heard: set[str] = set()
         self.on: Subscribe = self._subscribe
 
     def _subscribe(self, event: EventName, listener: Callable[[Any], object]) -> Callable[[], None]:
         self._check(event)
         self._listeners[event].append(listener)
+        self.heard.add(event)
         return lambda: self.off(event, listener)
 
     def off(self, event: EventName, listener: Callable[[Any], object]) -> None:
         self._check(event)
         if listener in self._listeners[event]:
             self._listeners[event].remove(listener)
+        if not self._listeners[event]:
+            self.heard.discard(event)
 
     # Emitting: each event's fields, by name.
     @overload

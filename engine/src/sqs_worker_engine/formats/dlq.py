@@ -130,7 +130,10 @@ def original_attributes(attributes: Mapping[str, Any] | None) -> dict[str, Any]:
     other message's as they are. Given the attributes alone, not the message: unfolding
     them needs nothing else. Not a trust decision: whatever comes back, a producer could
     have set."""
-    return _unwrap(dict(attributes or {}))[0]
+    copied = dict(attributes or {})
+    if "x-error-context" not in copied:
+        return copied  # no record of the worker's to unfold (most messages): nothing to parse
+    return _unwrap(copied)[0]
 
 
 def worker_record(message: dict[str, Any]) -> dict[str, Any] | None:

@@ -19,7 +19,7 @@ Outcome = Literal["success", "retry", "dead_letter", "timeout", "lease_lost", "r
 OUTCOMES: tuple[Outcome, ...] = get_args(Outcome)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # one or two a message: no instance dict
 class Ending:
     """How one attempt ended: its handler's call, or (`called` False) a message that never
     reached its handler (a payload that does not parse, a control message, a lost lease

@@ -239,7 +239,7 @@ class Admission(StartLine):
         slot this one leaves must not start another queue's job meanwhile."""
         if self.budget is not None:
             self.budget.stopping = True
-        self.gate.stop_signal.set()
+        self.gate.stop()
         for ticket in list(self.book.line):
             self._leave_line(ticket)
         self._kick()
@@ -258,9 +258,8 @@ class Admission(StartLine):
     def refresh(self, pollers: bool = True) -> None:
         """Start whoever in this queue may start; wake a poller of it to look again (the
         shared budget leaves them asleep when what they may receive cannot have grown)."""
-        now = clock.now()
-        if self.book.line:
-            self._admit_line(now)
+        if self.book.line:  # the clock only when someone waits: after most jobs nobody does
+            self._admit_line(clock.now())
         if pollers:
             self.waker.one()
         if self.book.line and (delay := self.gate.wake_at(clock.now())) is not None:

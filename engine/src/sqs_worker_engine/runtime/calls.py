@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextlib
 import contextvars
 import sys
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -51,6 +51,7 @@ class HandlerCalls:
         self.process_pool = process_pool
         self.lease_held = lease_held
         self.running = 0  # handler calls whose work has not ended, settled or not (written by start only)
+        self._ended: asyncio.Future[None] | None = None  # see _ended_already
         report.count_running(lambda: self.running)  # the in-flight gauge reads this count
         self.threads = (
             concurrent.futures.ThreadPoolExecutor(concurrency, thread_name_prefix=f"job-{report.queue}")
@@ -68,6 +69,14 @@ class HandlerCalls:
     def start(self, job: Job[Any], on_ended: Callable[[], None]) -> Started:
         """Start the handler for `job`; `on_ended` runs once its work has really ended."""
         loop = asyncio.get_running_loop()
+        self.running += 1
+        task = None
+        if self.spec.mode == "async" and self.collector is None:
+            task = self._call_async(job)
+            if task.done():  # a handler that never waited (EAGER): its work ended with the call
+                self.running -= 1
+                on_ended()
+                return task, self._ended_already(loop)
         ended: asyncio.Future[None] = loop.create_future()
 
         def finished(_: object = None) -> None:
@@ -76,17 +85,12 @@ class HandlerCalls:
                 self.running -= 1
                 on_ended()
 
-        self.running += 1
         if self.collector is not None:
             result, call_ended = self.collector.submit(job)
             call_ended.add_done_callback(finished)
             return result, ended
-        if self.spec.mode == "async":
-            task = self._call_async(job)
-            if task.done():
-                finished()
-            else:
-                task.add_done_callback(finished)
+        if task is not None:
+            task.add_done_callback(finished)
             return task, ended
         if self.spec.mode == "thread":
             assert self.threads is not None
@@ -96,6 +100,15 @@ class HandlerCalls:
             cf = self.process_pool.run(call_sync, self.spec.fn, job, may_run_again=lambda: self.lease_held(job.id))
         cf.add_done_callback(lambda _f: clock.from_thread(loop, finished))
         return asyncio.wrap_future(cf, loop=loop), ended
+
+    def _ended_already(self, loop: asyncio.AbstractEventLoop) -> asyncio.Future[None]:
+        """A done "its work has ended", one for every call that ended as it was made: a
+        future of its own for each of them (most calls) showed in profiles, and a done
+        future is only ever read."""
+        if self._ended is None or self._ended.get_loop() is not loop:
+            self._ended = loop.create_future()
+            self._ended.set_result(None)
+        return self._ended
 
     def _call_async(self, job: Job[Any]) -> asyncio.Future[Any]:
         """The async handler's call as a task (eager where it can be); a handler that fails
@@ -107,7 +120,8 @@ class HandlerCalls:
             failed: asyncio.Future[Any] = loop.create_future()
             failed.set_exception(exc)
             return failed
-        if asyncio.iscoroutine(called):
+        # A native coroutine asked first: asyncio.iscoroutine is a Python call, a message each.
+        if type(called) is types.CoroutineType or asyncio.iscoroutine(called):
             return asyncio.Task(called, loop=loop, **EAGER)
         awaited: asyncio.Future[Any] = asyncio.ensure_future(called)  # an awaitable, from a decorator
         return awaited
@@ -116,32 +130,34 @@ class HandlerCalls:
         self,
         job: Job[Any],
         *,
-        lost: asyncio.Future[None],
-        cut: asyncio.Future[None],
+        lost: Callable[[], asyncio.Future[None]],
+        cut: Callable[[], asyncio.Future[None]],
         job_timeout: float,
         lease_gone: Callable[[], bool],
         span: JobSpan | None,
         on_ended: Callable[[], None],
         on_overdue: Callable[[], None] = lambda: None,
     ) -> Ending:
-        """Run the handler until it ends, its `job_timeout`, its lease is `lost` or the shutdown
-        `cut`; `lease_gone()`: is the lease lost now. A job that cannot be interrupted keeps
+        """Run the handler until it ends, its `job_timeout`, its lease is `lost()` or the
+        shutdown `cut()` (futures asked for only when the handler waits: most never do);
+        `lease_gone()`: is the lease lost now. A job that cannot be interrupted keeps
         its lease and slot until its work returns: released earlier, it could run twice at
         once. Only the shutdown cut stops that wait (its message is released at exit).
         `on_overdue()`: it was cancelled (its timeout, its lease lost) and its work goes on
         all the same: it holds a slot of the concurrency, not one of the adaptive limit."""
         started = clock.now()
-        with span or contextlib.nullcontext():  # the span is current in the handler's task or thread
+        if span is None:  # no context manager to enter (a nullcontext each message showed in profiles)
             work, ended = self.start(job, on_ended)
-        if not work.done():  # done already: a handler that never waited (EAGER)
-            await asyncio.wait({work, lost, cut}, timeout=job_timeout, return_when=asyncio.FIRST_COMPLETED)
-        if work.done() and lease_gone():
-            return Ending("lease_lost", None, clock.now() - started)  # whatever it did: not ours now
+        else:
+            with span:  # the span is current in the handler's task or thread
+                work, ended = self.start(job, on_ended)
+        if work.done():  # a handler that never waited (EAGER)
+            return _returned(work, lease_gone, started)
+        lost_it, cut_off = lost(), cut()
+        await asyncio.wait({work, lost_it, cut_off}, timeout=job_timeout, return_when=asyncio.FIRST_COMPLETED)
         if work.done():
-            error = asyncio.CancelledError() if work.cancelled() else work.exception()
-            requested = error.seconds if isinstance(error, RetryLater) else None
-            return Ending(classify(error), error, clock.now() - started, requested)
-        reason = "shutdown" if cut.done() else "lease_lost" if lost.done() else "timeout"
+            return _returned(work, lease_gone, started)
+        reason = "shutdown" if cut_off.done() else "lease_lost" if lost_it.done() else "timeout"
         if span is not None:
             span.event("cancelled", reason=reason, job_timeout_seconds=job_timeout)
         job._cancel(reason)
@@ -152,7 +168,7 @@ class HandlerCalls:
             await asyncio.wait({ended}, timeout=CUT_GRACE)  # a handler that heeds its cancellation ends here
             if not ended.done():
                 on_overdue()
-                either: set[asyncio.Future[Any]] = {ended, cut}
+                either: set[asyncio.Future[Any]] = {ended, cut_off}
                 await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
                 if not ended.done():
                     await asyncio.wait({ended}, timeout=CUT_GRACE)
@@ -193,3 +209,12 @@ class HandlerCalls:
     def shutdown(self) -> None:
         if self.threads is not None:
             self.threads.shutdown(wait=False, cancel_futures=True)
+
+
+def _returned(work: asyncio.Future[Any], lease_gone: Callable[[], bool], started: float) -> Ending:
+    """The ending of a handler call whose work is done, started at the loop time `started`."""
+    if lease_gone():
+        return Ending("lease_lost", None, clock.now() - started)  # whatever it did: not ours now
+    error = asyncio.CancelledError() if work.cancelled() else work.exception()
+    requested = error.seconds if isinstance(error, RetryLater) else None
+    return Ending(classify(error), error, clock.now() - started, requested)

@@ -79,7 +79,7 @@ class RetryPolicy:
     cap: float
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)  # one a message: no instance dict
 class Facts:
     """What `plan` needs to know about one delivery and its queue."""
 

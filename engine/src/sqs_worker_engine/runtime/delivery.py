@@ -17,7 +17,6 @@ message another consumer is working on.
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -72,9 +71,12 @@ def extension_seconds(visibility: int, received_at: float, now: float) -> int:
     return max(0, min(visibility, int(MAX_VISIBILITY_SECONDS - (now - received_at)) - 1))
 
 
-@dataclass(eq=False)
+# Slots: one is made for every message, and without an instance dict it is cheaper to make,
+# read and collect.
+@dataclass(eq=False, slots=True)
 class Delivery:
     message: dict[str, Any]
+    message_id: str  # its MessageId, asked several times a message: read once (LeaseBook.receive)
     received_at: float  # loop time SQS handed the message out, at the earliest
     deadline: float  # loop time SQS makes the message visible again, unless extended
     state: State = State.RECEIVED
@@ -94,10 +96,6 @@ class Delivery:
             if self.state is State.LOST:
                 self._lost.set_result(None)
         return self._lost
-
-    @functools.cached_property
-    def message_id(self) -> str:  # asked several times a message: read once
-        return str(self.message["MessageId"])
 
     @property
     def receipt_handle(self) -> str:
@@ -146,7 +144,7 @@ class LeaseBook:
         return iter(list(self._held.values()))
 
     def receive(self, message: dict[str, Any], received_at: float) -> Delivery:
-        delivery = Delivery(message, received_at, received_at + self.visibility)
+        delivery = Delivery(message, str(message["MessageId"]), received_at, received_at + self.visibility)
         self._held[id(delivery)] = delivery
         return delivery
 

@@ -61,15 +61,18 @@ class StartGate:
         self.breaker = breaker or Breaker()
         self.tenant_cap = tenant_cap
         self.budget = budget  # a budget shared with other queues: its stop is every queue's
-        # The pool's one stopping fact: no more receives or starts (set by Admission.stop only).
+        # The pool's one stopping fact: no more receives or starts (written by stop only). A
+        # plain attribute, asked several times a message; the event is for waiting on it.
+        self.stopping = False
         self.stop_signal = asyncio.Event()
         self.sqs_ok = True  # the latest delete or lease extension reached SQS (written by Admission.sqs_answered)
         self.probe: Ticket | None = None  # the probe that runs now (written by take, trouble, answered, let_go)
         self.probe_receive = False  # a receive for the probe is out (written by Admission.reserve, received)
 
-    @property
-    def stopping(self) -> bool:
-        return self.stop_signal.is_set()
+    def stop(self) -> None:
+        """No more receives or starts (Admission.stop)."""
+        self.stopping = True
+        self.stop_signal.set()
 
     def tenant_full(self, group: str | None) -> bool:
         cap = self.tenant_cap

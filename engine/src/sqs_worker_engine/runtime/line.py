@@ -191,10 +191,17 @@ class StartLine(ABC):
         """Wait until `ticket` may start and take what it needs; False if it may not after
         all (the pool stops, or `lost`: its lease was lost meanwhile). In receive order:
         a message waits while an earlier one that could start waits too."""
+        started = self.start_at_once(ticket)
+        return started if started is not None else await self.wait_to_start(ticket, lost)
+
+    def start_at_once(self, ticket: Ticket) -> bool | None:
+        """`start` when it needs no wait: True, it took what it needs; False, it may not
+        start (the pool stops); None, it must wait in line (`wait_to_start`). Most
+        messages start at once: they need neither the lease's future nor a coroutine."""
         self.behind_its_group(ticket)  # it asks now
         if ticket.phase in SLOT:
             return True
-        if self.stopping:
+        if self.gate.stopping:
             return False
         now = clock.now()
         if not self.book.line and self._blocked(ticket, now) is None:
@@ -202,6 +209,10 @@ class StartLine(ABC):
             if self.budget is not None:
                 self.budget.changed(self)  # at its cap or its rate now, it may leave the free slots to others
             return True
+        return None
+
+    async def wait_to_start(self, ticket: Ticket, lost: asyncio.Future[None]) -> bool:
+        """`start` once `start_at_once` said it must wait: in line until its turn."""
         turn: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         ticket._turn = turn
         # Parked (its tenant runs its cap): it lends its place to other tenants' messages
@@ -265,7 +276,8 @@ class StartLine(ABC):
         if ticket.promised and self.completion is not None:
             ticket.promised = False
             self.completion.job_started()
-        if self.gate.called(ticket, clock.now()):
+        # Only a start the rate window let go is counted in it now: the clock only for those.
+        if ticket.rate_pending and self.gate.called(ticket, clock.now()):
             self._kick()  # the window's next opening is a time now: the line's timer follows it
 
     # -- 3. what a ticket gives back --------------------------------------------------
@@ -287,12 +299,14 @@ class StartLine(ABC):
         ended. A handler that ran (`duration`, 0.0 for one shorter than the loop clock's
         tick) tells the adaptive limit first, so that a shrunken limit holds this very slot
         back."""
-        if self.adaptive is not None and duration is not None and outcome is not None:
-            limit = self.adaptive.sample(duration, outcome, clock.now(), self.running)
-            if limit != self.limit:
+        # The gate's fields read directly, not through the properties: decide runs twice a message.
+        adaptive = self.gate.adaptive
+        if adaptive is not None and duration is not None and outcome is not None:
+            limit = adaptive.sample(duration, outcome, clock.now(), self.running)
+            if limit != self.gate.limit:
                 self.set_limit(limit)
                 if self.report is not None:
-                    self.report.concurrency_limit(self.adaptive)
+                    self.report.concurrency_limit(adaptive)
         to = ON_DECIDED.get(ticket.phase)
         if to is not None:
             self._move_slot(ticket, to)
@@ -314,7 +328,7 @@ class StartLine(ABC):
         kept until the delete is confirmed, and the jobs left count it only then). A batch
         gives back up to 10 places at once: one look at the state for all of them, so that
         a poller wakes to a whole receive's worth, not to the first of ten."""
-        if ticket.phase is Phase.SETTLING and self.sent < self.sent_limit:
+        if ticket.phase is Phase.SETTLING and self.book.sent < self.sent_limit:
             self.book.move(ticket, Phase.SENT)
             self.waker.soon()
 
@@ -327,7 +341,7 @@ class StartLine(ABC):
         # A ticket whose delete was sent gave its place back then: unless it still holds
         # something else, its close changes what a poller may ask for only while SQS cannot
         # be reached (_receivable), and needs no look at the state (one per job is enough).
-        changed = ticket.phase is not Phase.SENT or not self.sqs_ok or self._probe is ticket
+        changed = ticket.phase is not Phase.SENT or not self.gate.sqs_ok or self.gate.probe is ticket
         self.behind_its_group(ticket)  # no longer arriving
         self._leave_line(ticket)
         self.gate.let_go(ticket)  # it said nothing about the downstream: the next may probe

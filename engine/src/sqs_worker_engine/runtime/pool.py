@@ -96,18 +96,34 @@ class PoolOptions:
     weight: int = 1  # WORKER_QUEUE_<KEY>_WEIGHT: its share of a shared budget (see budget.py)
 
 
-@dataclass(eq=False)
+# Slots: one is made for every message, and without an instance dict it is cheaper to make,
+# read and collect.
+@dataclass(eq=False, slots=True)
 class Run:
     """One delivery's way through the pool."""
 
     delivery: Delivery
     attempt: int  # the receive count, plus retries run in place
     ticket: Ticket  # what it holds from admission
-    # Done at the shutdown deadline: stop waiting for the work. A future (see Delivery.lost).
-    cut: asyncio.Future[None] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
     job: Job[Any] | None = None
     payload: Payload = field(default_factory=Payload)  # where its payload is, once read
     span: job_spans.JobSpan | None = None  # this attempt's `process` span, when tracing
+    _cut_off: bool = False  # the shutdown deadline came: stop waiting for the work (written by cut_now)
+    _cut: asyncio.Future[None] | None = field(default=None, repr=False)
+
+    def cut(self) -> asyncio.Future[None]:
+        """Done once it is cut off: a future made only when a handler waits (see Delivery.lost)."""
+        if self._cut is None:
+            self._cut = asyncio.get_running_loop().create_future()
+            if self._cut_off:
+                self._cut.set_result(None)
+        return self._cut
+
+    def cut_now(self) -> None:
+        """The shutdown deadline came: whoever waits for its work stops waiting."""
+        self._cut_off = True
+        if self._cut is not None and not self._cut.done():
+            self._cut.set_result(None)
 
 
 @dataclass
@@ -171,8 +187,7 @@ class QueuePool:
             await asyncio.wait(lives, timeout=max(0.0, deadline - clock.now()))
         cut = [run for run in self.runs if not run.ticket.returned]
         for run in self.runs:
-            if not run.cut.done():
-                run.cut.set_result(None)
+            run.cut_now()
         # Wait for the lives still going (one may spawn another as it lets its group go):
         # only for those not done, so that a finished task whose removal is still queued
         # is never awaited over and over.
@@ -234,11 +249,12 @@ class QueuePool:
         for message, ticket in zip(messages, tickets, strict=True):
             delivery = self.book.receive(message, received_at)
             self.admission.received_group(ticket, delivery.group)
-            run = Run(delivery, attempt=delivery.receive_count, ticket=ticket)
+            receive_count = delivery.receive_count  # read from the message's attributes: once
+            run = Run(delivery, attempt=receive_count, ticket=ticket)
             self.runs.add(run)
             runs.append(run)
             age = delivery.age(now_wall)
-            self.report.claimed(delivery.message_id, delivery.receive_count, age)
+            self.report.claimed(delivery.message_id, receive_count, age)
             oldest = max(oldest, age or 0.0)
         self.received.note(len(messages), oldest)
         if self.info.fifo:
@@ -290,10 +306,14 @@ class QueuePool:
         wait behind it. Whatever way it leaves, its ticket is closed (`_forget`)."""
         bind_job(job_id=run.delivery.message_id, queue=self.name, receive_count=run.attempt)
         try:
-            if await self._given_back_for_its_tenant(run):
+            # Only a queue with a group cap gives messages back for their tenant: no coroutine else.
+            if self.tenants is not None and await self._given_back_for_its_tenant(run):
                 return Release()
             while True:
-                if not await self.admission.start(run.ticket, run.delivery.lost()):
+                started = self.admission.start_at_once(run.ticket)
+                if started is None:
+                    started = await self.admission.wait_to_start(run.ticket, run.delivery.lost())
+                if not started:
                     reason = "shutdown" if self.stopping else "lease lost before it started"
                     await self._let_go([run], reason)
                     return Release()
@@ -302,7 +322,7 @@ class QueuePool:
                     self.pace.ran(ending.duration)  # also the fair tenants' line length
                     if self.options.prefetch:
                         self._size_prefetch()
-                waiting = any(m.delivery.state is State.RECEIVED for m in mates)
+                waiting = bool(mates) and any(m.delivery.state is State.RECEIVED for m in mates)
                 facts = Facts(
                     attempt=run.attempt,
                     max_receive=self.info.max_receive_count,
@@ -357,7 +377,8 @@ class QueuePool:
         work has ended here."""
         invoked = False
         try:
-            self._start_span(run)
+            if self.tracing:
+                self._start_span(run)
             job = await self.preparer.prepare(run.delivery, run.attempt, run.payload)
             if isinstance(job, Ending):
                 return job
@@ -380,7 +401,7 @@ class QueuePool:
             self.book.start(run.delivery)
         return await self.calls.call(
             job,
-            lost=run.delivery.lost(),
+            lost=run.delivery.lost,
             cut=run.cut,
             job_timeout=self.options.job_timeout,
             lease_gone=lambda: run.delivery.state is State.LOST,
@@ -390,12 +411,11 @@ class QueuePool:
         )
 
     def _start_span(self, run: Run) -> None:
-        if self.tracing:
-            run.span = job_spans.JobSpan(
-                self.name, run.delivery.message, self.worker_id, run.attempt, self.options.trace_parent
-            )
-            self.book.observe(run.delivery, run.span.note)
-            bind_job(**run.span.log_ids())
+        run.span = job_spans.JobSpan(
+            self.name, run.delivery.message, self.worker_id, run.attempt, self.options.trace_parent
+        )
+        self.book.observe(run.delivery, run.span.note)
+        bind_job(**run.span.log_ids())
 
     def _ended(self, run: Run, settlement: Settlement, ending: Ending, will_retry: bool) -> None:
         """The attempt is reported, and its span ends with the settlement on it."""

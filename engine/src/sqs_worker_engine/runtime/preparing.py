@@ -30,7 +30,9 @@ class LeaseLostError(Exception):
     """The lease went while the payload was read: the handler must not start."""
 
 
-@dataclass
+# Slots: one is made for every message, and without an instance dict it is cheaper to make,
+# read and collect.
+@dataclass(slots=True)
 class Payload:
     """Where a message's payload is, and the payload once read: kept for retries in place."""
 
@@ -54,7 +56,11 @@ class Preparer:
     async def prepare(self, delivery: Delivery, attempt: int, payload: Payload) -> Job[Any] | Ending:
         """The job to run, or the ending of a message that cannot run."""
         try:
-            body = await self._body(delivery, payload)
+            payload.pointer = pointer = pointer_of(delivery.message)
+            if pointer is None:  # its body is the payload (most messages: no coroutine for it)
+                body = str(delivery.message.get("Body", ""))
+            else:
+                body = await self._offloaded(delivery, payload, pointer)
             value, envelope = read_payload(self.spec.payload, self.spec.envelope, body)
             if self.signatures is not None and envelope is not None and envelope.sns is not None:
                 await self.signatures.check(envelope.sns.signed, envelope.sns.topic_arn)
@@ -86,13 +92,10 @@ class Preparer:
             _on_progress=self.progress(delivery.message_id),
         )
 
-    async def _body(self, delivery: Delivery, payload: Payload) -> str:
-        """The message's payload text: its body, or for an offloaded payload the S3 object
-        (read inside the job, its lease held, within the job timeout). A read that outlasts
-        the lease is abandoned: LeaseLostError."""
-        payload.pointer = pointer = pointer_of(delivery.message)
-        if pointer is None:
-            return str(delivery.message.get("Body", ""))
+    async def _offloaded(self, delivery: Delivery, payload: Payload, pointer: S3Pointer) -> str:
+        """An offloaded message's payload text: the S3 object at `pointer`, read inside the
+        job, its lease held, within the job timeout (kept in `payload` for a retry in
+        place). A read that outlasts the lease is abandoned: LeaseLostError."""
         if payload.body is None:
             if self.payloads is None:
                 raise PayloadError(pointer_problem(pointer, ()) or "")

@@ -155,10 +155,12 @@ class QueueReport:
         self._receive_count.observe(receive_count)
         if age is not None:
             self._age.observe(age)
-        self.events.emit("job:claimed", worker_id=self.worker_id, job_id=job_id, queue=self.queue)
+        if "job:claimed" in self.events.heard:  # a job's events: emitted only if someone listens
+            self.events.emit("job:claimed", worker_id=self.worker_id, job_id=job_id, queue=self.queue)
 
     def started(self, job_id: str) -> None:
-        self.events.emit("job:started", worker_id=self.worker_id, job_id=job_id, queue=self.queue)
+        if "job:started" in self.events.heard:
+            self.events.emit("job:started", worker_id=self.worker_id, job_id=job_id, queue=self.queue)
 
     def count_running(self, running: Callable[[], int]) -> None:
         """The handler calls running are counted by their owner (calls.py): the gauge reads it."""
@@ -178,14 +180,15 @@ class QueueReport:
             self._duration.observe(ending.duration, exemplar=trace or None)
         if outcome == "success":
             log.debug("job completed in %.3f s", ending.duration)
-            self.events.emit(
-                "job:completed",
-                worker_id=self.worker_id,
-                job_id=job_id,
-                queue=self.queue,
-                result=None,
-                duration=ending.duration,
-            )
+            if "job:completed" in self.events.heard:
+                self.events.emit(
+                    "job:completed",
+                    worker_id=self.worker_id,
+                    job_id=job_id,
+                    queue=self.queue,
+                    result=None,
+                    duration=ending.duration,
+                )
         elif outcome == "dropped":
             log.info("message dropped: %s", describe(ending.error))
             self.events.emit(

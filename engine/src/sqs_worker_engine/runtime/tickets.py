@@ -71,11 +71,32 @@ GONE = frozenset({Phase.CUT, Phase.CLOSED})  # closed: its message has left the 
 SIZED = (SLOT, IN_USE, HELD)
 
 
+@dataclass(frozen=True, slots=True)
+class _Edge:
+    """What a move along one edge of LEGAL changes beside the phase, worked out once: a
+    ticket moves half a dozen times a message, and asking each set at each move showed."""
+
+    counts: tuple[tuple[Phase | frozenset[Phase], int], ...]  # (a phase or one of SIZED, +1 or -1)
+    line: int  # +1: it joins the line; -1: it leaves it
+    slot: int  # +1: it takes a handler slot; -1: it gives one back
+
+
+def _edge(was: Phase, to: Phase) -> _Edge:
+    counts: list[tuple[Phase | frozenset[Phase], int]] = [(was, -1), (to, +1)]
+    counts += [(phases, +1 if to in phases else -1) for phases in SIZED if (was in phases) is not (to in phases)]
+    return _Edge(tuple(counts), (to in LINE) - (was in LINE), (to in SLOT) - (was in SLOT))
+
+
+EDGES = {was: {to: _edge(was, to) for to in tos} for was, tos in LEGAL.items()}
+
+
 class IllegalMoveError(RuntimeError):
     """A bug in the engine: a ticket was moved along an edge its life does not have."""
 
 
-@dataclass(eq=False)
+# Slots: one is made for every message, and without an instance dict it is cheaper to make,
+# read and collect.
+@dataclass(eq=False, slots=True)
 class Ticket:
     """What one message holds from admission, released by `Admission.close`."""
 
@@ -121,7 +142,6 @@ class TicketBook:
     """Every ticket of one queue by phase, the line in receive order, the grants out."""
 
     def __init__(self) -> None:
-        self._in: dict[Phase, set[Ticket]] = {phase: set() for phase in Phase if phase is not Phase.CLOSED}
         self.line: list[Ticket] = []  # WAITING and LENT, in receive order (written by move)
         self.late: set[Ticket] = set()  # holding a slot, cancelled and their work goes on (written by overdue)
         self.tenants: dict[str, int] = {}  # group -> its tickets holding a slot (written by move)
@@ -129,13 +149,14 @@ class TicketBook:
         # only; no ticket exists for them yet).
         self.reserved = 0
         self._seq = 0  # the latest ticket's receive order (written by issue)
-        self._sizes = dict.fromkeys(SIZED, 0)  # the tickets in each of SIZED (written by issue and move)
+        # The tickets in each phase and in each of SIZED (written by issue and move).
+        self._counts: dict[Phase | frozenset[Phase], int] = dict.fromkeys([*Phase, *SIZED], 0)
 
     def count(self, phases: frozenset[Phase]) -> int:
-        size = self._sizes.get(phases)
+        size = self._counts.get(phases)
         if size is not None:
             return size
-        return sum(len(self._in[phase]) for phase in phases if phase is not Phase.CLOSED)
+        return sum(self._counts[phase] for phase in phases if phase is not Phase.CLOSED)
 
     @property
     def running(self) -> int:
@@ -151,11 +172,11 @@ class TicketBook:
 
     @property
     def sent(self) -> int:
-        return len(self._in[Phase.SENT])
+        return self._counts[Phase.SENT]
 
     @property
     def arriving(self) -> int:
-        return len(self._in[Phase.ARRIVING])
+        return self._counts[Phase.ARRIVING]
 
     def grant(self, places: int, probe: bool) -> Grant:
         self.reserved += places
@@ -167,12 +188,11 @@ class TicketBook:
         tickets = []
         for _ in range(got):
             self._seq += 1
-            ticket = Ticket(self._seq, promised=promised)
-            self._in[Phase.ARRIVING].add(ticket)
-            tickets.append(ticket)
+            tickets.append(Ticket(self._seq, promised=promised))
+        self._counts[Phase.ARRIVING] += got
         for phases in SIZED:
             if Phase.ARRIVING in phases:
-                self._sizes[phases] += got
+                self._counts[phases] += got
         return tickets
 
     def overdue(self, ticket: Ticket) -> bool:
@@ -185,26 +205,25 @@ class TicketBook:
     def move(self, ticket: Ticket, to: Phase) -> None:
         """The one writer of a ticket's phase, and of what follows from it."""
         was = ticket.phase
-        if to not in LEGAL[was]:
+        edge = EDGES[was].get(to)
+        if edge is None:
             raise IllegalMoveError(f"ticket {ticket.seq}: {was.value} -> {to.value}")
-        self._in[was].discard(ticket)
-        if to is not Phase.CLOSED:
-            self._in[to].add(ticket)
-        for phases in SIZED:
-            if (was in phases) is not (to in phases):
-                self._sizes[phases] += 1 if to in phases else -1
-        if was in LINE and to not in LINE:
+        counts = self._counts
+        for phases, by in edge.counts:
+            counts[phases] += by
+        if edge.line < 0:
             self.line.remove(ticket)
-        elif to in LINE and was not in LINE:
+        elif edge.line > 0:
             bisect.insort(self.line, ticket)
-        if was not in SLOT and to in SLOT and ticket.group is not None:
-            self.tenants[ticket.group] = self.tenants.get(ticket.group, 0) + 1
-        elif was in SLOT and to not in SLOT:
+        group = ticket.group
+        if edge.slot > 0 and group is not None:
+            self.tenants[group] = self.tenants.get(group, 0) + 1
+        elif edge.slot < 0:
             self.late.discard(ticket)
-            if ticket.group is not None and ticket.group in self.tenants:
-                self.tenants[ticket.group] -= 1
-                if not self.tenants[ticket.group]:
-                    del self.tenants[ticket.group]
+            if group is not None and group in self.tenants:
+                self.tenants[group] -= 1
+                if not self.tenants[group]:
+                    del self.tenants[group]
         ticket.phase = to
 
     def __iter__(self) -> Iterator[Ticket]:
