@@ -406,17 +406,12 @@ def test_cloudwatch_sums_what_was_sent_and_deleted_over_the_whole_minute() -> No
     ]
 
 
-# The generated stack's second step policy: how much the backlog grew in a minute, in rounds.
-GROWTH = StepScaling(
+# The generated stack's second step policy: how much the backlog grew in a minute, in rounds,
+# with the rounds policy's threshold and steps.
+GROWTH = dataclasses.replace(
+    ROUNDS,
     metrics=(("sent", "NumberOfMessagesSent"), ("deleted", "NumberOfMessagesDeleted"), ("tasks", "RunningTaskCount")),
     expression="(sent - deleted) / (tasks * 8)",
-    threshold=2.0,
-    periods=1,
-    datapoints=1,
-    adjustment_type="PercentChangeInCapacity",
-    steps=(Step(0, 2, 100), Step(2, 6, 300), Step(6, None, 700)),
-    cooldown=60,
-    min_magnitude=1,
 )
 
 
