@@ -247,3 +247,37 @@ def test_versions_side_by_side_are_read_as_ratios_within_each_round() -> None:
     )
     assert row in text, text
     assert "1 run(s) gave no figure" in text and "load average 0.5 when the rounds began, 1.5 at the end" in text
+
+
+def _row(contender: str, throughput: float, ideal: float) -> dict[str, object]:
+    return {
+        "contender": contender,
+        "handler": "io1s",
+        "concurrency": 50,
+        "added_ms": "0",
+        "throughput": throughput,
+        "ideal": ideal,
+        "efficiency": throughput / ideal,
+    }
+
+
+def test_a_row_both_contenders_run_at_the_ideal_is_a_tie_not_a_loss() -> None:
+    """49.9 against Celery's 50.0 messages a second with 1 s jobs at concurrency 50 is both at
+    the handler's pace: the target names it a tie. 45 against 50 is behind."""
+
+    def verdict(generated: float, celery: float) -> dict[str, object]:
+        results = {
+            "plan": {"concurrencies": [50]},
+            "machine": {"cores": 2},
+            "ceiling": {"runs": []},
+            "runs": [_row("generated", generated, 50.0), _row("celery", celery, 50.0)],
+            **{kind: [] for kind in ("idle", "memory", "drain", "kill")},
+        }
+        return next(t for t in report.targets(results) if t["name"].startswith("ahead of"))
+
+    tie = verdict(49.9, 50.0)
+    assert tie["met"] is True and "tied at the ideal" in str(tie["figure"]) and "behind" not in str(tie["figure"])
+    loss = verdict(45.0, 50.0)
+    assert loss["met"] is False and "behind: io1s c=50" in str(loss["figure"])
+    win = verdict(49.9, 40.0)
+    assert win["met"] is True and "ahead in 1 of 1" in str(win["figure"])
