@@ -9,13 +9,16 @@ import asyncio
 import json
 from typing import Any
 
+import pytest
 from pydantic import BaseModel
 
 from sqs_worker_engine import DownstreamUnavailable
 from sqs_worker_engine.base import clock
+from sqs_worker_engine.base.logs import bind_job as real_bind
 from sqs_worker_engine.doubles.memory import Fault, MemorySQS
 from sqs_worker_engine.handlers.job import Job
 from sqs_worker_engine.handlers.router import Router
+from sqs_worker_engine.runtime import pool as pool_module
 
 from . import vtime
 from .harness import QUEUE, memory_queue, start, until
@@ -441,3 +444,43 @@ def test_a_handler_that_will_not_end_stalls_the_worker_while_the_pollers_still_a
     vtime.run(scenario())
     assert stalled, "a handler that will not end never stalled the worker while its pollers answered"
     assert 8 <= stalled[0] <= 10, stalled
+
+
+def test_a_message_s_life_that_crashes_on_a_bug_gives_back_its_place_and_its_message(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Not the handler's failure (that is a decision) but the worker's own: here the log
+    binding, the first thing a message's life does, raises once. The worker logs it and
+    lets the message's lease go, so it comes back, and frees its place: with concurrency 1
+    the next message runs at once, the crashed one runs when its visibility ends, and the
+    drain ends with nothing held. Had the place not been given back, nothing would run
+    again; had the lease been kept, it would be extended for ever."""
+    ran: list[tuple[str, int]] = []
+    crashes = [RuntimeError("a bug in the worker")]
+
+    def bind_once_broken(**ids: Any) -> None:
+        if crashes:
+            raise crashes.pop()
+        real_bind(**ids)
+
+    monkeypatch.setattr(pool_module, "bind_job", bind_once_broken)
+
+    async def scenario() -> None:
+        sqs, router = memory_queue(VisibilityTimeout="10")
+
+        @router.handler(QUEUE, payload=str)
+        async def handle(job: Job[str]) -> None:
+            ran.append((job.payload, job.receive_count))
+
+        sqs.put(QUEUE, "first")
+        sqs.put(QUEUE, "second")
+        worker = await start(sqs, router, WORKER_CONCURRENCY="1", WORKER_VISIBILITY_TIMEOUT_SECONDS="10")
+        assert await until(lambda: len(ran) == 2, 60), f"ran {ran}: the crashed life kept its place, or its message"
+        assert not crashes, "the life never crashed"
+        assert ran[0] == ("second", 1), ran
+        assert ran[1] == ("first", 2), ran
+        assert await until(lambda: sqs.bodies(QUEUE) == [], 10)
+        await worker.stop()
+        assert worker.worker.pools[0].runs == set(), "a run outlived the drain"
+
+    vtime.run(scenario())

@@ -43,7 +43,7 @@ from ..runtime.backlog import BacklogSampler
 from ..runtime.completion import Completion
 from ..runtime.pool import QueuePool
 from ..runtime.processes import ProcessPool
-from . import assembly, signals
+from . import assembly, heap, signals
 from .assembly import StartupError as StartupError  # where it always was: cli.py and tests import it
 from .ecs import ScaleInProtection
 from .settings import ConfigError, WorkerConfig
@@ -62,6 +62,11 @@ SIGNAL_ECHO_SECONDS = 1.0
 # shutdown timeout; then, cancelled, this long to unwind before it is left behind.
 LIFESPAN_CLOSE_SECONDS = 2.0
 LIFESPAN_CANCEL_GRACE = 0.5
+
+
+def loop_name(loop: asyncio.AbstractEventLoop) -> str:
+    """uvloop.Loop, or asyncio.unix_events._UnixSelectorEventLoop: which loop runs the jobs."""
+    return f"{type(loop).__module__}.{type(loop).__qualname__}"
 
 
 class WorkerState(StrEnum):
@@ -125,6 +130,7 @@ class Worker:
         self._control: SqsApi | None = None
         self.signatures = SnsSignatures(self.settings.aws_endpoint_url) if self.settings.sns_verify_signatures else None
         self.resources: Any = None  # what the router's lifespan yielded, once started
+        self._heap_frozen = False  # heap.py: start-up's objects kept out of full collections
         self.completion: Completion | None = None  # WORKER_MAX_JOBS, WORKER_IDLE_EXIT_SECONDS
 
     # -- the SDK-style surface -------------------------------------------------
@@ -273,6 +279,7 @@ class Worker:
             self.events.emit("error", worker_id=self.worker_id, error=exc, where="start")
             raise
         self.state = WorkerState.RUNNING
+        self._heap_frozen = heap.freeze()
         metrics.WORKER_INFO.info(
             {"version": self.config.service.version, "engine_version": ENGINE_VERSION, "worker_id": self.worker_id}
         )
@@ -282,6 +289,7 @@ class Worker:
                 "version": self.config.service.version,
                 "engine_version": ENGINE_VERSION,
                 "worker_id": self.worker_id,
+                "event_loop": loop_name(asyncio.get_running_loop()),
                 "config": self.config.summary(),
             },
         )
@@ -407,6 +415,8 @@ class Worker:
             self._process_pool.shutdown(wait=False, cancel_futures=True)
         self.state = WorkerState.ERROR if failed else WorkerState.STOPPED
         self.health.remove_file()  # this process's own: a stopped worker leaves none behind
+        heap.thaw(self._heap_frozen)
+        self._heap_frozen = False
         log.info(
             "worker stopped",
             extra={
