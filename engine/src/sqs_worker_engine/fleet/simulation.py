@@ -536,6 +536,6 @@ def _autoscaler(spec: Deployment | ScaledJob | EcsService) -> str:
     return (
         "ecs-target-tracking"
         + ("-no-scale-in" if spec.scale_in_disabled else "")
-        + "".join("+step" for _ in spec.steps_out)
+        + "+step" * len(spec.steps_out)  # one for each scale-out step policy
         + ("+step-in" if spec.step_in is not None else "")
     )

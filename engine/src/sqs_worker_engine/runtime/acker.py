@@ -39,9 +39,7 @@ def keep_trying(attempts: int, queued_at: float, now: float) -> bool:
     return attempts < ATTEMPTS or now - queued_at < RETRY_SECONDS
 
 
-# Slots: one is made for every message, and without an instance dict it is cheaper to make,
-# read and collect.
-@dataclass(eq=False, slots=True)
+@dataclass(eq=False, slots=True)  # one a message: no instance dict
 class _Entry:
     delivery: Delivery
     action: SettleAction

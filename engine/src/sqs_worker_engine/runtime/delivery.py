@@ -71,9 +71,7 @@ def extension_seconds(visibility: int, received_at: float, now: float) -> int:
     return max(0, min(visibility, int(MAX_VISIBILITY_SECONDS - (now - received_at)) - 1))
 
 
-# Slots: one is made for every message, and without an instance dict it is cheaper to make,
-# read and collect.
-@dataclass(eq=False, slots=True)
+@dataclass(eq=False, slots=True)  # one a message: no instance dict
 class Delivery:
     message: dict[str, Any]
     message_id: str  # its MessageId, asked several times a message: read once (LeaseBook.receive)

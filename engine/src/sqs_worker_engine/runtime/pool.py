@@ -96,9 +96,7 @@ class PoolOptions:
     weight: int = 1  # WORKER_QUEUE_<KEY>_WEIGHT: its share of a shared budget (see budget.py)
 
 
-# Slots: one is made for every message, and without an instance dict it is cheaper to make,
-# read and collect.
-@dataclass(eq=False, slots=True)
+@dataclass(eq=False, slots=True)  # one a message: no instance dict
 class Run:
     """One delivery's way through the pool."""
 

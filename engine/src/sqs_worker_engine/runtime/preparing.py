@@ -30,9 +30,7 @@ class LeaseLostError(Exception):
     """The lease went while the payload was read: the handler must not start."""
 
 
-# Slots: one is made for every message, and without an instance dict it is cheaper to make,
-# read and collect.
-@dataclass(slots=True)
+@dataclass(slots=True)  # one a message: no instance dict
 class Payload:
     """Where a message's payload is, and the payload once read: kept for retries in place."""
 

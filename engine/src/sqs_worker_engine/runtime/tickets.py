@@ -94,9 +94,7 @@ class IllegalMoveError(RuntimeError):
     """A bug in the engine: a ticket was moved along an edge its life does not have."""
 
 
-# Slots: one is made for every message, and without an instance dict it is cheaper to make,
-# read and collect.
-@dataclass(eq=False, slots=True)
+@dataclass(eq=False, slots=True)  # one a message: no instance dict
 class Ticket:
     """What one message holds from admission, released by `Admission.close`."""
 
