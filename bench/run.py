@@ -14,8 +14,9 @@ machine hits them all alike. Every throughput scenario runs twice: at the emulat
 latency, and with a round trip added to every SQS request at the proxy (--added-latency,
 20 ms by default, about SQS in-region; "10-40" for a uniform spread). The generated worker
 runs twice too, with its default prefetch and with WORKER_PREFETCH=0, so what prefetch
-changes is measured side by side. bench/README.md describes the method; the report
-repeats it.
+changes is measured side by side. In the no-op scenarios the CPU target holds (concurrency
+8 and 50) the raw batched loop takes a turn as well: the floor those rows' CPU per message
+is divided by. bench/README.md describes the method; the report repeats it.
 """
 
 from __future__ import annotations
@@ -78,6 +79,11 @@ LABELS = {
     "raw": "raw batched loop",
 }
 IO_HANDLERS = ("io10ms", "io100ms", "io1s")
+# The raw loop run beside the worker in each no-op scenario of the CPU target (report.CPU_VS_RAW_AT),
+# as (processes, threads): one process of 8 threads was the cheapest per message of the ceiling's
+# layouts (the full run of 2026-12-04: 0.25-0.30 ms, against 0.28-0.32 for 3x6 and 0.30-0.37 for
+# 4x4): the floor is the least a loop with nothing in it costs, in one process as the worker is.
+RAW_BESIDE = (1, 8)
 
 
 @dataclass(frozen=True)
@@ -172,6 +178,7 @@ PLANS = {
         drain_visibility=3,
         wait_seconds=1,
         profile=False,
+        default_concurrency=8,  # a scenario of the CPU target, with the raw loop beside the worker
         spread=("noop",),
     ),
 }
@@ -407,7 +414,7 @@ class Bench:
         self.celery_envelope = celery_worker.envelope
         self.ceiling = 0.0
         self.cpu_seconds = 0.0  # one cpu-like handler call, measured in this run
-        self.raw_processes = 1
+        self.raw_layout = RAW_BESIDE  # the raw loop's (processes, threads) for its next run
         self.raw_cpu_ms: float | None = None  # the raw loop's CPU per message in this run (the floor)
         self.runs = 0
         self.added = (0.0, 0.0)  # the round trip the proxy adds now (seconds, uniform low-high)
@@ -529,8 +536,8 @@ class Bench:
             cmd = [py, "-m", "celery", "-A", "celery_worker", "worker", "-P", "threads", "-c", str(concurrency)]
             cmd += ["-Q", name, "--without-gossip", "--without-mingle", "--without-heartbeat", "-l", "WARNING"]
         elif contender == "raw":
-            env["BENCH_PROCESSES"] = str(self.raw_processes)
-            env["BENCH_CONCURRENCY"] = str(concurrency // self.raw_processes)
+            env["BENCH_PROCESSES"] = str(self.raw_layout[0])
+            env["BENCH_CONCURRENCY"] = str(self.raw_layout[1])
             cmd = [py, str(CONTENDERS_DIR / "raw_loop.py")]
         else:
             script = contender
@@ -650,12 +657,17 @@ class Bench:
             self.delete_queue(queue[1])
         return row
 
+    def raw(self, layout: tuple[int, int], concurrency: int) -> dict[str, Any]:
+        """The raw loop with `layout` (processes, threads), no-op, as the row of `concurrency`."""
+        self.raw_layout = layout
+        row = self.throughput("raw", "noop", concurrency)
+        row.update(processes=layout[0], threads=layout[1])
+        return row
+
     def measure_ceiling(self) -> list[dict[str, Any]]:
         rows = []
         for processes, threads in self.plan.ceiling_loops:
-            self.raw_processes = processes
-            row = self.throughput("raw", "noop", processes * threads)
-            row.update(processes=processes, threads=threads)
+            row = self.raw((processes, threads), processes * threads)
             rows.append(row)
             if "error" not in row:
                 self.ceiling = max(self.ceiling, row["throughput"])
@@ -1190,8 +1202,16 @@ def run(
                 names = tuple(c for c in contenders if c != "handloop" or first)
                 if concurrency not in plan.concurrencies:
                     names = tuple(c for c in names if c in GENERATED)
+                # The CPU target's floor: the raw loop takes its turn in the same rotation, at the
+                # same added latency, as the row of this concurrency (not a contender: the report
+                # compares every row of the scenario with it, and lists it nowhere else).
+                if handler == "noop" and concurrency in report.CPU_VS_RAW_AT:
+                    names += ("raw",)
                 for contender in rotation(names, turn):
-                    row = bench.throughput(contender, handler, 1 if contender == "handloop" else concurrency)
+                    if contender == "raw":
+                        row = bench.raw(RAW_BESIDE, concurrency)
+                    else:
+                        row = bench.throughput(contender, handler, 1 if contender == "handloop" else concurrency)
                     runs.append(row)
                     log(f"+{row['added_ms']:>2} ms " + describe(row, bench.raw_cpu_ms))
                 turn += 1
@@ -1200,13 +1220,13 @@ def run(
             log("emulator ceiling again (the best of both counts)")
             ceiling_runs += bench.measure_ceiling()
             for row in runs:
-                if row.get("throughput") is not None:
+                if row.get("throughput") is not None and row["contender"] != "raw":  # the floor has no ideal
                     row["ideal"] = bench.ideal(row["handler"], row["concurrency"])
                     row["efficiency"] = row["throughput"] / row["ideal"]
         results["ceiling"] = {"messages_per_second": bench.ceiling, "runs": ceiling_runs}
         results["runs"] = runs
-        # Every row's CPU per message over the raw loop's, measured in this run: a ratio of two
-        # figures taken side by side drifts far less with the machine's load than either one.
+        # Every row's CPU per message over the raw loop's, measured in this run (beside the row
+        # where it ran in its scenario, else the ceiling's): report.cpu_vs_raw says why.
         results["ceiling"]["cpu_ms_per_message"] = report.raw_cpu_ms(results)
         for row in runs + ceiling_runs:
             row["cpu_vs_raw"] = report.cpu_vs_raw(row, results)
@@ -1284,7 +1304,8 @@ def describe(row: dict[str, Any], raw_cpu_ms: float | None = None) -> str:
     if "error" in row:
         return f"{head} ERROR {row['error'][:300]}"
     eff = f" eff {row['efficiency']:.2f}" if row.get("efficiency") is not None else ""
-    ratio = f" ({row['cpu_ms_per_message'] / raw_cpu_ms:.2f}x raw)" if raw_cpu_ms else ""
+    # The ceiling's figure: the raw loop run beside a row may not have had its turn yet.
+    ratio = f" ({row['cpu_ms_per_message'] / raw_cpu_ms:.2f}x the ceiling's raw loop)" if raw_cpu_ms else ""
     return (
         f"{head} {row['throughput']:8.1f} msg/s{eff}  {row['requests_per_message']:.3f} req/msg  "
         f"{row['cpu_ms_per_message']:.3f} ms CPU/msg{ratio}  ({row['messages']} in {row['window_seconds']} s)"

@@ -63,6 +63,17 @@ def test_bench_smoke_reports_every_contender_and_figure(tmp_path: Path, localsta
         for kind in ("idle", "memory", "drain", "kill"):
             assert [r["contender"] for r in data[kind]].count(contender) == 1, (kind, contender)
 
+    # The CPU target's no-op rows (the template's default, 8) have the raw loop run beside them,
+    # at each latency, and are divided by it; it is in no table as a contender.
+    for added in data["added_latencies"]:
+        raw = report.find(data, "raw", "noop", 8, added)
+        worker = report.find(data, "generated", "noop", 8, added)
+        assert raw is not None and worker is not None, added
+        assert (raw["processes"], raw["threads"]) == (1, 8) and raw["efficiency"] is None, raw
+        assert worker["cpu_vs_raw"] == worker["cpu_ms_per_message"] / raw["cpu_ms_per_message"], added
+    assert "over the ceiling's raw loop" not in next(t["figure"] for t in data["targets"] if "no-op CPU" in t["name"])
+    assert not [line for line in markdown.splitlines() if line.startswith(("| raw", "| raw batched loop"))]
+
     # The summary table has a column per figure and a complete row per contender.
     lines = markdown.splitlines()
     header = "| " + " | ".join(report.summary_columns(data)) + " |"
@@ -138,9 +149,10 @@ def test_adaptive_bench_meets_its_targets_in_virtual_time(tmp_path: Path) -> Non
 
 
 def test_cpu_per_message_is_reported_over_the_raw_loops_of_the_same_run() -> None:
-    """Each row's CPU per message is divided by the cheapest raw-loop run of its own run
-    (report.cpu_vs_raw): the ratio, not either figure, is what survives a busy machine. A
-    results file from before the figure was kept gets it from its ceiling runs."""
+    """Without a raw loop run beside it, a row's CPU per message is divided by the cheapest
+    raw-loop run of the ceiling (report.cpu_vs_raw): the ratio, not either figure, is what
+    survives a busy machine. A results file from before the figure was kept gets it from its
+    ceiling runs."""
     results = {
         "ceiling": {
             "runs": [
@@ -281,3 +293,107 @@ def test_a_row_both_contenders_run_at_the_ideal_is_a_tie_not_a_loss() -> None:
     assert loss["met"] is False and "behind: io1s c=50" in str(loss["figure"])
     win = verdict(49.9, 40.0)
     assert win["met"] is True and "ahead in 1 of 1" in str(win["figure"])
+
+
+def _noop(contender: str, concurrency: int, added: str, cpu_ms: float, throughput: float) -> dict[str, object]:
+    row: dict[str, object] = {
+        "contender": contender,
+        "handler": "noop",
+        "concurrency": concurrency,
+        "added_ms": added,
+        "throughput": throughput,
+        "requests_per_message": 0.2,
+        "cpu_ms_per_message": cpu_ms,
+    }
+    if contender == "raw":  # as bench/run.py records the floor beside a scenario
+        row |= {"efficiency": None, "processes": 1, "threads": 8}
+    else:
+        row |= {"ideal": 2000.0, "efficiency": throughput / 2000.0}
+    return row
+
+
+def _beside(runs: list[dict[str, object]]) -> dict[str, object]:
+    """A run's results whose ceiling's cheapest raw-loop run (0.25 ms) is far below the raw loop
+    run beside the rows (0.36 ms at +20 ms), as on a busy machine."""
+    return {
+        "plan": {
+            "handlers": ["noop"],
+            "concurrencies": [50],
+            "default_concurrency": 8,
+            "rss_concurrency": 200,
+            "rss_bytes": 256 * 1024,
+        },
+        "added_latencies": ["0", "20"],
+        "contenders": {c: c for c in report.CONTENDERS},
+        "machine": {"cores": 2},
+        "ceiling": {
+            "messages_per_second": 2000.0,
+            "cpu_ms_per_message": 0.25,
+            "runs": [_noop("raw", 8, "0", 0.25, 2000.0), _noop("raw", 18, "0", 0.30, 2100.0)],
+        },
+        "runs": runs,
+        **{kind: [] for kind in ("idle", "memory", "drain", "kill")},
+    }
+
+
+def _cpu_target(results: dict[str, object]) -> dict[str, object]:
+    return next(t for t in report.targets(results) if t["name"].startswith("no-op CPU per message"))
+
+
+def test_a_noop_row_is_compared_with_the_raw_loop_run_beside_it() -> None:
+    """The no-op target's rows are divided by the raw loop's run in their own scenario (same
+    concurrency, same added latency, same rotation), not by the cheapest of the ceiling's runs
+    at the emulator's latency: 0.40 over the raw loop's 0.36 beside it is 1.11x, not 1.60x."""
+    gen = _noop("generated", 50, "20", 0.40, 900.0)
+    results = _beside(
+        [
+            _noop("raw", 50, "0", 0.30, 2000.0),  # the same concurrency at another latency
+            _noop("raw", 8, "20", 0.20, 1500.0),  # the same latency at another concurrency
+            _noop("generated", 50, "0", 0.33, 1200.0),
+            gen,
+            _noop("raw", 50, "20", 0.36, 1600.0),
+        ]
+    )
+    assert abs(report.cpu_vs_raw(gen, results) - 0.40 / 0.36) < 1e-9
+    target = _cpu_target(results)
+    assert "beside it (same latency, same rotation)" in str(target["name"])
+    assert target["met"] is True, target
+    assert "noop c=50 +20 ms: 1.11x" in str(target["figure"]) and "ceiling" not in str(target["figure"])
+
+
+def test_without_a_raw_run_beside_it_a_row_is_compared_with_the_ceiling() -> None:
+    """Where the raw loop did not run in a row's scenario (an older results file, or a row the
+    target does not hold), the ceiling's figure is the floor, and the target's figure says so;
+    the raw loop's own rows are always over the ceiling's."""
+    gen = _noop("generated", 8, "20", 0.40, 900.0)
+    raw = _noop("raw", 50, "20", 0.36, 1600.0)
+    results = _beside([_noop("raw", 8, "0", 0.30, 2000.0), gen, raw])
+    assert report.raw_beside(gen, results) is None
+    assert abs(report.cpu_vs_raw(gen, results) - 1.6) < 1e-9
+    assert abs(report.cpu_vs_raw(raw, results) - 0.36 / 0.25) < 1e-9
+    target = _cpu_target(results)
+    assert target["met"] is False
+    assert "noop c=8 +20 ms: 1.60x (over the ceiling's raw loop)" in str(target["figure"]), target
+
+
+def test_the_raw_loop_beside_the_rows_is_no_contender() -> None:
+    """The raw loop run beside the no-op rows is the floor: faster and cheaper than any
+    contender, it is neither the best other contender nor a row of the summary, whose CPU
+    column divides the worker's figure by it."""
+    results = _beside(
+        [
+            _noop("generated", 50, "0", 0.33, 1200.0),
+            _noop("celery", 50, "0", 1.50, 500.0),
+            _noop("raw", 50, "0", 0.30, 2000.0),
+        ]
+    )
+    ahead = next(t for t in report.targets(results) if t["name"].startswith("ahead of"))
+    assert ahead["met"] is True and "ahead in 1 of 1" in str(ahead["figure"]), ahead
+    cheaper = next(t for t in report.targets(results) if t["name"].startswith("less CPU per message"))
+    assert cheaper["met"] is True and "raw" not in str(cheaper["figure"]), cheaper
+    rows = report.summary_rows(results)
+    assert [row[0] for row in rows] == list(report.CONTENDERS)
+    generated = rows[0]
+    cpu_column = report.summary_columns(results).index("CPU / message over the raw loop's (no-op, c=50)")
+    assert generated[cpu_column] == "1.10x", generated
+    assert "raw" not in report.scenario_table(results, lambda r: r["contender"])
