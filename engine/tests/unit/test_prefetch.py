@@ -27,3 +27,23 @@ def test_the_pace_is_a_running_average_from_its_first_figure() -> None:
     pace.ran(1.0)
     pace.ran(2.0)
     assert pace.receive_seconds == 0.02 and abs(pace.job_seconds - 1.2) < 1e-9  # type: ignore[operator]
+
+
+def test_a_steady_round_trip_is_held_for_as_it_is() -> None:
+    pace = Pace()
+    for _ in range(50):
+        pace.received(0.025)
+    assert pace.receive_seconds == 0.025
+
+
+def test_a_spread_of_round_trips_is_held_for_beyond_its_mean() -> None:
+    """Round trips of 10 and 40 ms in turn: the mean alone (25 ms) would leave the slots
+    waiting through every slow one; held for the mean plus twice the mean deviation."""
+    pace = Pace()
+    for _ in range(100):
+        pace.received(0.010)
+        pace.received(0.040)
+    assert pace.receive_mean is not None and abs(pace.receive_mean - 0.025) < 0.004
+    assert pace.receive_seconds is not None and 0.05 < pace.receive_seconds < 0.065
+    # at 10 ms jobs and concurrency 10: 1,000 starts a second, 50 to 60 in hand, not 35
+    assert prefetch_target(10, 200, pace.receive_seconds, 0.01) >= 60
