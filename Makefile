@@ -56,11 +56,11 @@ bench: install
 
 # The generated worker on other versions of this repository beside this checkout, side by
 # side in one run (bench/versions.py): REFS="<commit> [<commit> ...]"; the short-job rows,
-# ROUNDS rounds (3 by default). Writes docs/benchmarks-versions.{md,json}. About 5 minutes a
-# version on 2 cores.
+# ROUNDS rounds (3 by default), at each of LATENCIES (added ms: 0,20 by default; 10-40 is a
+# spread). Writes docs/benchmarks-versions.{md,json}. About 5 minutes a version on 2 cores.
 bench-versions: install
 	@test -n "$(REFS)" || { echo 'name the versions to compare: make bench-versions REFS="<commit> ..."'; exit 2; }
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/python bench/versions.py $(REFS) --rounds $(or $(ROUNDS),3)
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/python bench/versions.py $(REFS) --rounds $(or $(ROUNDS),3) $(if $(LATENCIES),--latencies $(LATENCIES))
 
 # What tracing costs: CPU per message with tracing off and on, side by side (bench/tracing.py;
 # seconds). Writes docs/benchmarks-tracing.{md,json}.

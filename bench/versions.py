@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """The generated worker on two or more versions of the engine, side by side in one run.
 
-    python bench/versions.py REF [REF ...] [--rounds N] [--out DIR]
-    make bench-versions REFS="REF [REF ...]"
+    python bench/versions.py REF [REF ...] [--rounds N] [--latencies 0,20,10-40] [--out DIR]
+    make bench-versions REFS="REF [REF ...]" [LATENCIES=0,20,10-40]
 
 Two full `make bench` runs on a shared machine differ by more than most engine changes do
 (docs/benchmarks.md, "Against the previous run"), and two runs on different machines say
@@ -13,7 +13,8 @@ proxy, the run.py bench for every run, and in each round every version takes its
 every row, the order rotating, so the machine's drift falls on all of them alike.
 
 The rows are the ones the short-jobs targets live in: no-op at concurrency 8 and 50 and
-I/O 10 ms at 50 and 100, at the emulator's latency and with 20 ms added to every request.
+I/O 10 ms at 50 and 100, at the emulator's latency and with 20 ms added to every request
+(--latencies: each a pass of every row; 10-40 draws each request's from that spread).
 For each version and row: msg/s, efficiency (over the handler's bound or, for no-op, the
 raw batched loop measured in this run), SQS requests and CPU per message, and CPU over the
 raw loop's; the median over the rounds, and each version's msg/s and CPU per message over
@@ -43,11 +44,13 @@ import run  # bench/run.py: the bench itself (its directory is first on sys.path
 from sqs_worker_engine import localstack
 
 NOW = "now"
-ROWS: tuple[tuple[str, int, tuple[float, float]], ...] = tuple(
-    (handler, concurrency, added)
-    for added in ((0.0, 0.0), (0.02, 0.02))
-    for handler, concurrency in (("noop", 8), ("noop", 50), ("io10ms", 50), ("io10ms", 100))
-)
+CASES = (("noop", 8), ("noop", 50), ("io10ms", 50), ("io10ms", 100))
+LATENCIES: tuple[tuple[float, float], ...] = ((0.0, 0.0), (0.02, 0.02))  # --latencies: 0,20
+
+
+def rows(latencies: Sequence[tuple[float, float]] = LATENCIES) -> list[tuple[str, int, tuple[float, float]]]:
+    """Every case at every added latency (seconds, uniform low-high), latency by latency."""
+    return [(handler, concurrency, added) for added in latencies for handler, concurrency in CASES]
 
 
 def unpack(ref: str, into: Path) -> tuple[Path, str]:
@@ -86,10 +89,10 @@ def _spread(ratios: list[float]) -> dict[str, float | None]:
 
 
 def summarise(measured: list[dict[str, Any]], versions: Sequence[str]) -> list[dict[str, Any]]:
-    """Per row and version: medians over the rounds, and ratios to now's run of the same round."""
+    """Per row and version: medians over the rounds, and ratios to now's run of the same round.
+    The rows are those measured, in the order they first ran."""
     out = []
-    for handler, concurrency, added in ROWS:
-        label = run.latency_label(added)
+    for handler, concurrency, label in dict.fromkeys((r["handler"], r["concurrency"], r["added_ms"]) for r in measured):
         rows = [
             r
             for r in measured
@@ -180,7 +183,13 @@ def markdown(results: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def measure(refs: Sequence[str], rounds: int, out: Path, log: Callable[[str], None]) -> dict[str, Any]:
+def measure(
+    refs: Sequence[str],
+    rounds: int,
+    out: Path,
+    log: Callable[[str], None],
+    latencies: Sequence[tuple[float, float]] = LATENCIES,
+) -> dict[str, Any]:
     plan = run.PLANS["quick"]
     started = time.monotonic()
     with contextlib.ExitStack() as stack:
@@ -215,7 +224,7 @@ def measure(refs: Sequence[str], rounds: int, out: Path, log: Callable[[str], No
         measured: list[dict[str, Any]] = []
         turn = 0
         for round_ in range(1, rounds + 1):
-            for handler, concurrency, added in ROWS:
+            for handler, concurrency, added in rows(latencies):
                 for ref in run.rotation(names, turn):
                     bench = benches[ref]
                     bench.added = added
@@ -252,9 +261,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("refs", nargs="+", help="commits, tags or branches to set beside this checkout")
     parser.add_argument("--rounds", type=int, default=3, help="rounds of every row on every version (default 3)")
     parser.add_argument("--out", type=Path, default=run.ROOT / "docs", help="where the report goes (default: docs/)")
+    parser.add_argument(
+        "--latencies",
+        default="0,20",
+        metavar="MS,...",
+        help="round trips added to every SQS request, each a pass of every row: 0, 20, or a spread 10-40 (default 0,20)",
+    )
     args = parser.parse_args(argv)
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
+    try:
+        latencies = [run.parse_latency(text) for text in args.latencies.split(",") if text.strip()]
+    except argparse.ArgumentTypeError as exc:
+        parser.error(f"--latencies: {exc}")
+    if not latencies:
+        parser.error("--latencies: name at least one, e.g. 0,20")
 
     def log(text: str) -> None:
         print(f"[versions {time.strftime('%H:%M:%S')}] {text}", flush=True)
@@ -262,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
     # Each run ends by killing its worker mid-request: the proxy would log every dropped
     # connection as an error.
     logging.getLogger("aiohttp.server").setLevel(logging.CRITICAL)
-    results = measure(args.refs, args.rounds, args.out, log)
+    results = measure(args.refs, args.rounds, args.out, log, latencies)
     print(markdown(results))
     return 0
 

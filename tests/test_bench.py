@@ -9,6 +9,7 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
 from conftest import ROOT, run
 
 sys.path.insert(0, str(ROOT / "bench"))
@@ -206,6 +207,29 @@ def test_a_full_run_is_compared_with_the_full_run_it_replaces(tmp_path: Path) ->
     assert "runs on different machines (Intel(R) Xeon(R) Processor, then AMD EPYC)" in report.against_previous(
         new, kept
     )
+
+
+def test_versions_runs_every_row_at_each_latency_asked_and_reads_the_spread_s_rows() -> None:
+    """bench/versions.py --latencies 0,10-40: every row at both, and the summary reads the
+    spread's rows too (it read only the rows of its fixed latencies before)."""
+    import run
+    import versions
+
+    latencies = [run.parse_latency(t) for t in ("0", "10-40")]
+    planned = versions.rows(latencies)
+    assert len(planned) == 2 * len(versions.CASES) and {added for *_, added in planned} == {(0.0, 0.0), (0.01, 0.04)}
+    measured = [
+        {"version": v, "round": 1, "handler": "io10ms", "concurrency": 50, "added_ms": "10-40", "throughput": rate,
+         "efficiency": rate / 1000, "requests_per_message": 0.2, "cpu_ms_per_message": 0.3, "cpu_vs_raw": 1.2}
+        for v, rate in (("old", 850.0), (versions.NOW, 920.0))
+    ]  # fmt: skip
+    summary = versions.summarise(measured, ("old", versions.NOW))
+    assert [(s["version"], s["added_ms"], s["throughput"]) for s in summary] == [
+        ("old", "10-40", 850.0),
+        (versions.NOW, "10-40", 920.0),
+    ]
+    with pytest.raises(SystemExit):  # a spread's low end first: refused before anything is baked
+        versions.main(["HEAD", "--latencies", "20-10"])
 
 
 def test_versions_side_by_side_are_read_as_ratios_within_each_round() -> None:
