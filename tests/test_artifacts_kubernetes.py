@@ -353,3 +353,18 @@ def test_keda_objects_match_crd_schemas(projects: dict[str, Path], key: str) -> 
     scaler = "ScaledJob" if ANSWERS[key].scaledjob else "ScaledObject"
     for kind in (scaler, "TriggerAuthentication"):
         assert keda_problems(objects[kind], schemas) == [], kind
+
+
+@pytest.mark.parametrize("key", EKS_SETS)
+def test_the_readme_gives_the_jobs_a_scaledjob_runs_at_once(projects: dict[str, Path], key: str) -> None:
+    """Each ScaledJob pod runs one job (WORKER_MAX_JOBS=1), so the fleet runs at most
+    maxReplicaCount jobs, not replicas x concurrency as the README's budget once implied."""
+    project, answers = projects[key], ANSWERS[key]
+    readme = (project / "README.md").read_text()
+    (budget,) = re.findall(r"^- \*\*The fleet budget\*\*:.*?(?=^- |^$)", readme, re.MULTILINE | re.DOTALL)
+    budget = " ".join(budget.split())
+    if answers.scaledjob:
+        cap = load_k8s(project)["ScaledJob"]["spec"]["maxReplicaCount"]
+        assert f"`maxReplicaCount`, {cap}, run at once" in budget, budget
+    else:
+        assert "ScaledJob" not in budget, budget

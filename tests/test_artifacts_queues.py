@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import json
+import secrets
+import sys
 from pathlib import Path
+from typing import Any
 
+import boto3
 import pytest
 from artifacts import (
     ANSWERS,
     CHECKED,
 )
+from conftest import run
 from matrix import LIMITS
 from validators import (
     cfn_problems,
@@ -104,3 +109,59 @@ def test_worker_policy(projects: dict[str, Path], key: str) -> None:
     project, answers = projects[key], ANSWERS[key]
     policy = json.loads((project / "deploy" / "aws" / "worker-policy.json").read_text())
     assert answers.policy_problems(policy) == []
+
+
+# The Queue's properties `bootstrap` sets too, as SQS reports them (GetQueueAttributes' names).
+SHARED_ATTRIBUTES = (
+    "FifoQueue",
+    "SqsManagedSseEnabled",
+    "VisibilityTimeout",
+    "ReceiveMessageWaitTimeSeconds",
+    "ContentBasedDeduplication",
+    "DeduplicationScope",
+    "FifoThroughputLimit",
+)
+
+
+@pytest.mark.parametrize("key", [k for k in CHECKED if ANSWERS[k].queue.endswith(".fifo")])
+def test_the_stack_names_where_its_queue_differs_from_what_bootstrap_makes(
+    projects: dict[str, Path], key: str, localstack_endpoint: str
+) -> None:
+    """queues.yaml says its queue has the attributes `bootstrap` gives the queue an owner
+    develops against; where it does not (high-throughput FIFO), it says which differ."""
+    project, answers = projects[key], ANSWERS[key]
+    (package,) = [p.name for p in (project / "src").iterdir() if p.is_dir()]
+    account = {"AWS_ACCESS_KEY_ID": str(secrets.randbelow(9 * 10**11) + 10**11), "AWS_SECRET_ACCESS_KEY": "test"}
+    env = {**account, "AWS_ENDPOINT_URL": localstack_endpoint, "AWS_REGION": answers.region}
+    made = run(
+        [sys.executable, "-m", package, "bootstrap"], project, timeout=120, PYTHONPATH=str(project / "src"), **env
+    )
+    assert made.returncode == 0, made.stdout + made.stderr
+    sqs: Any = boto3.client(
+        "sqs",
+        endpoint_url=localstack_endpoint,
+        region_name=answers.region,
+        aws_secret_access_key="test",
+        aws_access_key_id=account["AWS_ACCESS_KEY_ID"],
+    )
+    url = sqs.get_queue_url(QueueName=answers.queue)["QueueUrl"]
+    made_attrs = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+    path = project / "deploy" / "aws" / "queues.yaml"
+    template = load_cfn(path)
+    (stack_queue,) = [
+        r["Properties"]
+        for r in template["Resources"].values()
+        if r["Type"] == "AWS::SQS::Queue" and r["Properties"]["QueueName"] == answers.queue
+    ]
+    defaults = {"ContentBasedDeduplication": "false", "DeduplicationScope": "queue", "FifoThroughputLimit": "perQueue"}
+    differ = sorted(
+        name
+        for name in SHARED_ATTRIBUTES
+        if str(stack_queue.get(name, defaults.get(name))).lower()
+        != str(made_attrs.get(name, defaults.get(name))).lower()
+    )
+    description = " ".join(template["Description"].split())
+    for name in differ:
+        assert name in description, (
+            f"{name}: the stack says {stack_queue.get(name)}, bootstrap makes {made_attrs.get(name)}; the description does not say so: {description}"
+        )

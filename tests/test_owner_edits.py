@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import secrets
 import shutil
 import signal
 import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable
@@ -18,7 +21,8 @@ from typing import Any
 
 import boto3
 import pytest
-from conftest import bake, tool_env
+from conftest import bake, run, tool_env
+from matrix import SUPPORTED
 from test_bake import pytest_summary
 
 pytestmark = pytest.mark.xdist_group("owned-service")  # one bake for the module
@@ -191,3 +195,64 @@ def test_ctrl_c_under_make_run_drains_the_running_job(owned: Path, localstack_en
         assert left == ("0", "0"), f"the running invoice was cut off, not finished and deleted: {left}\n{text[-3000:]}"
     finally:
         sqs.delete_queue(QueueUrl=url)
+
+
+def test_replacing_the_handler_leaves_every_other_generated_test_and_the_deploy_check_working(
+    tmp_path: Path, localstack_endpoint: str
+) -> None:
+    """The README's promise for every answer set: replace `Task` and `handle_task`, rewrite
+    tests/test_handlers.py, and the rest needs no change. With idempotency on, the generated
+    tests/test_idempotency.py once imported the example handler and its side effect, so
+    `make test` failed (mypy, then pytest) as soon as the owner replaced them; and the deploy
+    docs' check step sent the example's body, which the owner's model refuses."""
+    answers = SUPPORTED["fifo-ecs-idempotency"].answers
+    project = bake(tmp_path, **answers)
+    package = "billing_events"
+    queue = answers["queue_name"]
+    own = OWN_HANDLERS.replace('QUEUE = "orders-worker-jobs"', f"QUEUE = {queue!r}")
+    (project / "src" / package / "handlers.py").write_text(own)
+    (project / "tests" / "test_handlers.py").write_text(OWN_TESTS.replace("orders_worker", package))
+
+    # The generated tests beside the owner's, on the suite's interpreter (no environment of the
+    # bake's own: test_bake.py builds those); an engine module the engine deprecates fails too.
+    tests = ["tests/test_handlers.py", "tests/test_idempotency.py"]
+    argv = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "-W",
+        "error:sqs_worker_engine:DeprecationWarning",
+    ]
+    result = run([*argv, *tests], project, timeout=300, PYTHONPATH=str(project / "src"))
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, f"a generated test breaks once the example handler is replaced:\n{output[-4000:]}"
+    assert "3 passed" in output, output[-2000:]
+
+    # deploy/README.md's check step, run against the emulator as the owner runs it in AWS.
+    commands = [line.strip() for line in (project / "deploy" / "README.md").read_text().splitlines()]
+    (check,) = [c for c in commands if re.fullmatch(rf"uv run python -m {package} send\b.*", c)]
+    assert "--group" in check, f"a FIFO queue needs a MessageGroupId: {check}"
+    env = {
+        "AWS_ENDPOINT_URL": localstack_endpoint,
+        "AWS_ACCESS_KEY_ID": str(secrets.randbelow(9 * 10**11) + 10**11),  # an account of its own
+        "AWS_SECRET_ACCESS_KEY": "test",
+        "PYTHONPATH": str(project / "src"),
+    }
+    made = run([sys.executable, "-m", package, "bootstrap"], project, timeout=120, **env)
+    assert made.returncode == 0, made.stdout + made.stderr
+    sent = run([sys.executable, *check.split()[3:]], project, timeout=120, **env)
+    assert sent.returncode == 0, f"`{check}` failed:\n{sent.stdout}{sent.stderr}"
+    sqs: Any = boto3.client(
+        "sqs",
+        endpoint_url=localstack_endpoint,
+        region_name=answers.get("aws_region", "us-east-1"),
+        aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key="test",
+    )
+    url = sqs.get_queue_url(QueueName=queue)["QueueUrl"]
+    got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=2)["Messages"]
+    bodies = [json.loads(m["Body"]) for m in got]
+    assert bodies and all(b["invoice_id"].startswith("inv-") for b in bodies), f"not the owner's examples: {bodies}"

@@ -474,3 +474,26 @@ def test_the_template_update_workflow_checks_weekly_and_proposes_the_update(bake
         checkout = next(s for s in job["steps"] if s.get("uses", "").startswith("actions/checkout@"))
         assert checkout["with"]["persist-credentials"] is False
         assert job["env"]["GIT_CONFIG_VALUE_0"] == local_extensions.GIT_CREDENTIAL_HELPER, source
+
+
+def test_the_readme_says_where_the_engine_comes_from_as_pyproject_does(bakes: dict[str, Path], tmp_path: Path) -> None:
+    """A bake from a local checkout installs that checkout's engine/ by path whatever
+    `engine_source` says; its README once told an owner (the `git` answer, the default) that
+    the engine came from the template's git repository, with a `rev` to move, and that
+    `make build` would work with a token."""
+    for source in ("git", "index"):
+        pyproject = (bakes[source] / "pyproject.toml").read_text()
+        assert 'sqs-worker-engine = { path = "' in pyproject, source
+        readme = (bakes[source] / "README.md").read_text()
+        section = readme.split("### Where the engine comes from", 1)[1].split("\n## ", 1)[0]
+        assert "installs that checkout's `engine/` by path" in section, (source, section)
+        assert "This service was generated with `engine_source=" not in section, (source, section)
+        assert "from the template's git repository (below)" not in readme, source
+        assert "installed by path from `engine/` of the template checkout" in readme, source
+    # With the source the answer names (forced, as from the hosted repository), its section stays.
+    hosted = bake(tmp_path, engine_source="index", _engine_source="index", engine_index_url=INDEX_URL)
+    assert "path = " not in (hosted / "pyproject.toml").read_text()
+    readme = (hosted / "README.md").read_text()
+    assert "This service was generated with `engine_source=index`" in readme
+    assert "from the package index, so a new release arrives as a Dependabot pull request" in readme
+    assert "installs that checkout's `engine/` by path" not in readme

@@ -106,3 +106,16 @@ def test_every_python_example_of_the_engine_readme_runs(localstack_endpoint: str
 def test_the_docs_commands_name_only_what_the_bake_renders(projects: dict[str, Path], key: str) -> None:
     found = problems(projects[key])
     assert not found, "\n".join(found)
+
+
+@pytest.mark.parametrize("key", list(SUPPORTED))
+def test_a_fifo_bakes_readme_says_what_message_groups_do_to_scaling(projects: dict[str, Path], key: str) -> None:
+    """Replicas beyond the groups with messages waiting receive nothing, and the fleet
+    simulator runs a FIFO queue as a standard one: a FIFO bake's owner reads both where
+    `make simulate` and the autoscaling are explained, a standard bake's owner neither."""
+    readme = " ".join((projects[key] / "README.md").read_text().split())
+    section = readme.split("## Scaling the fleet", 1)[1].split(" ## ", 1)[0]
+    fifo = SUPPORTED[key].answers.get("queue_name", "").endswith(".fifo")
+    said = "On this FIFO queue, SQS hands a message group's messages to one consumer at a time" in section
+    assert said == fifo, key
+    assert ("`make simulate` runs a FIFO queue as a standard one" in section) == fifo, key

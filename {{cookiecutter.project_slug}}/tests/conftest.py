@@ -16,7 +16,7 @@ import pytest
 {%- if cookiecutter.use_idempotency == "yes" %}
 from moto.server import ThreadedMotoServer
 {%- endif %}
-from sqs_worker_engine import emulators
+from sqs_worker_engine.doubles import emulators
 {%- if cookiecutter.use_idempotency == "yes" %}
 
 from {{ cookiecutter.package_name }}.idempotency import IdempotencySettings
