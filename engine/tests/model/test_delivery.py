@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import threading
+
+import pytest
 
 from sqs_worker_engine import NonRetryableError, RetryLater
 from sqs_worker_engine.base import clock
@@ -327,3 +330,29 @@ def test_given_back_while_a_poll_outlasts_the_drain_it_is_visible_when_that_poll
         await sqs.settle()
 
     vtime.run(scenario())
+
+
+def test_a_retryable_failure_on_its_last_attempt_is_logged_as_dead_lettered(caplog: pytest.LogCaptureFixture) -> None:
+    """Its last words in the log said "retry" while it went to the DLQ: the line for the
+    last attempt now says where it went, the ones before it still say retry."""
+
+    async def scenario() -> None:
+        sqs, router = memory_queue(dlq_after=3, messages=0)
+
+        @router.handler(QUEUE, payload=str)
+        async def handle(job: Job[str]) -> None:
+            raise RuntimeError("downstream said no")
+
+        sqs.put(QUEUE, "m")
+        worker = await start(sqs, router, WORKER_RETRY_BASE_SECONDS="1")
+        assert await until(lambda: sqs.bodies(f"{QUEUE}-dlq") == ["m"], 600), sqs.bodies(QUEUE)
+        await worker.stop()
+
+    with caplog.at_level(logging.WARNING, logger="sqs_worker_engine"):
+        vtime.run(scenario())
+    failed = [r.getMessage() for r in caplog.records if r.getMessage().startswith("job failed")]
+    assert failed == [
+        "job failed (retry): RuntimeError: downstream said no",
+        "job failed (retry): RuntimeError: downstream said no",
+        "job failed (retry, no attempts left: dead-lettered): RuntimeError: downstream said no",
+    ], failed

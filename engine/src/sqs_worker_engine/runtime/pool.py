@@ -50,6 +50,7 @@ from .admission import Admission, Ticket
 from .backlog import Received
 from .calls import HandlerCalls
 from .decisions import (
+    DeadLetter,
     Facts,
     Release,
     RetryAfter,
@@ -418,7 +419,13 @@ class QueuePool:
     def _ended(self, run: Run, settlement: Settlement, ending: Ending, will_retry: bool) -> None:
         """The attempt is reported, and its span ends with the settlement on it."""
         span, run.span = run.span, None
-        self.report.ended(run.delivery.message_id, ending, will_retry=will_retry, trace=span.ids if span else None)
+        self.report.ended(
+            run.delivery.message_id,
+            ending,
+            will_retry=will_retry,
+            trace=span.ids if span else None,
+            dead_lettered=isinstance(settlement, DeadLetter),
+        )
         if span is not None:
             self.book.observe(run.delivery, None)
             span.settled(settlement, ending)

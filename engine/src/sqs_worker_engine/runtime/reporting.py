@@ -171,8 +171,16 @@ class QueueReport:
         self._processed["released"].inc()
         self.events.emit("job:released", worker_id=self.worker_id, job_id=job_id, queue=self.queue, reason=reason)
 
-    def ended(self, job_id: str, ending: Ending, will_retry: bool, trace: dict[str, str] | None = None) -> None:
-        """`trace`: the job's trace and span ids, an exemplar of its duration (OpenMetrics)."""
+    def ended(
+        self,
+        job_id: str,
+        ending: Ending,
+        will_retry: bool,
+        trace: dict[str, str] | None = None,
+        dead_lettered: bool = False,
+    ) -> None:
+        """`trace`: the job's trace and span ids, an exemplar of its duration (OpenMetrics);
+        `dead_lettered`: its message went to the DLQ."""
         outcome = ending.outcome
         self._processed[outcome].inc()
         self.health.progress(self.queue)  # a job that ended is progress (health.py)
@@ -199,7 +207,10 @@ class QueueReport:
             self.events.emit("job:released", worker_id=self.worker_id, job_id=job_id, queue=self.queue, reason=outcome)
         else:
             error = ending.error
-            log.warning("job failed (%s): %s", outcome, describe(error), exc_info=error if outcome == "retry" else None)
+            # A retryable failure on its last attempt is dead-lettered: the line says so, or
+            # the last words about the message would be "retry".
+            label = "retry, no attempts left: dead-lettered" if outcome == "retry" and dead_lettered else outcome
+            log.warning("job failed (%s): %s", label, describe(error), exc_info=error if outcome == "retry" else None)
             self.events.emit(
                 "job:failed",
                 worker_id=self.worker_id,
