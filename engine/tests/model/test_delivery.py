@@ -337,7 +337,7 @@ def test_a_retryable_failure_on_its_last_attempt_is_logged_as_dead_lettered(capl
     last attempt now says where it went, the ones before it still say retry."""
 
     async def scenario() -> None:
-        sqs, router = memory_queue(dlq_after=3, messages=0)
+        sqs, router = memory_queue(dlq_after=3)
 
         @router.handler(QUEUE, payload=str)
         async def handle(job: Job[str]) -> None:
