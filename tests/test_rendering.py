@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import TEMPLATE, bake_cli
+from conftest import ROOT, TEMPLATE, bake_cli
 from matrix import SUPPORTED
 
 # `{{ cookiecutter.x }}`, `{% if cookiecutter... %}` or `cookiecutter.x }}` left in a file.
@@ -109,6 +109,38 @@ def test_supported_answers_generate_a_project_whose_files_parse(name: str, tmp_p
     if "project_name" in answers:
         dashboard = json.loads((project / "deploy" / "grafana" / "dashboard.json").read_text(encoding="utf-8"))
         assert dashboard["title"] == answers["project_name"]
+
+
+# The engine's old module paths, kept as aliases that warn when imported (`sqs_worker_engine.tracing`
+# for `sqs_worker_engine.base.tracing`): a module of the package whose source says so.
+DEPRECATED_ALIAS = "is deprecated: import sqs_worker_engine."
+
+
+def deprecated_engine_modules() -> set[str]:
+    package = ROOT / "engine" / "src" / "sqs_worker_engine"
+    return {path.stem for path in package.glob("*.py") if DEPRECATED_ALIAS in path.read_text(encoding="utf-8")}
+
+
+def test_no_generated_file_imports_an_engine_path_the_engine_deprecates() -> None:
+    """Every answer's files at once (the template folder, conditional files too): a bake with
+    tracing on once imported `sqs_worker_engine.tracing`, so every `make test` of it printed a
+    DeprecationWarning, and the path goes in the engine's 1.0."""
+    old = deprecated_engine_modules()
+    assert {"tracing", "emulators", "limits"} <= old, f"the aliases are no longer recognised: {sorted(old)}"
+    alternatives = "|".join(sorted(old))
+    dotted = re.compile(rf"\bsqs_worker_engine\.({alternatives})\b")
+    named = re.compile(r"from sqs_worker_engine import (?:\(([^)]*)\)|([^\n]*))")
+    found = []
+    for path in TEMPLATE.rglob("*"):
+        name = re.sub(r"\{%.*?%\}", "", path.name)  # a conditional file's name, as rendered
+        if not path.is_file() or Path(name).suffix not in (".py", ".md", ".toml", ".cfg", ".txt", ".yml", ".yaml"):
+            continue
+        text = path.read_text(encoding="utf-8", errors="ignore")
+        found += [f"{path.relative_to(TEMPLATE)}: sqs_worker_engine.{m.group(1)}" for m in dotted.finditer(text)]
+        for m in named.finditer(text):
+            names = {n for n in re.split(r"[,\s]+", m.group(1) or m.group(2)) if n}
+            found += [f"{path.relative_to(TEMPLATE)}: from sqs_worker_engine import {n}" for n in sorted(names & old)]
+    assert not found, "generated files import deprecated engine paths:\n" + "\n".join(found)
 
 
 def assert_deploy_files(project: Path, target: str, stdout: str) -> None:
