@@ -7,6 +7,8 @@ inside the project (its .python-version names 3.12).
   3.12), and `make localstack-stop` stops it and nothing else: not another project's
   emulator (even one this project found answering and used), not the suite's LocalStack.
 - `make dev` on a terminal: Ctrl-C drains the worker, and make exits 0 (not 130).
+- `make send`, from another terminal: the payload model's examples (or SEND_ARGS's) reach
+  the queue on the emulator `make dev` uses.
 """
 
 from __future__ import annotations
@@ -179,5 +181,55 @@ def test_ctrl_c_under_make_dev_drains_and_make_exits_0(service: Path, tmp_path: 
         assert "Interrupt" not in output and "Error" not in output, output[-3000:]
     finally:
         for name in (f"tooling-{TAG}-jobs", f"tooling-{TAG}-jobs-dlq"):
+            with contextlib.suppress(Exception):
+                sqs.delete_queue(QueueUrl=sqs.get_queue_url(QueueName=name)["QueueUrl"])
+
+
+def test_make_send_reaches_the_queue_make_dev_serves(service: Path, tmp_path: Path, localstack_endpoint: str) -> None:
+    """The owner's second terminal while `make dev` runs: `python -m <package> send` there had
+    neither the emulator's endpoint nor credentials ("Unable to locate credentials"), or with
+    AWS credentials of their own would have sent to AWS. `make send` finds the emulator as
+    `make dev` does and sends the payload model's examples, or what SEND_ARGS says."""
+    env = as_owner(tmp_path, AWS_ENDPOINT_URL=localstack_endpoint)
+    package = f"tooling_{TAG}"
+    queue = f"tooling-{TAG}-jobs"
+    sqs: Any = boto3.client("sqs", endpoint_url=localstack_endpoint, region_name="us-east-1")
+    try:
+        local = {**env, "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test"}
+        made = subprocess.run(
+            [str(service / ".venv" / "bin" / "python"), "-m", package, "bootstrap"],
+            cwd=service,
+            env=local,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        assert made.returncode == 0, made.stdout + made.stderr
+        examples = make("send", service, env)
+        assert examples.returncode == 0, examples.stdout + examples.stderr
+        assert f"sent 2 message(s) to {queue}" in examples.stdout, examples.stdout + examples.stderr
+        body = tmp_path / "task.json"
+        body.write_text('{"task_id": "from-make-send"}')
+        one = subprocess.run(
+            ["make", "--no-print-directory", "send", f"SEND_ARGS=--body-file {body}"],
+            cwd=service,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        assert one.returncode == 0, one.stdout + one.stderr
+        url = sqs.get_queue_url(QueueName=queue)["QueueUrl"]
+        bodies: list[str] = []
+        for _ in range(10):
+            got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=1)
+            bodies += [m["Body"] for m in got.get("Messages", [])]
+            if len(bodies) >= 3:
+                break
+        assert len(bodies) == 3 and any("from-make-send" in body for body in bodies), bodies
+    finally:
+        for name in (queue, f"{queue}-dlq"):
             with contextlib.suppress(Exception):
                 sqs.delete_queue(QueueUrl=sqs.get_queue_url(QueueName=name)["QueueUrl"])
