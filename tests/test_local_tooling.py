@@ -28,7 +28,7 @@ from typing import Any
 
 import boto3
 import pytest
-from conftest import bake, tool_env
+from conftest import bake, run, tool_env
 from sqs_worker_engine.doubles import emulators
 
 pytestmark = pytest.mark.xdist_group("local-tooling")  # one bake for the module
@@ -56,9 +56,9 @@ def as_owner(tmp_path: Path, **extra: str) -> dict[str, str]:
     return env
 
 
-def make(target: str, project: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+def make(target: str, project: Path, env: dict[str, str], *variables: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        ["make", "--no-print-directory", target],
+        ["make", "--no-print-directory", target, *variables],
         cwd=project,
         env=env,
         capture_output=True,
@@ -195,31 +195,15 @@ def test_make_send_reaches_the_queue_make_dev_serves(service: Path, tmp_path: Pa
     queue = f"tooling-{TAG}-jobs"
     sqs: Any = boto3.client("sqs", endpoint_url=localstack_endpoint, region_name="us-east-1")
     try:
-        local = {**env, "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test"}
-        made = subprocess.run(
-            [str(service / ".venv" / "bin" / "python"), "-m", package, "bootstrap"],
-            cwd=service,
-            env=local,
-            capture_output=True,
-            text=True,
-            timeout=300,
-            check=False,
-        )
+        python = str(service / ".venv" / "bin" / "python")
+        made = run([python, "-m", package, "bootstrap"], service, timeout=300, AWS_ENDPOINT_URL=localstack_endpoint)
         assert made.returncode == 0, made.stdout + made.stderr
         examples = make("send", service, env)
         assert examples.returncode == 0, examples.stdout + examples.stderr
         assert f"sent 2 message(s) to {queue}" in examples.stdout, examples.stdout + examples.stderr
         body = tmp_path / "task.json"
         body.write_text('{"task_id": "from-make-send"}')
-        one = subprocess.run(
-            ["make", "--no-print-directory", "send", f"SEND_ARGS=--body-file {body}"],
-            cwd=service,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-            check=False,
-        )
+        one = make("send", service, env, f"SEND_ARGS=--body-file {body}")
         assert one.returncode == 0, one.stdout + one.stderr
         url = sqs.get_queue_url(QueueName=queue)["QueueUrl"]
         bodies: list[str] = []
