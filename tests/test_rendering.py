@@ -6,6 +6,7 @@ invalid answers are tests/test_hooks.py's business."""
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 import tomllib
@@ -111,14 +112,17 @@ def test_supported_answers_generate_a_project_whose_files_parse(name: str, tmp_p
         assert dashboard["title"] == answers["project_name"]
 
 
-# The engine's old module paths, kept as aliases that warn when imported (`sqs_worker_engine.tracing`
-# for `sqs_worker_engine.base.tracing`): a module of the package whose source says so.
-DEPRECATED_ALIAS = "is deprecated: import sqs_worker_engine."
-
-
 def deprecated_engine_modules() -> set[str]:
+    """The engine's old module paths (`sqs_worker_engine.tracing` for `...base.tracing`): a
+    top-level module that imports the moved one as `_moved` and warns, as the engine's own
+    tests/unit/test_deprecated_paths.py recognises them."""
     package = ROOT / "engine" / "src" / "sqs_worker_engine"
-    return {path.stem for path in package.glob("*.py") if DEPRECATED_ALIAS in path.read_text(encoding="utf-8")}
+    return {
+        path.stem
+        for path in package.glob("*.py")
+        for node in ast.parse(path.read_text(encoding="utf-8")).body
+        if isinstance(node, ast.ImportFrom) and node.names[0].asname == "_moved"
+    }
 
 
 def test_no_generated_file_imports_an_engine_path_the_engine_deprecates() -> None:
