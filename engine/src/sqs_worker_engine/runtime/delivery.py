@@ -85,6 +85,10 @@ class Delivery:
     # tracing. Set and called by the book only (observe); it never decides anything.
     observer: Callable[[str, dict[str, Any]], None] | None = field(default=None, repr=False)
     _lost: asyncio.Future[None] | None = field(default=None, repr=False)
+    # While its job waits for its work: ends that wait (set by pool.Run.watch; called by the
+    # book when the lease is lost, and by the shutdown cut). A call, not a future: a future
+    # a job showed in profiles.
+    wake: Callable[[], None] | None = field(default=None, repr=False)
 
     def lost(self) -> asyncio.Future[None]:
         """Done once the lease is lost: a future, not an event, so that a job can wait on it
@@ -210,6 +214,8 @@ class LeaseBook:
             delivery.observer("lease lost", {"reason": why})
         if delivery._lost is not None and not delivery._lost.done():
             delivery._lost.set_result(None)
+        if delivery.wake is not None:
+            delivery.wake()
 
     def _lose_now(self, delivery: Delivery, why: str) -> bool:
         self.lose(delivery, why)

@@ -123,6 +123,15 @@ class Run:
         self._cut_off = True
         if self._cut is not None and not self._cut.done():
             self._cut.set_result(None)
+        if self.delivery.wake is not None:
+            self.delivery.wake()
+
+    def watch(self, wake: Callable[[], None] | None) -> None:
+        """While its job waits for its work: `wake()` once the lease is lost or the
+        shutdown cuts it off, at once if either came already (None: no longer)."""
+        self.delivery.wake = wake
+        if wake is not None and (self._cut_off or self.delivery.state is State.LOST):
+            wake()
 
 
 @dataclass
@@ -400,7 +409,7 @@ class QueuePool:
             self.book.start(run.delivery)
         return await self.calls.call(
             job,
-            lost=run.delivery.lost,
+            watch=run.watch,
             cut=run.cut,
             job_timeout=self.options.job_timeout,
             lease_gone=lambda: run.delivery.state is State.LOST,
