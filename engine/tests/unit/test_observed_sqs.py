@@ -162,3 +162,46 @@ def test_the_user_agent_cleaning_is_remembered_and_unchanged() -> None:
     config = botocore.config.Config(user_agent_appid="orders worker")  # type: ignore[call-arg]  # not in the stubs
     agent = botocore.useragent.UserAgentString.from_environment().with_client_config(config)
     assert "app/orders-worker" in agent.to_string()
+
+
+def test_the_in_memory_sqs_holds_every_request_to_the_service_model() -> None:
+    """The worker's own clients skip botocore's parameter check (assembly.open_clients);
+    the double makes it instead, so a request the worker builds wrong fails in the tests."""
+    from botocore.exceptions import ParamValidationError
+
+    sqs = MemorySQS()
+    url = sqs.create_queue("checked")
+
+    async def scenario() -> None:
+        with pytest.raises(ParamValidationError, match="MaxNumberOfMessages"):
+            await sqs.receive_message(QueueUrl=url, MaxNumberOfMessages="10")  # type: ignore[arg-type]
+        with pytest.raises(ParamValidationError, match="ReceiptHandle"):
+            await sqs.delete_message_batch(QueueUrl=url, Entries=[{"Id": "0"}])
+        with pytest.raises(ParamValidationError, match="Unknown parameter"):
+            await sqs.send_message(QueueUrl=url, MessageBody="m", Delay=5)  # type: ignore[call-arg]
+        assert await sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=0) == {}
+
+    asyncio.run(scenario())
+
+
+def test_the_worker_clients_skip_the_parameter_check_and_others_keep_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A request the model refuses: the checking client refuses it before sending; the
+    worker's sends it (to a port where nothing listens, so it fails to connect instead)."""
+    from botocore.exceptions import EndpointConnectionError, ParamValidationError
+
+    from sqs_worker_engine.base.sqs import create_client
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "test")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "test")
+    nobody = "http://127.0.0.1:9"
+
+    async def refused(validate: bool) -> type[Exception]:
+        async with create_client("eu-west-1", nobody, 1, attempts=1, validate=validate) as client:
+            try:
+                await client.receive_message(QueueUrl=f"{nobody}/000000000000/q", MaxNumberOfMessages="10")  # type: ignore[arg-type]
+            except (ParamValidationError, EndpointConnectionError) as exc:
+                return type(exc)
+        raise AssertionError("the request was answered")
+
+    assert asyncio.run(refused(validate=True)) is ParamValidationError
+    assert asyncio.run(refused(validate=False)) is EndpointConnectionError

@@ -150,6 +150,7 @@ def create_client(
     max_connections: int,
     read_timeout: float = 40.0,
     attempts: int = 3,
+    validate: bool = True,
 ) -> AbstractAsyncContextManager[SQSClient]:
     """An aiobotocore SQS client; the pool is sized by the caller.
 
@@ -157,7 +158,11 @@ def create_client(
     timing it must know: a receive the SDK sends again runs longer than the worker thinks
     (and can take a message given back at shutdown), and a lease extension or delete the
     SDK retries can reach SQS after the lease's local deadline. The worker retries those
-    itself, checking the lease before each attempt."""
+    itself, checking the lease before each attempt.
+
+    `validate` False skips botocore's check of each request's parameters against the
+    service model: for the worker's own requests, which no input of anyone's shapes (the
+    in-memory SQS checks them in the tests instead, doubles/memory.py)."""
     _cache_user_agent()
     config = AioConfig(
         max_pool_connections=max_connections,
@@ -165,6 +170,7 @@ def create_client(
         read_timeout=read_timeout,
         retries={"mode": "standard", "total_max_attempts": attempts},
         tcp_keepalive=True,
+        parameter_validation=validate,
     )
     return get_session().create_client("sqs", region_name=region, endpoint_url=endpoint_url, config=config)
 

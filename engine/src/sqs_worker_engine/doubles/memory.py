@@ -27,14 +27,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import itertools
 import json
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar, cast
 
-from botocore.exceptions import ClientError, EndpointConnectionError
+import botocore.session
+from botocore.exceptions import ClientError, EndpointConnectionError, ParamValidationError
+from botocore.model import ServiceModel
+from botocore.validate import ParamValidator
 
 from ..base import clock
 from ..base.limits import DLQ_SUFFIX, FIFO_SUFFIX, MAX_RECEIVE_BATCH, MAX_VISIBILITY_SECONDS
@@ -48,6 +52,34 @@ DEFAULT_MAX_SIZE = 262_144
 def sqs_error(code: str, message: str, operation: str) -> ClientError:
     """The exception botocore raises for an SQS error response."""
     return ClientError({"Error": {"Code": code, "Message": message}}, operation)
+
+
+@functools.cache
+def _sqs_model() -> ServiceModel:
+    return botocore.session.get_session().get_service_model("sqs")
+
+
+Method = TypeVar("Method", bound=Callable[..., Awaitable[Any]])
+
+
+def checked(operation: str) -> Callable[[Method], Method]:
+    """Check a call's parameters against botocore's model of SQS first, as a client does by
+    default: the worker's own clients skip that check (sqs.create_client), so the requests
+    it builds are held to the model here, in every test that runs it on this double."""
+
+    def wrap(method: Method) -> Method:
+        @functools.wraps(method)
+        async def call(self: Any, **params: Any) -> Any:
+            shape = _sqs_model().operation_model(operation).input_shape
+            assert shape is not None  # every operation the double serves takes parameters
+            report = ParamValidator().validate(params, shape)
+            if report.has_errors():
+                raise ParamValidationError(report=report.generate_report())
+            return await method(self, **params)
+
+        return cast(Method, call)
+
+    return wrap
 
 
 @dataclass
@@ -280,6 +312,7 @@ class MemorySQS:
 
     # -- the SQS API -----------------------------------------------------------
 
+    @checked("GetQueueUrl")
     async def get_queue_url(self, *, QueueName: str, QueueOwnerAWSAccountId: str | None = None) -> dict[str, Any]:  # noqa: N803
         await self._before("GetQueueUrl")
         queue = self.queues.get(QueueName)
@@ -289,6 +322,7 @@ class MemorySQS:
             )
         return {"QueueUrl": queue.url}
 
+    @checked("GetQueueAttributes")
     async def get_queue_attributes(self, *, QueueUrl: str, AttributeNames: list[str]) -> dict[str, Any]:  # noqa: N803
         queue = self._queue(QueueUrl, "GetQueueAttributes")
         await self._before("GetQueueAttributes")
@@ -306,6 +340,7 @@ class MemorySQS:
         wanted = set(AttributeNames)
         return {"Attributes": attrs if "All" in wanted else {k: v for k, v in attrs.items() if k in wanted}}
 
+    @checked("ReceiveMessage")
     async def receive_message(
         self,
         *,
@@ -344,12 +379,15 @@ class MemorySQS:
             raise EndpointConnectionError(endpoint_url=queue.url)
         return {"Messages": messages} if messages else {}
 
+    @checked("DeleteMessageBatch")
     async def delete_message_batch(self, *, QueueUrl: str, Entries: list[dict[str, Any]]) -> dict[str, Any]:  # noqa: N803
         return await self._batch("DeleteMessageBatch", QueueUrl, Entries, self._handles.delete)
 
+    @checked("ChangeMessageVisibilityBatch")
     async def change_message_visibility_batch(self, *, QueueUrl: str, Entries: list[dict[str, Any]]) -> dict[str, Any]:  # noqa: N803
         return await self._batch("ChangeMessageVisibilityBatch", QueueUrl, Entries, self._handles.change_visibility)
 
+    @checked("SendMessage")
     async def send_message(
         self,
         *,

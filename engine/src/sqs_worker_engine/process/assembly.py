@@ -112,7 +112,9 @@ async def open_clients(
 ) -> tuple[SQSClient, SQSClient]:
     """Two clients, neither retrying on its own (see sqs.create_client): one for the long
     polls, one for everything else, so that heartbeats and deletes never wait behind a
-    poll for a connection. Closed by `stack`."""
+    poll for a connection. Neither checks its requests against the service model: the
+    worker builds every one of them (queue URLs, receipt handles and ids it was given),
+    and the check took 7-10% of a receive's or a delete's CPU in a profile. Closed by `stack`."""
     s = config.settings
     polls: SQSClient = await stack.enter_async_context(
         create_client(
@@ -121,11 +123,17 @@ async def open_clients(
             sum(q.pollers for q in config.queues) + 1,
             read_timeout=s.wait_time_seconds + POLL_READ_MARGIN,
             attempts=1,
+            validate=False,
         )
     )
     control: SQSClient = await stack.enter_async_context(
         create_client(
-            s.aws_region, s.aws_endpoint_url, 10 * len(config.queues), read_timeout=CONTROL_READ_TIMEOUT, attempts=1
+            s.aws_region,
+            s.aws_endpoint_url,
+            10 * len(config.queues),
+            read_timeout=CONTROL_READ_TIMEOUT,
+            attempts=1,
+            validate=False,
         )
     )
     for aws in (polls, control):
