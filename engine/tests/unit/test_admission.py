@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+from typing import Any
 
 import pytest
 from hypothesis import example, given, settings
@@ -251,6 +252,55 @@ def test_a_freed_place_wakes_one_waiting_poller_not_all() -> None:
         admission.stop()
         grants = await asyncio.wait_for(asyncio.gather(*pollers), 5)
         assert sum(g.places for g in grants) <= 1
+
+    asyncio.run(play())
+
+
+class _Waits(Admission):
+    """Counts how often a poller goes to wait for a change in `reserve`."""
+
+    waits = 0
+
+    def __init__(self, concurrency: int, prefetch_cap: int) -> None:
+        super().__init__(concurrency, prefetch_cap)
+        change = self.waker.change
+
+        async def counted(*args: Any) -> None:
+            self.waits += 1
+            await change(*args)
+
+        self.waker.change = counted  # type: ignore[method-assign]
+
+
+def test_a_freed_place_wakes_no_poller_that_would_only_wait_again() -> None:
+    """While another receive is out, a poller waits for a whole batch of free places, not
+    one: the jobs that end one by one below that wake nobody (each woke a poller to look
+    and wait again, a wake-up a job: fails on the old code with ten waits, not one)."""
+
+    async def play() -> None:
+        never: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        admission = _Waits(10, 10)
+        admission.prefetch = 10  # as measured
+        tickets = admission.received(await admission.reserve(10), 10)
+        for ticket in tickets:
+            assert await admission.start(ticket, never)
+        out = await admission.reserve(10)  # another receive is out: more are on their way
+        poller = asyncio.ensure_future(admission.reserve(10))
+        for ticket in tickets[:9]:
+            await asyncio.sleep(0.01)
+            assert not poller.done()
+            admission.work_ended(ticket)
+            admission.decide(ticket)
+            admission.close(ticket)
+        await asyncio.sleep(0.01)
+        assert admission.waits == 1, f"{admission.waits} waits for nine places freed one by one"
+        assert not poller.done()
+        admission.work_ended(tickets[9])
+        admission.decide(tickets[9])
+        admission.close(tickets[9])
+        assert (await asyncio.wait_for(poller, 5)).places == 10
+        admission.received(out, 0)
+        admission.stop()
 
     asyncio.run(play())
 

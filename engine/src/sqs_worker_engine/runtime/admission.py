@@ -58,7 +58,7 @@ from .line import StartLine
 from .reporting import QueueReport
 from .throttle import Breaker, StartWindow
 from .tickets import Grant, Ticket, TicketBook
-from .waking import Waker
+from .waking import Ask, Waker
 
 __all__ = ["BATCH_WAIT", "Admission", "Block", "Grant", "Ticket", "pause_wait", "rate_wait"]
 
@@ -100,7 +100,7 @@ class Admission(StartLine):
             completion.listen(self._kick)
         self.prefetch_cap = prefetch_cap
         self.prefetch = 0  # the measured target (prefetch.py), at most the cap (written by set_prefetch)
-        self.waker = Waker(self._kick)
+        self.waker = Waker(self._kick, self._goes_on)
         self.budget = budget
         self.full_receive = False  # the latest receive brought all it asked for (budget.py; by received)
         if budget is not None:
@@ -129,29 +129,44 @@ class Admission(StartLine):
         want = min(most, self.limit)
         line = self.book.line
         while True:
-            while (n := self.receivable(most, clock.now())) <= 0 or (
-                (line or self.reserved or self.arriving) and n < min(most, self.prefetch) and not self.breaker.paused
-            ):
+            while not self._asks_for(n := self.receivable(most, clock.now()), most):
                 if self.stopping:
                     return Grant(0)
                 began = loop.time()
                 # The rate limit, not the slots, holds the line (it keeps it full).
                 rate_bound = bool(line) and self.gate.blocked(line[0], clock.now()) == "rate"
-                await self.waker.change(loop, self.gate.wake_at(clock.now()))
+                await self.waker.change(loop, self.gate.wake_at(clock.now()), (most, False))
                 if rate_bound and self.report is not None:
                     self.report.throttled(loop.time() - began)
             deadline = loop.time() + BATCH_WAIT
             while 0 < self.receivable(most, clock.now()) < want and (left := deadline - loop.time()) > 0:
-                await self.waker.change(loop, left)
+                await self.waker.change(loop, left, (most, True))
             n = self.receivable(most, clock.now())
             if n > 0:  # another poller may have taken them meanwhile
                 if self.completion is not None:
                     self.completion.promise(n, self)
                 grant = self.book.grant(n, probe=self.breaker.paused)
                 self.gate.probe_receive = self.gate.probe_receive or grant.probe
-                if self.receivable(most, clock.now()) > 0:
-                    self.waker.one()  # room for more than this receive: the next poller looks too
+                self.waker.one()  # room for more than this receive: the next poller looks too
                 return grant
+
+    def _asks_for(self, n: int, most: int) -> bool:
+        """Whether a poller that may ask for `n` of the `most` it wants asks now: some are
+        free, and a whole batch of the prefetch is while messages wait for a slot anyway or
+        are on their way (see reserve)."""
+        coming = self.book.line or self.reserved or self.arriving
+        return n > 0 and not (coming and n < min(most, self.prefetch) and not self.breaker.paused)
+
+    def _goes_on(self, ask: Ask) -> bool:
+        """Whether to wake a poller waiting in `reserve` with this ask (waking.py wakes only
+        one it should): not while some places are free but fewer than it waits for (a
+        batch's worth). With none free it is woken as before: it looks, and waits again
+        with a timer for whatever ends by itself (a pause that began since it slept)."""
+        most, batching = ask
+        n = self.receivable(most, clock.now())
+        if n <= 0:
+            return True
+        return n >= min(most, self.limit) if batching else self._asks_for(n, most)
 
     def received(self, grant: Grant, got: int) -> list[Ticket]:
         """The receive brought `got` of the places granted: one ticket each; the rest go back."""
