@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-from typing import Any
 
 import pytest
 from hypothesis import example, given, settings
@@ -16,6 +15,7 @@ from sqs_worker_engine.base import clock
 from sqs_worker_engine.runtime.admission import Admission, Grant, Ticket
 from sqs_worker_engine.runtime.throttle import SPACING_MARGIN, StartWindow
 from sqs_worker_engine.runtime.tickets import LEGAL, SIZED, TicketBook
+from sqs_worker_engine.runtime.waking import Ask
 
 # One step: a message of group 0-2 arrives, a running job of it ends, a waiting one leaves.
 steps = st.lists(st.tuples(st.sampled_from(["arrive", "end", "leave"]), st.integers(0, 2)), max_size=60)
@@ -265,9 +265,9 @@ class _Waits(Admission):
         super().__init__(concurrency, prefetch_cap)
         change = self.waker.change
 
-        async def counted(*args: Any) -> None:
+        async def counted(loop: asyncio.AbstractEventLoop, at_most: float | None, ask: Ask) -> None:
             self.waits += 1
-            await change(*args)
+            await change(loop, at_most, ask)
 
         self.waker.change = counted  # type: ignore[method-assign]
 
