@@ -221,14 +221,15 @@ async def _first_of(work: asyncio.Future[Any], watch: Callable[[Wake | None], No
     and remove, and three isinstance checks against an ABC a job: against the in-memory
     SQS, 10 ms jobs at concurrency 50 took 692,000-698,000 instructions a message with it,
     638,000-654,000 with this."""
-    waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    loop = asyncio.get_running_loop()
+    waiter: asyncio.Future[None] = loop.create_future()
 
     def wake(_: object = None) -> None:
         if not waiter.done():
             waiter.set_result(None)
 
     work.add_done_callback(wake)
-    timer = asyncio.get_running_loop().call_later(seconds, wake)
+    timer = loop.call_later(seconds, wake)
     watch(wake)
     try:
         await waiter
