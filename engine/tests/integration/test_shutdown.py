@@ -472,3 +472,52 @@ def test_an_idle_worker_exits_zero_after_its_idle_spell(sqs: Sqs, localstack_end
     assert any(str(line.get("message", "")).startswith("idle") for line in lines), lines[-5:]
     stopped = [line for line in lines if line.get("message") == "worker stopped"]
     assert stopped and stopped[0]["reason"] == "idle", stopped
+
+
+def running(pid: int) -> bool:
+    """Is process `pid` alive (a zombie, dead but not yet reaped, is not)?"""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_process_handlers_end_with_the_worker_and_leave_nothing_running(
+    sqs: Sqs, localstack_endpoint: str, tmp_path: Path
+) -> None:
+    """executor="process": after the drain the idle handler processes exit when asked, and
+    the one still running a job the drain cut off and released is terminated. Before, the
+    exit found the pool's manager thread running (and said so), skipped the pool's cleanup
+    (leaked semaphores) and left the released job running on in an orphaned process while
+    another worker could take its message."""
+    queue = sqs.create(visibility=60)
+    sqs.send(queue, [{"id": "quick"}, {"id": "stuck", "seconds": 600}])
+    records, log = tmp_path / "records.jsonl", tmp_path / "worker.log"
+    env = env_for(
+        localstack_endpoint,
+        queue.name,
+        str(tmp_path / "progress"),
+        TEST_QUEUE=queue.name,
+        TEST_RECORD_FILE=records,
+        WORKER_CONCURRENCY=2,
+        WORKER_PROCESS_POOL_SIZE=2,
+        WORKER_SHUTDOWN_TIMEOUT_MS=2000,
+        WORKER_JOB_TIMEOUT_MS=1500,
+        WORKER_WAIT_TIME_SECONDS=1,  # no long poll of ours outlasts the drain by much
+    )
+    proc = worker_process(env, log, "tests.integration.process_app:router")
+    found = wait_records(records, lambda r: events(r, "done") == ["quick"] and "stuck" in events(r, "start"))
+    (stuck_pid,) = {r["pid"] for r in found if r["id"] == "stuck"}
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(60) == 0
+    assert not running(stuck_pid), "the released job's process ended with the worker"
+    text = log.read_text()
+    for trouble in ("still running", "leaked", "Traceback"):
+        assert trouble not in text, f"{trouble!r} in the worker's log:\n{text[-3000:]}"
+    stopped = [line for line in log_lines(log) if line.get("message") == "worker stopped"]
+    assert stopped and stopped[0]["jobs_cut_off_and_released"] == 1
+    deadline = time.monotonic() + 10
+    while sqs.counts(queue.url)[0] != 1:
+        assert time.monotonic() < deadline, "the cut-off job's message is not visible again"
+        time.sleep(0.2)

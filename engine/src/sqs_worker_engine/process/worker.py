@@ -62,6 +62,9 @@ SIGNAL_ECHO_SECONDS = 1.0
 # shutdown timeout; then, cancelled, this long to unwind before it is left behind.
 LIFESPAN_CLOSE_SECONDS = 2.0
 LIFESPAN_CANCEL_GRACE = 0.5
+# After the drain, idle handler processes have this long to exit when asked; whatever still
+# runs then (a job the drain cut off and released) is terminated (runtime/processes.py).
+PROCESS_EXIT_GRACE = 2.0
 
 
 def loop_name(loop: asyncio.AbstractEventLoop) -> str:
@@ -412,7 +415,9 @@ class Worker:
         await self._stack.aclose()  # the lifespan's exit among them: after the drain
         job.RESOURCES.set(None)
         if self._process_pool is not None:
-            self._process_pool.shutdown(wait=False, cancel_futures=True)
+            # On the loop, not in a thread: nothing else runs on it now (the pools are closed,
+            # the lifespan left), and the model's pools of fake processes live on the loop.
+            self._process_pool.stop(PROCESS_EXIT_GRACE)
         self.state = WorkerState.ERROR if failed else WorkerState.STOPPED
         self.health.remove_file()  # this process's own: a stopped worker leaves none behind
         heap.thaw(self._heap_frozen)

@@ -25,12 +25,16 @@ import functools
 import logging
 import multiprocessing
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures.process import BrokenProcessPool
+from multiprocessing.process import BaseProcess
 from typing import Any
 
 log = logging.getLogger("sqs_worker_engine.processes")
+# After terminating what still runs, how long `stop` waits for the pools' threads to end.
+STOP_AFTER_TERMINATE_SECONDS = 5.0
 NewExecutor = Callable[[int], concurrent.futures.Executor]
 _Work = tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]  # a call: fn, args, kwargs
 
@@ -71,6 +75,8 @@ class ProcessPool(concurrent.futures.Executor):
         self._executor = self._new_executor(size)
         self._waiting: deque[tuple[_Call, _Work]] = deque()  # caught in a break, for a lone process
         self._alone = 0  # lone processes running
+        self._lone: set[concurrent.futures.Executor] = set()  # their pools, until each run ends
+        self._stopped = False  # by `stop`: nothing starts again, a break included
         self.replacements = 0
         self.reruns = 0  # jobs run again alone after a break
 
@@ -90,6 +96,8 @@ class ProcessPool(concurrent.futures.Executor):
 
     def _shared(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> concurrent.futures.Future[Any]:
         with self._lock:
+            if self._stopped:
+                raise RuntimeError("the handler process pool is stopped")
             try:
                 return self._executor.submit(fn, *args, **kwargs)
             except BrokenProcessPool:
@@ -102,8 +110,8 @@ class ProcessPool(concurrent.futures.Executor):
     def _shared_done(self, call: _Call, work: _Work, inner: concurrent.futures.Future[Any]) -> None:
         if inner.cancelled():
             return  # `call.cancel()` cancelled it, and `call` with it
-        if not isinstance(inner.exception(), BrokenProcessPool):
-            _pass_on(call, inner)
+        if self._stopped or not isinstance(inner.exception(), BrokenProcessPool):
+            _pass_on(call, inner)  # after `stop`, a job it ended is not run again
             return
         # Its pool broke under it: it may be the job that broke it, or a neighbour.
         with self._lock:
@@ -115,7 +123,7 @@ class ProcessPool(concurrent.futures.Executor):
     def _start_alone(self) -> None:
         """Start the jobs waiting to run alone, `size` lone processes at a time."""
         with self._lock:
-            while self._alone < self.size and self._waiting:
+            while self._alone < self.size and self._waiting and not self._stopped:
                 call, work = self._waiting.popleft()
                 if call.cancelled():
                     continue
@@ -126,6 +134,7 @@ class ProcessPool(concurrent.futures.Executor):
                     continue
                 executor = self._new_executor(1)
                 self._alone += 1
+                self._lone.add(executor)
                 fn, args, kwargs = work
                 call.inner = inner = executor.submit(fn, *args, **kwargs)
                 inner.add_done_callback(functools.partial(self._alone_done, call, executor))
@@ -138,6 +147,7 @@ class ProcessPool(concurrent.futures.Executor):
         executor.shutdown(wait=False)
         with self._lock:
             self._alone -= 1
+            self._lone.discard(executor)
             self._start_alone()
         if inner.cancelled() or call.done():
             return
@@ -149,6 +159,45 @@ class ProcessPool(concurrent.futures.Executor):
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         with self._lock:
             self._executor.shutdown(wait=wait, cancel_futures=cancel_futures)
+
+    def stop(self, grace: float) -> None:
+        """The worker's exit, after its drain: the jobs still running in a process were
+        released, and another worker may now run them. Idle processes are asked to exit
+        and given `grace` seconds; whatever still runs then is terminated, which a thread
+        could not be. Shutting down without waiting left each pool's manager thread alive
+        (the CLI's exit then reported it as a thread still running, and skipped the pools'
+        cleanup: leaked semaphores) and a released job running on in an orphaned process."""
+        with self._lock:
+            self._stopped = True
+            executors = [self._executor, *self._lone]
+            waiting, self._waiting = list(self._waiting), deque()
+        for call, _work in waiting:
+            call.cancel()  # it waited for a lone process: it never started
+        processes = [p for executor in executors for p in _processes(executor)]
+        # A pool's shutdown that waits returns once its manager thread has ended, which is
+        # when its processes have: each waits in a thread of its own, for `grace`.
+        closing = [
+            threading.Thread(target=executor.shutdown, kwargs={"cancel_futures": True}, name="handler-processes-stop")
+            for executor in executors
+        ]
+        for thread in closing:
+            thread.start()
+        deadline = time.monotonic() + grace
+        for thread in closing:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        for process in processes:
+            if process.is_alive():
+                process.terminate()  # the manager thread sees it gone, fails its job, and ends
+        for thread in closing:
+            thread.join(STOP_AFTER_TERMINATE_SECONDS)
+
+
+def _processes(executor: concurrent.futures.Executor) -> list[BaseProcess]:
+    """A ProcessPoolExecutor's processes. CPython keeps them in `_processes` (3.11 to 3.14;
+    3.14 adds terminate_workers() for this), dropped by shutdown: read before it. A pool a
+    test stands in with has none."""
+    held = getattr(executor, "_processes", None) or {}
+    return list(held.values())
 
 
 def _pass_on(call: _Call, inner: concurrent.futures.Future[Any]) -> None:
