@@ -487,7 +487,7 @@ def test_process_handlers_end_with_the_worker_and_leave_nothing_running(
     sqs: Sqs, localstack_endpoint: str, tmp_path: Path
 ) -> None:
     """executor="process": after the drain the idle handler processes exit when asked, and
-    the one still running a job the drain cut off and released is terminated. Before, the
+    the one still running a job the drain cut off and released is killed. Before, the
     exit found the pool's manager thread running (and said so), skipped the pool's cleanup
     (leaked semaphores) and left the released job running on in an orphaned process while
     another worker could take its message."""

@@ -1,5 +1,5 @@
 """The process pool's stop at the worker's exit, with real processes: idle ones exit when
-asked, one still running a released job is terminated, and no thread of the pool is left
+asked, one still running a released job is killed, and no thread of the pool is left
 for the interpreter's exit to wait for (or, skipped, to leak the pool's semaphores)."""
 
 from __future__ import annotations
@@ -28,17 +28,17 @@ def test_stop_asks_idle_processes_to_exit_and_leaves_no_thread() -> None:
     processes = started(children)
     assert processes, "the pool started its processes"
     pool.stop(grace=30)
-    assert [p.exitcode for p in processes] == [0] * len(processes), "asked to exit, not terminated"
+    assert [p.exitcode for p in processes] == [0] * len(processes), "asked to exit, not killed"
     assert [t for t in threading.enumerate() if t not in threads] == [], "the pool's manager thread ended"
 
 
-def test_stop_terminates_a_process_still_running_a_released_job() -> None:
+def test_stop_kills_a_process_still_running_a_released_job() -> None:
     threads, children = set(threading.enumerate()), set(multiprocessing.active_children())
     pool = ProcessPool(1)
     call = pool.run(time.sleep, 600)  # a job the drain cut off: it would run on for ten minutes
     processes = started(children)
     pool.stop(grace=0.2)
-    assert [p.exitcode for p in processes] == [-signal.SIGTERM]
+    assert [p.exitcode for p in processes] == [-signal.SIGKILL]
     assert isinstance(call.exception(0), BrokenProcessPool)
     assert pool.reruns == 0, "a job the stop ended is not run again alone"
     assert [t for t in threading.enumerate() if t not in threads] == []

@@ -63,7 +63,7 @@ SIGNAL_ECHO_SECONDS = 1.0
 LIFESPAN_CLOSE_SECONDS = 2.0
 LIFESPAN_CANCEL_GRACE = 0.5
 # After the drain, idle handler processes have this long to exit when asked; whatever still
-# runs then (a job the drain cut off and released) is terminated (runtime/processes.py).
+# runs then (a job the drain cut off and released) is killed (runtime/processes.py).
 PROCESS_EXIT_GRACE = 2.0
 
 

@@ -33,8 +33,8 @@ from multiprocessing.process import BaseProcess
 from typing import Any
 
 log = logging.getLogger("sqs_worker_engine.processes")
-# After terminating what still runs, how long `stop` waits for the pools' threads to end.
-STOP_AFTER_TERMINATE_SECONDS = 5.0
+# After killing what still runs, how long `stop` waits for the pools' threads to end.
+STOP_AFTER_KILL_SECONDS = 5.0
 NewExecutor = Callable[[int], concurrent.futures.Executor]
 _Work = tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]  # a call: fn, args, kwargs
 
@@ -163,8 +163,8 @@ class ProcessPool(concurrent.futures.Executor):
     def stop(self, grace: float) -> None:
         """The worker's exit, after its drain: the jobs still running in a process were
         released, and another worker may now run them. Idle processes are asked to exit
-        and given `grace` seconds; whatever still runs then is terminated, which a thread
-        could not be. Shutting down without waiting left each pool's manager thread alive
+        and given `grace` seconds; whatever still runs then is killed, which a thread could
+        not be. Shutting down without waiting left each pool's manager thread alive
         (the CLI's exit then reported it as a thread still running, and skipped the pools'
         cleanup: leaked semaphores) and a released job running on in an orphaned process."""
         with self._lock:
@@ -187,9 +187,9 @@ class ProcessPool(concurrent.futures.Executor):
             thread.join(max(0.0, deadline - time.monotonic()))
         for process in processes:
             if process.is_alive():
-                process.terminate()  # the manager thread sees it gone, fails its job, and ends
+                process.kill()  # SIGKILL: a handler's own SIGTERM handler cannot keep it
         for thread in closing:
-            thread.join(STOP_AFTER_TERMINATE_SECONDS)
+            thread.join(STOP_AFTER_KILL_SECONDS)  # its manager thread sees it gone, fails its job, ends
 
 
 def _processes(executor: concurrent.futures.Executor) -> list[BaseProcess]:
