@@ -5,11 +5,13 @@ for the interpreter's exit to wait for (or, skipped, to leak the pool's semaphor
 from __future__ import annotations
 
 import multiprocessing
+import os
 import signal
 import threading
 import time
 from concurrent.futures.process import BrokenProcessPool
 from multiprocessing.process import BaseProcess
+from pathlib import Path
 
 import pytest
 
@@ -49,3 +51,37 @@ def test_nothing_runs_after_stop() -> None:
     pool.stop(grace=30)
     with pytest.raises(RuntimeError, match="stopped"):
         pool.run(abs, -1)
+
+
+def announce_then_sleep(path: str, seconds: float) -> str:
+    """A job that says it runs (module level: a handler process imports it by name)."""
+    Path(path).write_text("running")
+    time.sleep(seconds)
+    return "slept"
+
+
+def test_a_ctrl_c_at_the_terminal_does_not_reach_a_job_in_a_handler_process(tmp_path: Path) -> None:
+    """Ctrl-C signals the terminal's whole process group, the handler processes included;
+    the worker drains on it, so the job a process is running goes on and ends as usual.
+    Before, the job failed with KeyboardInterrupt."""
+    children = set(multiprocessing.active_children())
+    pool = ProcessPool(1)
+    try:
+        flag = tmp_path / "running"
+        call = pool.run(announce_then_sleep, str(flag), 0.5)
+        (process,) = started(children)
+        assert process.pid is not None
+        deadline = time.monotonic() + 60
+        while not flag.exists():
+            assert time.monotonic() < deadline, "the job never started"
+            time.sleep(0.01)
+        os.kill(process.pid, signal.SIGINT)
+        try:
+            result = call.result(60)
+        except KeyboardInterrupt:  # the job's own, passed back: not this test run's to stop
+            pytest.fail("the job failed with KeyboardInterrupt")
+        assert result == "slept", "the job ran to its end"
+        assert pool.run(abs, -2).result(60) == 2, "and its process is still there for the next"
+        assert pool.replacements == pool.reruns == 0
+    finally:
+        pool.stop(grace=30)

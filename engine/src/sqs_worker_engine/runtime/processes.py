@@ -24,6 +24,7 @@ import concurrent.futures
 import functools
 import logging
 import multiprocessing
+import signal
 import threading
 import time
 from collections import deque
@@ -45,7 +46,16 @@ class HandlerProcessDied(Exception):  # noqa: N818 - what happened, as the DLQ's
 
 def spawn_executor(size: int) -> concurrent.futures.Executor:
     # spawn: a fork of a process running an event loop and threads is not safe.
-    return concurrent.futures.ProcessPoolExecutor(size, mp_context=multiprocessing.get_context("spawn"))
+    return concurrent.futures.ProcessPoolExecutor(
+        size, mp_context=multiprocessing.get_context("spawn"), initializer=_ignore_interrupts
+    )
+
+
+def _ignore_interrupts() -> None:
+    """In each handler process, before its first job. Ctrl-C signals the terminal's whole
+    process group: the worker drains on it, and its handler processes must not fail the
+    jobs they run with KeyboardInterrupt (or die waiting for the next)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 class _Call(concurrent.futures.Future[Any]):
