@@ -84,8 +84,7 @@ class ProcessPool(concurrent.futures.Executor):
         self._lock = threading.RLock()  # callbacks run on the executors' threads, and re-enter
         self._executor = self._new_executor(size)
         self._waiting: deque[tuple[_Call, _Work]] = deque()  # caught in a break, for a lone process
-        self._alone = 0  # lone processes running
-        self._lone: set[concurrent.futures.Executor] = set()  # their pools, until each run ends
+        self._lone: set[concurrent.futures.Executor] = set()  # lone processes' pools, until each run ends
         self._stopped = False  # by `stop`: nothing starts again, a break included
         self.replacements = 0
         self.reruns = 0  # jobs run again alone after a break
@@ -133,7 +132,7 @@ class ProcessPool(concurrent.futures.Executor):
     def _start_alone(self) -> None:
         """Start the jobs waiting to run alone, `size` lone processes at a time."""
         with self._lock:
-            while self._alone < self.size and self._waiting and not self._stopped:
+            while len(self._lone) < self.size and self._waiting and not self._stopped:
                 call, work = self._waiting.popleft()
                 if call.cancelled():
                     continue
@@ -143,7 +142,6 @@ class ProcessPool(concurrent.futures.Executor):
                     )
                     continue
                 executor = self._new_executor(1)
-                self._alone += 1
                 self._lone.add(executor)
                 fn, args, kwargs = work
                 call.inner = inner = executor.submit(fn, *args, **kwargs)
@@ -156,7 +154,6 @@ class ProcessPool(concurrent.futures.Executor):
         this job is the one that kills its process."""
         executor.shutdown(wait=False)
         with self._lock:
-            self._alone -= 1
             self._lone.discard(executor)
             self._start_alone()
         if inner.cancelled() or call.done():
