@@ -164,6 +164,46 @@ def test_the_user_agent_cleaning_is_remembered_and_unchanged() -> None:
     assert "app/orders-worker" in agent.to_string()
 
 
+def test_a_clients_user_agent_is_built_once_for_each_set_of_features(monkeypatch: pytest.MonkeyPatch) -> None:
+    """botocore builds every request's User-Agent header twice; the engine's client builds
+    it once for each set of features its requests used (the header's `m/` part), and sends
+    what botocore would have built."""
+    import botocore.useragent
+    from botocore.context import start_as_current_context
+
+    from sqs_worker_engine.base import sqs
+
+    build = botocore.useragent.UserAgentString.to_string
+    builds: list[str] = []
+
+    def counted(self: botocore.useragent.UserAgentString) -> str:
+        builds.append(build(self))
+        return builds[-1]
+
+    monkeypatch.setattr(botocore.useragent.UserAgentString, "to_string", counted)
+
+    async def scenario() -> tuple[list[str], list[str], str, str]:
+        async with sqs.create_client("eu-west-1", "http://127.0.0.1:9", 2) as client:
+            creator = client._user_agent_creator  # type: ignore[attr-defined]  # botocore's own
+            builds.clear()  # the client's creation may build one
+            plain = [creator.to_string() for _ in range(5)]
+            with start_as_current_context():
+                botocore.useragent.register_feature_id("RETRY_MODE_ADAPTIVE")
+                featured = [creator.to_string() for _ in range(5)]
+                featured_fresh = build(creator)
+            return plain, featured, build(creator), featured_fresh
+
+    def same(header: str) -> str:  # botocore joins the features from a set: in any order
+        return " ".join(",".join(sorted(p.split(","))) if p.startswith("m/") else p for p in header.split())
+
+    plain, featured, plain_fresh, featured_fresh = asyncio.run(scenario())
+    assert len(builds) == 2  # once without features, once with
+    assert {same(h) for h in plain} == {same(plain_fresh)}
+    assert {same(h) for h in featured} == {same(featured_fresh)}
+    assert plain_fresh != featured_fresh  # the feature is in the header: a different one
+    assert botocore.useragent.UserAgentString.to_string is counted  # botocore's class is left alone
+
+
 def test_the_in_memory_sqs_holds_every_request_to_the_service_model() -> None:
     """The worker's own clients skip botocore's parameter check (assembly.open_clients);
     the double makes it instead, so a request the worker builds wrong fails in the tests."""

@@ -69,9 +69,13 @@ class S3Pointer:
 def pointer_of(message: Mapping[str, Any]) -> S3Pointer | None:
     """The S3 pointer a received message carries, None for an ordinary message. A message
     that has the size attribute but no readable pointer or size is a PayloadError."""
-    attributes = message.get("MessageAttributes") or {}
-    name = next((n for n in SIZE_ATTRIBUTES if n in attributes), None)
-    if name is None:
+    attributes = message.get("MessageAttributes")
+    if not attributes:
+        return None
+    for name in SIZE_ATTRIBUTES:  # a loop, not next() over a generator: this runs for every message
+        if name in attributes:
+            break
+    else:
         return None
     try:
         doc = json.loads(message.get("Body", ""))
