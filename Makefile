@@ -9,7 +9,7 @@ JOBS ?= 4
 
 SCANNERS := .venv-scanners
 
-.PHONY: install tools scanners scanners-lock test demo format bench bench-tracing bench-adaptive bench-priorities simulate fleet-check clean
+.PHONY: install tools scanners scanners-lock test demo format bench bench-versions bench-instructions bench-tracing bench-adaptive bench-priorities simulate fleet-check clean
 
 $(UV):
 	$(PYTHON) -m venv $(VENV)
@@ -61,6 +61,20 @@ bench: install
 bench-versions: install
 	@test -n "$(REFS)" || { echo 'name the versions to compare: make bench-versions REFS="<commit> ..."'; exit 2; }
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/python bench/versions.py $(REFS) --rounds $(or $(ROUNDS),3) $(if $(LATENCIES),--latencies $(LATENCIES))
+
+# Instructions per message, counted under valgrind rather than timed (bench/instructions.py):
+# the engine of each of REFS="<commit> [<commit> ...]" beside this checkout's, in one baked
+# service, REPEATS times (2 by default), rows ROWS (noop:50,io10ms:100 by default). What CPU
+# time on a shared machine cannot show: a change of a few percent. Writes
+# docs/benchmarks-instructions.{md,json}. About 4 minutes a version on 2 cores.
+bench-instructions: install
+	@test -n "$(REFS)" || { echo 'name the versions to compare: make bench-instructions REFS="<commit> ..."'; exit 2; }
+	@command -v valgrind >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    apt-get install -y -qq --no-install-recommends valgrind >/dev/null 2>&1 || \
+	    (apt-get update -qq >/dev/null && apt-get install -y -qq --no-install-recommends valgrind >/dev/null); \
+	  else echo "valgrind not found: apt-get install valgrind"; exit 2; fi; }
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/python bench/instructions.py $(REFS) --repeats $(or $(REPEATS),2) $(if $(ROWS),--rows $(ROWS))
 
 # What tracing costs: CPU per message with tracing off and on, side by side (bench/tracing.py;
 # seconds). Writes docs/benchmarks-tracing.{md,json}.

@@ -5,9 +5,11 @@ figure); the figures themselves are timings on a shared machine and are never as
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import ROOT, run
@@ -421,3 +423,60 @@ def test_the_raw_loop_beside_the_rows_is_no_contender() -> None:
     cpu_column = report.summary_columns(results).index("CPU / message over the raw loop's (no-op, c=50)")
     assert generated[cpu_column] == "1.10x", generated
     assert "raw" not in report.scenario_table(results, lambda r: r["contender"])
+
+
+def test_instructions_are_read_from_valgrind_and_taken_a_message_between_two_runs() -> None:
+    """bench/instructions.py: the count is valgrind's `I refs`, and a message's share is the
+    difference of two runs over the difference of their messages, so that the start, the
+    imports and the exit, the same in both, fall out."""
+    import instructions
+
+    output = "==12== \n==12== I   refs:      1,234,567,890\n"
+    assert instructions.instructions(output) == 1_234_567_890
+    with pytest.raises(ValueError, match="no instruction count"):
+        instructions.instructions("==12== Memcheck, a memory error detector\n")
+    first = {
+        "messages": 500,
+        "instructions": 900_000_000,
+        "requests": {"ReceiveMessage": 52.0, "DeleteMessageBatch": 50.0, "GetQueueUrl": 1.0},
+    }
+    second = {
+        "messages": 1500,
+        "instructions": 2_000_000_000,
+        "requests": {"ReceiveMessage": 152.0, "DeleteMessageBatch": 150.0, "GetQueueUrl": 1.0},
+    }
+    share = instructions.per_message(first, second)
+    assert share["instructions_per_message"] == 1_100_000
+    assert share["requests_per_message"] == pytest.approx(0.2)  # the queue's lookups are the start's, not a message's
+    with pytest.raises(ValueError, match="more messages"):
+        instructions.per_message(second, first)
+
+
+def test_instructions_side_by_side_are_read_as_ratios_within_each_repeat() -> None:
+    import instructions
+
+    def counted(version: str, repeat: int, count: float) -> dict[str, Any]:
+        return {"version": version, "repeat": repeat, "handler": "noop", "concurrency": 50,
+                "instructions_per_message": count, "requests_per_message": 0.2}  # fmt: skip
+
+    measured = [counted("old", 1, 1100.0), counted(instructions.NOW, 1, 1000.0)]
+    measured += [counted("old", 2, 1260.0), counted(instructions.NOW, 2, 1200.0)]
+    old, now = instructions.summarise(measured, ("old", instructions.NOW))
+    assert (old["instructions_per_message"], now["instructions_per_message"]) == (1180.0, 1100.0)
+    assert (old["over_now_low"], old["over_now_high"]) == pytest.approx((1.05, 1.1))
+    assert now["over_now"] == 1.0
+    report = instructions.markdown(
+        {
+            "versions": [{"ref": "old", "commit": "abc1234"}, {"ref": instructions.NOW, "commit": "def5678"}],
+            "messages": [500, 1500],
+            "repeats": 2,
+            "date": "2026-12-05 12:00 UTC",
+            "duration_seconds": 300,
+            "summary": [old, now],
+        }
+    )
+    assert "| no-op | 50 | old | 1,180 | 0.200 | 1.075x (1.050-1.100) |" in report
+    assert instructions.parse_rows("noop:50, io10ms:100") == [("noop", 50), ("io10ms", 100)]
+    for wrong in ("cpu:50", "noop:0", "noop", ""):
+        with pytest.raises(argparse.ArgumentTypeError):
+            instructions.parse_rows(wrong)
