@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from opentelemetry import trace
@@ -19,6 +19,9 @@ from prometheus_client import REGISTRY
 from sqs_worker_engine.base.sqs import ObservedSqs, lease_client, observed
 from sqs_worker_engine.doubles.memory import MemorySQS
 from sqs_worker_engine.runtime.job_spans import error_type
+
+if TYPE_CHECKING:
+    from types_aiobotocore_sqs.type_defs import DeleteMessageBatchRequestEntryTypeDef
 
 
 def sample(name: str, **labels: str) -> float:
@@ -245,3 +248,72 @@ def test_the_worker_clients_skip_the_parameter_check_and_others_keep_it(monkeypa
 
     assert asyncio.run(refused(validate=True)) is ParamValidationError
     assert asyncio.run(refused(validate=False)) is EndpointConnectionError
+
+
+def test_the_control_client_can_have_a_delete_out_for_every_pollers_receive(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every poller's receive brings up to 10 messages, and every 10 settled need a
+    DeleteMessageBatch of about the same round trip (assembly.control_connections). An SQS
+    that answers only once it holds that many calls at once, the queue's pollers plus the
+    CONTROL_PER_QUEUE its heartbeats keep: the control client gets them all out together.
+    With the fixed 10 connections it had before, the 11th waited for a connection, and at
+    +20 ms a request that held short jobs to about 3,300 a second."""
+    from contextlib import AsyncExitStack
+
+    from aiohttp import web
+
+    from sqs_worker_engine.process.assembly import CONTROL_PER_QUEUE, CONTROL_READ_TIMEOUT, open_clients
+    from sqs_worker_engine.process.settings import load_settings
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "test")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "test")
+    # Only a pool too small waits this out (the calls all go out at once otherwise); within
+    # the client's read timeout, so that the held calls are answered, not failed.
+    patience = CONTROL_READ_TIMEOUT / 2
+
+    async def scenario() -> tuple[int, int]:
+        held, most, everyone = 0, 0, asyncio.Event()
+        wanted = 0
+
+        async def answer(request: web.Request) -> web.Response:
+            nonlocal held, most
+            held += 1
+            most = max(most, held)
+            if held >= wanted:
+                everyone.set()
+            try:
+                await asyncio.wait_for(everyone.wait(), patience)
+            except TimeoutError:
+                everyone.set()  # the pool held the rest back: answer, so that they come in
+            held -= 1
+            body = await request.json()
+            ok = [{"Id": e["Id"]} for e in body["Entries"]]
+            return web.json_response({"Successful": ok, "Failed": []}, content_type="application/x-amz-json-1.0")
+
+        app = web.Application()
+        app.router.add_post("/", answer)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        endpoint = f"http://127.0.0.1:{port}"
+        config = load_settings({"WORKER_QUEUES": "q", "WORKER_CONCURRENCY": "50", "AWS_ENDPOINT_URL": endpoint})
+        (queue,) = config.queues
+        wanted = queue.pollers + CONTROL_PER_QUEUE
+        try:
+            async with AsyncExitStack() as stack:
+                _, control = await open_clients(stack, config, None)
+                entries: list[DeleteMessageBatchRequestEntryTypeDef] = [{"Id": "0", "ReceiptHandle": "r"}]
+                await asyncio.gather(
+                    *(
+                        control.delete_message_batch(QueueUrl=f"{endpoint}/000000000000/q", Entries=entries)
+                        for _ in range(wanted)
+                    )
+                )
+        finally:
+            await runner.cleanup()
+        return most, wanted
+
+    most, wanted = asyncio.run(scenario())
+    assert wanted == 20 + CONTROL_PER_QUEUE  # concurrency 50, prefetch 150: 20 pollers
+    assert most == wanted
