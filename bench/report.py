@@ -4,11 +4,14 @@ so `python bench/report.py docs/benchmarks.json` re-renders docs/ without re-run
 from __future__ import annotations
 
 import json
+import math
 import sys
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from sqs_worker_engine.base.limits import MAX_RECEIVE_BATCH
+from sqs_worker_engine.process.assembly import CONTROL_PER_QUEUE
 from sqs_worker_engine.runtime.prefetch import default_prefetch
 
 CONTENDERS = ("generated", "generated-p0", "handloop", "threadpool", "celery")
@@ -620,7 +623,10 @@ def why_missed(results: dict[str, Any]) -> str:
         seconds = IO_SECONDS.get(r["handler"])
         beyond = 1000 * (r["concurrency"] / r["throughput"] - seconds) if seconds else None
         ms = r.get("request_ms", {})
-        trip = (ms.get("ReceiveMessage", 0.0) + ms.get("DeleteMessageBatch", 0.0)) / 1000 + (seconds or 0.0)
+        trip = ms.get("ReceiveMessage", 0.0) / 1000 + (seconds or 0.0)
+        places = r["concurrency"] + default_prefetch(r["concurrency"])
+        # Messages whose delete call is out at the ideal rate (Little's law again), and those calls.
+        deleting = r["ideal"] * ms.get("DeleteMessageBatch", 0.0) / 1000 if r.get("ideal") else None
         rows.append(
             [
                 HANDLER_TEXT.get(r["handler"], r["handler"]),
@@ -633,8 +639,10 @@ def why_missed(results: dict[str, Any]) -> str:
                 num(r["cpu_cores"], 2),
                 num(beyond, 1),
                 num(ms.get("ReceiveMessage"), 1),
-                f"{num(r['ideal'] * trip, 0)} / {r['concurrency'] + default_prefetch(r['concurrency'])}"
-                if r.get("ideal")
+                f"{num(r['ideal'] * trip, 0)} / {places}" if r.get("ideal") else "–",
+                f"{num(deleting, 0)} / {default_prefetch(r['concurrency'])}, "
+                f"{num(deleting / MAX_RECEIVE_BATCH, 0)} / {math.ceil(places / MAX_RECEIVE_BATCH) + CONTROL_PER_QUEUE}"
+                if deleting is not None
                 else "–",
             ]
         )
@@ -648,11 +656,14 @@ def why_missed(results: dict[str, Any]) -> str:
         "that costs each job: concurrency / throughput, less the handler's own time. *ReceiveMessage* "
         "is its mean round trip through the proxy, the added latency included. *Held at the ideal rate / "
         "bound*: by Little's law, the messages a worker must hold to run at the ideal rate (a place is "
-        "taken when its receive is sent and given back when its delete is answered: ideal rate x "
-        "(ReceiveMessage + handler + DeleteMessageBatch round trips)), against what the worker may hold "
-        "with its default prefetch cap (concurrency + `WORKER_PREFETCH`, settling included: the "
-        "SIGKILL bound); where the first is larger, the bound set the pace, and a larger "
-        "`WORKER_PREFETCH` raises it.\n\n"
+        "taken when its receive is sent and given back when its delete call goes out: ideal rate x "
+        "(ReceiveMessage round trip + handler)), against what the worker may hold with its default "
+        "prefetch cap (concurrency + `WORKER_PREFETCH`); where the first is larger, the bound set the "
+        "pace, and a larger `WORKER_PREFETCH` raises it. *Deletes out at the ideal rate*: the messages "
+        "whose delete call is out (ideal rate x DeleteMessageBatch round trip) against the prefetch cap, "
+        "past which a message keeps its place until its delete is answered; and those calls (a tenth as "
+        "many) against the connections of the worker's client for deletes and heartbeats (one for each "
+        "poller, and 10), past which a delete waits for a connection.\n\n"
     )
     return (
         text
@@ -669,6 +680,7 @@ def why_missed(results: dict[str, Any]) -> str:
                 "per job beyond the handler (ms)",
                 "ReceiveMessage (ms)",
                 "held at the ideal rate / bound",
+                "deletes out at the ideal rate: messages / cap, calls / connections",
             ],
             rows,
         )
