@@ -154,8 +154,7 @@ def control_connections(queues: Sequence[QueueSettings]) -> int:
     delete calls are out at once as receives are, at full speed: one for each poller. With
     a fixed 10 a queue, a delete call waited for a connection whenever more than 10 were
     out: at a 30 ms round trip a queue's deletes were held to about 3,300 messages a second
-    whatever its concurrency, and I/O 10 ms jobs at concurrency 50 ran at 0.71 of the
-    emulator's ceiling in the benchmark with 20 ms added to each request (0.96 with this)."""
+    whatever its concurrency (engine/CHANGELOG.md has what the benchmark measured)."""
     return sum(q.pollers + CONTROL_PER_QUEUE for q in queues)
 
 
