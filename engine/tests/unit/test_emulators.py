@@ -152,3 +152,28 @@ def test_the_state_is_per_project_and_port(tmp_path: Path, monkeypatch: pytest.M
     files = {emulators.state_file(port, project) for port in (4566, 4570) for project in (one, other)}
     assert len(files) == 4
     assert all(path.parent == tmp_path and f"-{os.getuid()}-" in path.name for path in files)
+
+
+def test_a_port_the_system_picks_twice_is_given_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The system may pick a port again as soon as the probe closes it, before its first
+    user binds it (a chaos run gave two workers one metrics port, and the second could not
+    start). Here it picks 40941, 40941, then 40942: the second caller gets 40942."""
+    import contextlib
+    from collections.abc import Iterator
+
+    picks = iter([40941, 40941, 40942])
+
+    class Probe:
+        def __init__(self, port: int) -> None:
+            self.port = port
+
+        def getsockname(self) -> tuple[str, int]:
+            return ("127.0.0.1", self.port)
+
+    @contextlib.contextmanager
+    def bound(port: int) -> Iterator[Probe]:
+        yield Probe(port or next(picks))
+
+    monkeypatch.setattr(emulators, "_bound", bound)
+    monkeypatch.setattr(emulators, "_PICKED", set(), raising=False)  # none picked before this test
+    assert [emulators.free_port(), emulators.free_port()] == [40941, 40942]

@@ -560,16 +560,29 @@ def _missing(endpoint: str, services: str) -> list[str]:
     return [s for s in services.split(",")[1:] if not healthy(endpoint, s)]
 
 
+# Ports free_port picked in this process. The system may pick one again as soon as the
+# probe closes it, before its first user binds it: two workers started one after the other
+# were given the same metrics port, and the second could not start.
+_PICKED: set[int] = set()
+PICK_ATTEMPTS = 100
+
+
 def free_port(preferred: int = 0) -> int:
-    """`preferred` if it is free on 127.0.0.1, else one the system picks (which may be taken
-    again before its user binds it: callers that can, retry)."""
+    """`preferred` if it is free on 127.0.0.1, else one the system picks that this process
+    was not given before (which may still be taken by another process before its user binds
+    it: callers that can, retry)."""
     if preferred and _port_free(preferred):
         return preferred
-    try:
-        with _bound(0) as s:
-            return int(s.getsockname()[1])
-    except OSError as exc:
-        raise EmulatorError(f"no free port: {exc}") from None
+    for _ in range(PICK_ATTEMPTS):
+        try:
+            with _bound(0) as s:
+                port = int(s.getsockname()[1])
+        except OSError as exc:
+            raise EmulatorError(f"no free port: {exc}") from None
+        if port not in _PICKED:
+            _PICKED.add(port)
+            return port
+    raise EmulatorError(f"no free port this process was not given before, in {PICK_ATTEMPTS} tries")
 
 
 def _port_free(port: int) -> bool:
