@@ -4,14 +4,14 @@ so `python bench/report.py docs/benchmarks.json` re-renders docs/ without re-run
 from __future__ import annotations
 
 import json
-import math
 import sys
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from sqs_worker_engine.base.limits import MAX_RECEIVE_BATCH
-from sqs_worker_engine.process.assembly import CONTROL_PER_QUEUE
+from sqs_worker_engine.process.assembly import control_connections
+from sqs_worker_engine.process.settings import load_settings
 from sqs_worker_engine.runtime.prefetch import default_prefetch
 
 CONTENDERS = ("generated", "generated-p0", "handloop", "threadpool", "celery")
@@ -641,7 +641,7 @@ def why_missed(results: dict[str, Any]) -> str:
                 num(ms.get("ReceiveMessage"), 1),
                 f"{num(r['ideal'] * trip, 0)} / {places}" if r.get("ideal") else "–",
                 f"{num(deleting, 0)} / {default_prefetch(r['concurrency'])}, "
-                f"{num(deleting / MAX_RECEIVE_BATCH, 0)} / {math.ceil(places / MAX_RECEIVE_BATCH) + CONTROL_PER_QUEUE}"
+                f"{num(deleting / MAX_RECEIVE_BATCH, 0)} / {worker_connections(r['concurrency'])}"
                 if deleting is not None
                 else "–",
             ]
@@ -686,6 +686,13 @@ def why_missed(results: dict[str, Any]) -> str:
         )
         + "\n"
     )
+
+
+def worker_connections(concurrency: int) -> int:
+    """The control client's connections of a one-queue worker at `concurrency`, its other
+    settings the defaults the bench runs with, as the engine sizes them."""
+    config = load_settings({"WORKER_QUEUES": "bench", "WORKER_CONCURRENCY": str(concurrency)})
+    return control_connections(config.queues)
 
 
 def prefetch_section(results: dict[str, Any]) -> str:

@@ -57,7 +57,7 @@ log = logging.getLogger("sqs_worker_engine.worker")
 POLL_READ_MARGIN = 10  # seconds past WaitTimeSeconds before the client gives up on a poll
 CONTROL_READ_TIMEOUT = 10.0  # heartbeats, deletes, DLQ sends: also bounded by each lease
 # Control connections a queue has beside one for each of its pollers: for its lease
-# extensions, visibility changes and DLQ sends (the whole pool, before deletes had their own).
+# extensions, visibility changes and DLQ sends (the whole pool, before it grew with the pollers).
 CONTROL_PER_QUEUE = 10
 
 
