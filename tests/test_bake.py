@@ -22,6 +22,12 @@ from sqs_worker_engine.doubles import emulators
 REPORT = ROOT / ".test-reports" / "bakes.jsonl"
 # What a service's src/ may hold: its own modules. The engine comes as a dependency.
 SERVICE_MODULES = {"__init__.py", "__main__.py", "service.py", "handlers.py", "idempotency.py"}
+HEAP_PROBE = (
+    "import gc\n"
+    "from sqs_worker_engine.process import heap\n"
+    "gc.collect()  # on 3.12, it moves every immortal object it meets to the permanent generation\n"
+    "print(heap.hold().frozen)\n"
+)
 
 
 def pytest_summary(output: str) -> dict[str, int]:
@@ -68,6 +74,13 @@ def test_generated_project_passes_its_own_checks(name: str, tmp_path: Path, loca
         assert drip["messages_lost"] == 0 and drip["unfinished"] == 0, drip
         assert {"duplicate_runs", "p99_oldest_age_seconds", "replica_minutes", "sqs_requests", "cost"} <= set(drip)
         assert (project / "simulation" / "report.md").is_file() and (project / "simulation" / "drip.png").is_file()
+
+    # On the interpreter the service runs, the worker keeps its start-up heap out of the
+    # collector's full passes (engine: process/heap.py). CPython 3.12's collector parks
+    # immortal objects in the permanent generation, which the worker once read as a heap
+    # frozen by its owner: on 3.12, the template's default, it froze nothing.
+    probe = run(["uv", "run", "--quiet", "python", "-c", HEAP_PROBE], project)
+    assert probe.stdout.split() == ["True"], f"the start-up heap was not frozen: {probe.stdout}{probe.stderr}"
 
     # Baked from this checkout, the engine comes by path: an image build says why it cannot work.
     build = run(["make", "build"], project)

@@ -133,7 +133,7 @@ class Worker:
         self._control: SqsApi | None = None
         self.signatures = SnsSignatures(self.settings.aws_endpoint_url) if self.settings.sns_verify_signatures else None
         self.resources: Any = None  # what the router's lifespan yielded, once started
-        self._heap_frozen = False  # heap.py: start-up's objects kept out of full collections
+        self._heap = heap.Held()  # heap.py: the collector while the worker runs
         self.completion: Completion | None = None  # WORKER_MAX_JOBS, WORKER_IDLE_EXIT_SECONDS
 
     # -- the SDK-style surface -------------------------------------------------
@@ -282,7 +282,7 @@ class Worker:
             self.events.emit("error", worker_id=self.worker_id, error=exc, where="start")
             raise
         self.state = WorkerState.RUNNING
-        self._heap_frozen = heap.freeze()
+        self._heap = heap.hold()
         metrics.WORKER_INFO.info(
             {"version": self.config.service.version, "engine_version": ENGINE_VERSION, "worker_id": self.worker_id}
         )
@@ -420,8 +420,8 @@ class Worker:
             self._process_pool.stop(PROCESS_EXIT_GRACE)
         self.state = WorkerState.ERROR if failed else WorkerState.STOPPED
         self.health.remove_file()  # this process's own: a stopped worker leaves none behind
-        heap.thaw(self._heap_frozen)
-        self._heap_frozen = False
+        heap.give_back(self._heap)
+        self._heap = heap.Held()
         log.info(
             "worker stopped",
             extra={
