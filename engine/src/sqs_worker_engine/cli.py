@@ -27,7 +27,7 @@ import sys
 import threading
 import time
 from collections.abc import Coroutine, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
@@ -35,6 +35,9 @@ from .base.health import check
 from .process import signals
 from .process.loops import EventLoop, new_loop
 from .process.settings import ConfigError, ServiceDefaults, WorkerConfig, load_settings
+
+if TYPE_CHECKING:
+    from .ops.examples import StandIn
 
 EXIT_CONFIG = 2
 EXIT_STARTUP = 3
@@ -308,12 +311,13 @@ def cmd_send(config: WorkerConfig, args: argparse.Namespace) -> int:
     attributes = dict(_attribute(text) for text in args.attribute)
     if args.count is not None and args.count < 1:
         raise ConfigError([("--count", f"must be at least 1, got {args.count}")])
-    bodies = [args.body] if given else _examples(config, queue)
-    count = args.count if args.count is not None else len(bodies)
+    bodies, stand_in = ([args.body] * (args.count or 1), None) if given else _examples(config, queue, args.count)
     # No tracing here: only `run` exports. A command on a laptop has no collector beside it,
     # and its exporter would retry for seconds, saying so, before the command could exit.
 
     async def send() -> int:
+        if stand_in is not None:  # first: a worker may take the messages at once
+            await stand_in.publish(s.aws_region, s.aws_endpoint_url or "")
         producer: Producer[Any]
         async with open_producer(
             queue,
@@ -322,10 +326,7 @@ def cmd_send(config: WorkerConfig, args: argparse.Namespace) -> int:
             bucket=s.large_payload_bucket,
             threshold=s.large_payload_threshold_bytes,
         ) as producer:
-            messages = [
-                Message(bodies[i % len(bodies)], group_id=args.group, delay=args.delay, attributes=attributes)
-                for i in range(count)
-            ]
+            messages = [Message(body, group_id=args.group, delay=args.delay, attributes=attributes) for body in bodies]
             result = await producer.send_batch(messages)
         for failure in result.failed:
             print(f"message {failure.index} not sent: {failure.code} {failure.message}", file=sys.stderr)
@@ -339,17 +340,34 @@ def cmd_send(config: WorkerConfig, args: argparse.Namespace) -> int:
         return EXIT_CONFIG
 
 
-def _examples(config: WorkerConfig, queue: str) -> list[str]:
-    """What `send` sends without a body: the examples of `queue`'s handler's payload model,
-    as the queue receives them (examples.py)."""
-    from .ops.examples import example_bodies
+def _examples(config: WorkerConfig, queue: str, count: int | None) -> tuple[list[str], StandIn | None]:
+    """What `send` sends without a body: `count` messages taking the examples of `queue`'s
+    handler's payload model in turn (default: each once), as the queue receives them, and the
+    stand-in for SNS that signs them, if one does (its certificate to publish before they are
+    sent; examples.py)."""
+    from .ops.examples import StandIn, example_bodies, signing
     from .process.worker import load_router
 
+    s = config.settings
     handlers = _handlers(config)
     spec = load_router(handlers).get(queue)
     if spec is None:
         raise ConfigError([("--queue", f"{queue} has no handler in {handlers}: give a --body to send")])
-    bodies = example_bodies(spec, config.settings.aws_region)
+    how = signing(spec.envelope, s.aws_endpoint_url, s.sns_verify_signatures)
+    if how == "refused":
+        raise ConfigError(
+            [
+                (
+                    "WORKER_SNS_VERIFY_SIGNATURES",
+                    f"{queue}'s handler takes SNS notifications (envelope={spec.envelope!r}), which only SNS "
+                    "signs outside an emulator, and a worker checking signatures dead-letters unsigned ones: "
+                    "publish the examples to the topic the queue subscribes to (with the check off, "
+                    "WORKER_SNS_VERIFY_SIGNATURES=false here as on the worker, they are sent unsigned)",
+                )
+            ]
+        )
+    stand_in = StandIn.new(s.aws_endpoint_url or "") if how == "stand-in" else None
+    bodies = example_bodies(spec, s.aws_region, stand_in.signer if stand_in else None, count)
     if not bodies:
         model = getattr(spec.payload, "__name__", repr(spec.payload))
         raise ConfigError(
@@ -361,7 +379,7 @@ def _examples(config: WorkerConfig, queue: str) -> list[str]:
                 )
             ]
         )
-    return bodies
+    return bodies, stand_in
 
 
 def _attribute(text: str) -> tuple[str, str]:

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
-from ..support import REGION, Sqs, cli
+from sqs_worker_engine import Job, Router
+
+from ..support import REGION, Sqs, cli, env_for, running_worker, wait_for
 
 
 def test_bootstrap_is_idempotent_and_wires_the_dlq(sqs: Sqs, localstack_endpoint: str) -> None:
@@ -59,6 +63,65 @@ def test_send_without_a_body_sends_the_payload_models_own_examples(sqs: Sqs, loc
     none = cli("send", "--queue", notes.name, **env)
     assert none.returncode == 2 and "--body" in none.stderr and "declares no examples" in none.stderr, none.stderr
     assert "Traceback" not in none.stderr and sqs.counts(notes.url) == (0, 0)
+
+
+def test_send_without_a_body_sends_an_sns_handlers_examples_as_signed_notifications_it_processes(
+    sqs: Sqs, localstack_endpoint: str, health_file: str
+) -> None:
+    """An `envelope="sns"` handler with two examples: `send` wraps each in an SNS notification,
+    signed with a certificate it puts on the emulator, so a worker checking signatures (the
+    default) runs both, none dead-lettered. Bare bodies were dead-lettered as "not an SNS
+    notification"."""
+    from .sns_examples_app import Notice
+
+    queue = sqs.create()
+    env = {
+        "AWS_ENDPOINT_URL": localstack_endpoint,
+        "WORKER_HANDLERS": "tests.integration.sns_examples_app:router",
+        "WORKER_QUEUES": queue.name,
+        "SNS_EXAMPLES_NOTICES": queue.name,
+    }
+    sent = cli("send", **env)
+    assert sent.returncode == 0 and f"sent 2 message(s) to {queue.name}" in sent.stdout, sent.stderr
+    seen: list[Job[Notice]] = []
+    router = Router()
+
+    @router.handler(queue.name, payload=Notice, envelope="sns")
+    async def handle(job: Job[Notice]) -> None:
+        seen.append(job)
+
+    assert queue.dlq_url is not None
+    dlq = queue.dlq_url
+
+    async def serve() -> None:
+        async with running_worker(env_for(localstack_endpoint, queue.name, health_file), router):
+            await wait_for(
+                lambda: (len(seen) == 2 and sqs.counts(queue.url) == (0, 0)) or sqs.counts(dlq) != (0, 0),
+                timeout=120,
+                what="both examples handled, or one dead-lettered",
+            )
+
+    asyncio.run(serve())
+    dead = [m.get("MessageAttributes", {}).get("x-error-message", {}).get("StringValue") for m in sqs.receive_all(dlq)]
+    assert dead == [], f"dead-lettered: {dead}"
+    assert sorted(job.payload.notice_id for job in seen) == ["n-1", "n-2"], [job.payload for job in seen]
+    for job in seen:
+        assert job.envelope is not None and job.envelope.sns is not None, "opened as an SNS notification"
+        assert job.envelope.sns.signed is not None, "signed, and the signature checked"
+
+
+def test_send_refuses_an_sns_handlers_examples_it_cannot_sign() -> None:
+    """Outside an emulator only SNS can sign a notification, and a worker that checks
+    signatures would dead-letter an unsigned one: `send` says so and sends nothing."""
+    env: dict[str, Any] = {
+        "AWS_ENDPOINT_URL": "",
+        "WORKER_HANDLERS": "tests.integration.sns_examples_app:router",
+        "WORKER_QUEUES": "notices",
+    }
+    refused = cli("send", **env)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert "WORKER_SNS_VERIFY_SIGNATURES" in refused.stderr and "only SNS" in refused.stderr, refused.stderr
+    assert "Traceback" not in refused.stderr
 
 
 def test_bootstrap_makes_the_bucket_and_send_offloads_a_large_body_to_it(

@@ -45,6 +45,35 @@ def test_a_service_is_proven_by_the_examples_its_handlers_declare(localstack_end
     assert "worker stopped" in (tmp_path / "worker.log").read_text()
 
 
+SNS_SERVICE = ServiceDefaults(
+    name="sns-examples-service",
+    version="0.0.1",
+    command="python -m tests.service",
+    environ={
+        "WORKER_QUEUES": "notices,parcels",
+        "WORKER_HANDLERS": "tests.integration.sns_examples_app:router",
+        "WORKER_JOB_TIMEOUT_MS": "10000",
+        "WORKER_SHUTDOWN_TIMEOUT_MS": "20000",
+        "AWS_REGION": REGION,
+    },
+)
+
+
+def test_handlers_fed_through_sns_are_proven_by_their_examples_with_signatures_checked(
+    localstack_endpoint: str, tmp_path: Path
+) -> None:
+    """`envelope="sns"` (two examples) and `"sns+eventbridge"`: each example reaches its queue
+    as a signed SNS notification, and the worker, checking signatures as the service's
+    settings say (the default), processes every one; only the rejected bodies are
+    dead-lettered."""
+    report = check_service(SNS_SERVICE, localstack_endpoint, tmp_path, env=ENV)
+    assert report.processed == {"notices": 2, "parcels": 1}, report
+    for queue in ("notices", "parcels"):
+        [reason] = report.dead_letters[queue]
+        assert "not an SNS notification" in reason, (queue, reason)
+    assert report.without_examples == []
+
+
 def test_a_handler_that_fails_its_examples_fails_the_check_with_the_reason(
     localstack_endpoint: str, tmp_path: Path
 ) -> None:

@@ -18,8 +18,12 @@ SIGTERM stops it. What is sent comes from the handlers' own declarations:
 - **the drain**: the examples again, SIGTERM once the worker has them, and the worker exits
   0 leaving nothing in flight and nothing more in the DLQ.
 
-Only standard SQS calls are made, so any emulator at `endpoint` will do. Each run uses queues
-of its own (deleted at the end), so runs can share one emulator.
+The examples are wrapped as each handler's envelope delivers them (ops/examples.py, as
+`send` wraps them). A worker checks SNS notifications' signatures unless the service turns
+that off: the check then signs them as a stand-in for SNS, its certificate put in the
+emulator's S3 where the worker fetches SNS's (deleted at the end); so the service runs with
+its own settings. Otherwise only standard SQS calls are made, so any emulator at `endpoint`
+will do. Each run uses queues of its own (deleted at the end), so runs can share one emulator.
 """
 
 from __future__ import annotations
@@ -48,8 +52,9 @@ from ..base.errors import PayloadError
 from ..base.limits import dlq_name
 from ..base.sqs import SQSClient, create_client
 from ..formats.envelopes import ControlMessage, read_payload
+from ..formats.signatures import Signer
 from ..handlers.router import HandlerSpec, Router
-from ..ops.examples import example_bodies
+from ..ops.examples import StandIn, example_bodies, signing
 from ..ops.producer import Producer, open_producer
 from ..process.settings import ServiceDefaults, WorkerConfig, load_settings, queue_env_key
 from ..process.worker import load_router
@@ -165,6 +170,7 @@ class _Check:
         self.region = self.config.settings.aws_region
         self.endpoint = endpoint
         self.port = free_port()
+        self.stand_in: StandIn | None = None  # made by the first queue whose examples it signs
         self.queues = [self._plan(q.name) for q in self.config.queues]
         self.report = Report()
         self.worker: subprocess.Popen[bytes] | None = None
@@ -173,7 +179,7 @@ class _Check:
         spec = self.router.get(name)
         if spec is None:
             raise AssertionError(f"no handler for queue {name!r} in {self.config.settings.handlers}")
-        bodies = example_bodies(spec, self.region)
+        bodies = example_bodies(spec, self.region, self._signer(spec))
         for i, body in enumerate(bodies):
             problem = example_problem(spec, body)
             if problem:
@@ -181,9 +187,21 @@ class _Check:
         copy = f"e2e-{uuid.uuid4().hex[:12]}" + (".fifo" if name.endswith(".fifo") else "")
         return QueueRun(name, copy, bodies, rejects=spec.payload is not str)
 
+    def _signer(self, spec: HandlerSpec) -> Signer | None:
+        """What signs the handler's examples: the stand-in for SNS when the worker checks the
+        signatures of what it takes, else nothing."""
+        verify = self.config.settings.sns_verify_signatures
+        if signing(spec.envelope, self.endpoint, verify) != "stand-in":
+            return None
+        if self.stand_in is None:
+            self.stand_in = StandIn.new(self.endpoint)
+        return self.stand_in.signer
+
     async def run(self) -> Report:
         async with create_client(self.region, self.endpoint, 4) as client:
             try:
+                if self.stand_in is not None:
+                    await self.stand_in.publish(self.region, self.endpoint)
                 await self._bootstrap(client)
                 worker = self.worker = self._start_worker()
                 try:
@@ -199,6 +217,9 @@ class _Check:
                         if url:
                             with contextlib.suppress(Exception):
                                 await client.delete_queue(QueueUrl=url)
+                if self.stand_in is not None:
+                    with contextlib.suppress(Exception):
+                        await self.stand_in.withdraw(self.region, self.endpoint)
         return self.report
 
     # -- the steps, in order -------------------------------------------------------

@@ -30,6 +30,11 @@ for the others.
 WORKER_SNS_VERIFY_SIGNATURES=false turns the check off, for queues whose queue policy
 already admits only the topics' `aws:SourceArn`. Subscription confirmations are dropped
 before this (their URLs are never fetched).
+
+`Signer` signs as SNS does, with a key and a certificate made by `stand_in_certificate`:
+a stand-in for SNS where no SNS signs (the examples `send` and the end-to-end check send
+on an emulator, ops/examples.py). Only an emulator's worker can believe it: the certificate
+must be where that worker fetches SNS's, on the emulator's own host.
 """
 
 from __future__ import annotations
@@ -37,19 +42,21 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import datetime
 import re
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
 import aiohttp
 from cryptography import x509
 from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
+from cryptography.x509.oid import NameOID
 
 from ..base.errors import PayloadError
 
@@ -146,6 +153,44 @@ def verify_with(signed: Signed, key: rsa.RSAPublicKey) -> None:
         key.verify(signature, signed.canonical, padding.PKCS1v15(), algorithm())
     except InvalidSignature:
         raise PayloadError("the SNS notification's signature does not verify: not sent by SNS") from None
+
+
+@dataclass(frozen=True)
+class Signer:
+    """Signs SNS notifications as SNS does: with `key`, naming the certificate at `cert_url`."""
+
+    key: rsa.RSAPrivateKey = field(repr=False)
+    cert_url: str
+    version: str = "2"  # SHA256, as a topic with SignatureVersion 2
+
+    def sign(self, doc: Mapping[str, Any]) -> dict[str, Any]:
+        """`doc`, a notification, with the SignatureVersion, SigningCertURL and Signature SNS gives it."""
+        signed = {**doc, "SignatureVersion": self.version, "SigningCertURL": self.cert_url, "Signature": ""}
+        what = signed_of(signed)  # the canonical string, as the check rebuilds it
+        if what is None:
+            raise ValueError("not an SNS notification: its signed fields must be strings")
+        signature = self.key.sign(what.canonical, padding.PKCS1v15(), HASHES[self.version]())
+        signed["Signature"] = base64.b64encode(signature).decode()
+        return signed
+
+
+def stand_in_certificate(days: int = 7) -> tuple[rsa.RSAPrivateKey, bytes]:
+    """A new RSA key and a self-signed PEM certificate of it, valid for `days`: what a
+    stand-in for SNS signs with (`Signer`)."""
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "sns stand-in (not SNS)")])
+    now = datetime.datetime.now(datetime.UTC)
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=days))
+        .sign(key, hashes.SHA256())
+    )
+    return key, certificate.public_bytes(serialization.Encoding.PEM)
 
 
 class CertificateUnavailable(Exception):  # noqa: N818 - reads as a state, like DownstreamUnavailable
