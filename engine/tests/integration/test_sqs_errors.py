@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -171,11 +172,11 @@ def test_the_sdk_never_resends_a_poll_an_extension_or_a_settlement(
 
 
 def test_once_sqs_answers_again_the_next_message_starts_at_once(sqs: Sqs, proxy: FaultProxy, health_file: str) -> None:
-    """DeleteMessageBatch fails until the first job's delete is given up: SQS cannot be
-    reached, as far as the worker knows, and nothing held may start. Then SQS answers
-    receives and deletes again, while every lease extension still fails. The next message
-    must start on its receive's answer: it waited for a lease extension to succeed (19.5 s,
-    seen on LocalStack), and here, with extensions failing, it would never start."""
+    """DeleteMessageBatch fails until the first job's delete is given up: nothing may start
+    (nor be received) until a delete is answered. Then SQS answers deletes again, while
+    every lease extension still fails. The next message waited for a lease extension to
+    succeed (19.5 s, seen on LocalStack), and here, with extensions failing, it would never
+    start: the deletes answering (asked again every 0.5 to 4 s) are what a start needs."""
     queue = sqs.create(visibility=40)
     started: set[int] = set()
     router = Router()
@@ -197,6 +198,50 @@ def test_once_sqs_answers_again_the_next_message_starts_at_once(sqs: Sqs, proxy:
             proxy.fail("ChangeMessageVisibilityBatch", status=500, code="InternalFailure")
             proxy.clear("DeleteMessageBatch")
             sqs.send(queue, [{"n": 2}])
-            await wait_for(lambda: 2 in started, 60, "the second job, started on its receive's answer")
+            await wait_for(lambda: 2 in started, 60, "the second job, started once a delete was answered")
 
     asyncio.run(scenario())
+
+
+def test_while_deletes_are_refused_nothing_starts_and_no_good_message_is_dead_lettered(
+    sqs: Sqs, proxy: FaultProxy, health_file: str
+) -> None:
+    """A worker policy without sqs:DeleteMessage, for 25 s: every DeleteMessageBatch refused
+    (AccessDenied) while receives and lease extensions are answered. Concurrency 2,
+    maxReceiveCount 2, a 10 s visibility timeout, six messages. The receives and extensions
+    SQS answered ended "SQS unreachable", so jobs started within a second of each refused
+    delete, and their messages came back until SQS dead-lettered them. From the first
+    refused delete until one is answered nothing starts; the worker is live, not ready."""
+    queue = sqs.create(visibility=10, max_receive=2)
+    starts: list[tuple[int, float]] = []
+    router = Router()
+
+    @router.handler(queue.name)
+    async def handle(job: Job[Any]) -> None:
+        starts.append((job.payload["n"], time.monotonic()))
+
+    port, env = metrics_env(
+        proxy.url, queue.name, health_file, WORKER_CONCURRENCY=2, WORKER_VISIBILITY_TIMEOUT_SECONDS=10
+    )
+    seen: dict[str, Any] = {}
+
+    async def scenario() -> None:
+        async with running_worker(env, router):
+            await until_status(port, "/readyz", 200)
+            proxy.fail("DeleteMessageBatch", status=400, code="AccessDenied")
+            sqs.send(queue, [{"n": i} for i in range(6)])
+            await wait_for(lambda: proxy.injected["400:AccessDenied"] >= 1, 60, "the first refused delete")
+            seen["refused"] = time.monotonic()
+            await asyncio.sleep(25)
+            seen["outage"] = (await probe(port, "/readyz"), await probe(port, "/livez"))
+            seen["cleared"] = time.monotonic()
+            proxy.clear("DeleteMessageBatch")
+            await wait_for(lambda: sqs.counts(queue.url) == (0, 0), 90, "every message deleted")
+            await until_status(port, "/readyz", 200)
+
+    asyncio.run(scenario())
+    during = [n for n, at in starts if seen["refused"] < at < seen["cleared"]]
+    assert during == [], f"started while deletes were refused: {during} (all starts: {[n for n, _ in starts]})"
+    assert seen["outage"] == (503, 200), f"/readyz, /livez while deletes were refused: {seen['outage']}"
+    assert queue.dlq_url is not None and sqs.counts(queue.dlq_url) == (0, 0), "good messages were dead-lettered"
+    assert {n for n, _ in starts} == set(range(6))

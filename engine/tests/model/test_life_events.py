@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 from typing import Any
 
 import pytest
@@ -19,15 +20,17 @@ from sqs_worker_engine.doubles.memory import Fault, MemorySQS
 from sqs_worker_engine.handlers.job import Job
 from sqs_worker_engine.handlers.router import Router
 from sqs_worker_engine.runtime import pool as pool_module
+from sqs_worker_engine.runtime.reach import PROBE_CAP
 
 from . import vtime
 from .harness import QUEUE, memory_queue, start, until
 
 
 def test_once_sqs_answers_again_a_received_message_starts_at_once() -> None:
-    """DeleteMessageBatch fails for 15 s, then SQS answers again. A message sent then was
-    received at once but waited 15 s to start, until its first lease extension happened to
-    succeed: a successful receive did not count as SQS answering."""
+    """DeleteMessageBatch fails for 15 s, then SQS answers again. A message sent then waited
+    15 s to start, until its first lease extension happened to succeed. Only a delete
+    answered ends a delete outage (reach.py), and while it lasts the lease keeper asks SQS
+    for one again every 0.5 to 4 s: the message starts within one such wait."""
     started: dict[str, float] = {}
 
     async def scenario() -> None:
@@ -47,7 +50,7 @@ def test_once_sqs_answers_again_a_received_message_starts_at_once() -> None:
         sqs.put(QUEUE, "after")
         assert await until(lambda: "after" in started, 60)
         waited = started["after"] - sent
-        assert waited < 1.0, f"the message sent once SQS answered again waited {waited:.1f} s to start"
+        assert waited < PROBE_CAP + 1.0, f"the message sent once SQS answered again waited {waited:.1f} s to start"
         await worker.stop()
 
     vtime.run(scenario())
@@ -484,3 +487,62 @@ def test_a_message_s_life_that_crashes_on_a_bug_gives_back_its_place_and_its_mes
         assert worker.worker.pools[0].runs == set(), "a run outlived the drain"
 
     vtime.run(scenario())
+
+
+def test_while_deletes_are_refused_no_message_starts_and_none_is_dead_lettered_for_it() -> None:
+    """A worker policy without sqs:DeleteMessage: every DeleteMessageBatch refused for 50 s,
+    concurrency 2, maxReceiveCount 2, six good messages. Any call SQS answered (a receive, a
+    lease extension, which the lease keeper made every 0.5-4 s) ended "SQS unreachable", so
+    starts resumed within a second of each refused delete: 8 of 12 runs started after the
+    first refusal and all six messages were dead-lettered. Whether SQS answers is kept per
+    call kind: from the first refused delete until a delete is answered, nothing starts and
+    nothing more is received, and the worker stays live but not ready."""
+    starts: list[tuple[str, float]] = []
+    deletes: list[tuple[float, bool]] = []  # (when SQS answered a DeleteMessageBatch, whether it was refused)
+    seen: dict[str, list[bool | None]] = {"live": [], "ready": []}
+    dead: list[str] = []
+
+    async def scenario() -> None:
+        sqs, router = memory_queue(dlq_after=2, messages=6, VisibilityTimeout="10")
+        delete = sqs.delete_message_batch
+
+        async def noted(**params: Any) -> dict[str, Any]:
+            try:
+                answer = await delete(**params)
+            except Exception:
+                deletes.append((clock.now(), True))
+                raise
+            deletes.append((clock.now(), False))
+            return answer
+
+        sqs.delete_message_batch = noted  # type: ignore[method-assign]
+
+        @router.handler(QUEUE, payload=str)
+        async def handle(job: Job[str]) -> None:
+            starts.append((job.payload, clock.now()))
+            await asyncio.sleep(1)
+
+        sqs.fail("DeleteMessageBatch", "AccessDenied")
+        worker = await start(sqs, router, WORKER_CONCURRENCY="2", WORKER_VISIBILITY_TIMEOUT_SECONDS="10")
+        health = worker.worker.health
+        await asyncio.sleep(40)
+        seen["live"].append(health.live())
+        seen["ready"].append(health.sqs_ok)
+        await asyncio.sleep(10)
+        sqs.heal()
+        assert await until(lambda: sqs.bodies(QUEUE) == [], 300), f"left in the queue: {sqs.bodies(QUEUE)}"
+        seen["ready"].append(health.sqs_ok)
+        await worker.stop()
+        dead.extend(sqs.bodies(f"{QUEUE}-dlq"))
+
+    vtime.run(scenario())
+    first_refused = min(t for t, refused in deletes if refused)
+    answered = min((t for t, refused in deletes if not refused and t > first_refused), default=math.inf)
+    during = [(body, round(t, 1)) for body, t in starts if first_refused < t < answered]
+    assert during == [], (
+        f"started after the first refused delete ({first_refused:.1f} s) "
+        f"and before one was answered ({answered:.1f} s): {during}"
+    )
+    assert dead == [], f"good messages dead-lettered for the refused deletes: {dead}"
+    assert {body for body, _ in starts} == {f"m-{i}" for i in range(6)}
+    assert seen == {"live": [True], "ready": [False, True]}, f"a worker that cannot delete is live, not ready: {seen}"

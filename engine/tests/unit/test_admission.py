@@ -312,11 +312,11 @@ def test_places_freed_at_once_reach_every_waiting_poller_in_turn() -> None:
     async def play() -> None:
         admission = Admission(40, 0)
         first = admission.received(await admission.reserve(10), 10)
-        admission.sqs_answered(False)  # held messages cannot be settled: receive nothing
+        admission.sqs_answered("delete", False)  # nothing could be deleted: receive nothing
         pollers = [asyncio.ensure_future(admission.reserve(10)) for _ in range(4)]
         await asyncio.sleep(0.01)
         assert not any(p.done() for p in pollers)
-        admission.sqs_answered(True)
+        admission.sqs_answered("delete", True)
         for _ in range(500):  # a hang guard, not a timing: each hand-on is a few loop turns
             await asyncio.sleep(0.01)
             if sum(p.done() for p in pollers) >= 3:

@@ -80,7 +80,8 @@ class Health:
         # the worker even while another pool keeps polling.
         self._marks: dict[str, float] = {}
         self._resting: dict[str, Callable[[], bool]] = {}  # pool -> is it resting now
-        self.sqs_ok: bool | None = None
+        self._sqs: bool | None = None  # the worker's own calls: describing its queues, sampling their backlog
+        self._queues: dict[str, bool] = {}  # each queue's pool: SQS answers every kind of call it makes
         self.stopping = False
         # Queues paused on downstream trouble: reported by /readyz, never failing it (a pod
         # taken out of service gains nothing; the worker itself pulls its work).
@@ -102,8 +103,21 @@ class Health:
         else:
             self._started = now
 
-    def sqs_result(self, ok: bool) -> None:
-        self.sqs_ok = ok
+    def sqs_result(self, ok: bool, queue: str | None = None) -> None:
+        """Whether SQS answered: the worker's own call, or `queue`'s pool, which says whether
+        SQS answers every kind of call it makes (its receives, its lease extensions and
+        visibility changes, its deletes: runtime/reach.py)."""
+        if queue is None:
+            self._sqs = ok
+        else:
+            self._queues[queue] = ok
+
+    @property
+    def sqs_ok(self) -> bool | None:
+        """/readyz's "sqs": every queue's pool has SQS answering all its kinds of call (a
+        worker whose deletes are refused is not ready, though live: it starts nothing and
+        rests); before the pools have called, whether the queues could be described."""
+        return all(self._queues.values()) if self._queues else self._sqs
 
     def stalled_for(self) -> float:
         """Seconds since the pool longest without progress made some (0 before start)."""

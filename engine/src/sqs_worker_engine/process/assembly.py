@@ -45,6 +45,7 @@ from ..runtime.lease import LeaseKeeper
 from ..runtime.pool import PoolOptions, PoolParts, QueuePool
 from ..runtime.preparing import Preparer
 from ..runtime.processes import ProcessPool
+from ..runtime.reach import Kind
 from ..runtime.receiving import OnMessages, Receiver
 from ..runtime.reporting import QueueReport
 from ..runtime.settling import Polls, Settler
@@ -239,7 +240,7 @@ def build_settler(
     polls: Polls,
     options: PoolOptions,
     admission: Admission,
-    sqs_answered: Callable[[bool], None],
+    sqs_answered: Callable[[Kind, bool], None],
     payloads: PayloadStore | None,
     worker_id: str,
     retry: RetryPolicy,
@@ -286,11 +287,11 @@ def build_pool(
     cap = None if info.fifo else options.group_concurrency
     admission = build_admission(options, cap, report, shared)
 
-    def sqs_answered(ok: bool) -> None:
-        """A receive, a lease extension or a settling call reached SQS, or (not a receive:
-        see receiving.py) could not."""
-        health.sqs_result(ok)
-        admission.sqs_answered(ok)
+    def sqs_answered(kind: Kind, ok: bool) -> None:
+        """A receive, a lease extension or a settling call reached SQS, or could not
+        (reach.py): admission holds its starts on it, readiness reports it."""
+        admission.sqs_answered(kind, ok)
+        health.sqs_result(not admission.reach.down, info.name)
 
     book = LeaseBook(info.name, options.visibility, options.heartbeat_fraction)
     polls = Polls(options.wait_time, options.poll_timeout)  # written by the receiver, read by the settler
@@ -309,7 +310,7 @@ def build_pool(
             wait_time=options.wait_time,
             visibility=options.visibility,
             on_messages=on_messages,
-            on_answer=lambda: sqs_answered(True),
+            on_sqs=sqs_answered,
             on_full=on_full,
         )
 
@@ -323,7 +324,7 @@ def build_pool(
             report=report,
             admission=admission,
             book=book,
-            keeper=LeaseKeeper(book, control, info.url, sqs_answered, lambda: admission.sqs_ok),
+            keeper=LeaseKeeper(book, control, info.url, sqs_answered, admission.reach.answers),
             settler=settler,
             preparer=Preparer(
                 info.name,

@@ -25,6 +25,7 @@ from ..base.limits import MAX_RECEIVE_BATCH
 from ..base.sqs import SqsApi, entry_gone, error_code
 from .delivery import Delivery, LeaseBook, SettleAction
 from .lease import CALL_TIMEOUT
+from .reach import Kind
 
 log = logging.getLogger("sqs_worker_engine.acker")
 # A failed entry gets at least ATTEMPTS calls, and more until RETRY_SECONDS after it was
@@ -57,11 +58,11 @@ class Acker:
         book: LeaseBook,
         queue_url: str,
         flush_interval: float,
-        on_sqs: Callable[[bool], None] | None = None,
+        on_sqs: Callable[[Kind, bool], None] | None = None,
     ) -> None:
-        """`on_sqs(ok)`: told whether each call reached SQS (admission stops starting
-        messages while settling cannot)."""
-        self.on_sqs = on_sqs or (lambda ok: None)
+        """`on_sqs(kind, ok)`: told whether each call reached SQS (reach.py: admission
+        starts nothing while deletes cannot)."""
+        self.on_sqs = on_sqs or (lambda kind, ok: None)
         self.client = client
         self.book = book
         self.queue = book.queue
@@ -160,10 +161,10 @@ class Acker:
             raise
         except Exception as exc:
             code = "Timeout" if isinstance(exc, TimeoutError) else error_code(exc)
-            self.on_sqs(False)
+            self.on_sqs(action, False)  # a settling action is the kind of call it makes (reach.py)
             log.warning("%s failed: %s", operation, code, extra={"queue": self.queue})
             return self._retry_or_give_up(batch, f"{operation} failed: {code}")
-        self.on_sqs(True)
+        self.on_sqs(action, True)
         for ok in resp.get("Successful", []):
             entry = ids[ok["Id"]]
             self.book.confirmed(entry.delivery, released=action == "visibility" and entry.seconds == 0)

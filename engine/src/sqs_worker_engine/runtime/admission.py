@@ -19,8 +19,8 @@ Every protection that limits what is received or started answers here, from one 
   held one first, received for the purpose only when none is held;
 - tenant caps (tenants.py): a message whose group runs its cap waits in line without
   blocking the others (parked), or is given back (the pool asks `when_capped`);
-- SQS itself: while deletes and lease extensions cannot reach SQS, nothing held starts
-  (it could not be settled, and its lease lapses anyway) and nothing more is received;
+- SQS itself, per kind of call (reach.py): while deletes fail, whatever else SQS answers,
+  nothing starts (it could not be deleted) and nothing more is received;
 - run to completion (completion.py, WORKER_MAX_JOBS): places granted plus messages held
   and not started never exceed the process's jobs left.
 - a budget shared with other queues (budget.py, WORKER_SHARED_CONCURRENCY): a message
@@ -55,6 +55,7 @@ from .budget import COMING, NOTHING, WAITING, SharedBudget, Want
 from .completion import Completion
 from .gate import Block, StartGate, pause_wait, rate_wait
 from .line import StartLine
+from .reach import Kind
 from .reporting import QueueReport
 from .throttle import Breaker, StartWindow
 from .tickets import Grant, Ticket, TicketBook
@@ -226,10 +227,11 @@ class Admission(StartLine):
             self._kick()
         return ended
 
-    def sqs_answered(self, ok: bool) -> None:
-        """A delete or lease extension reached SQS (`ok`), or could not."""
-        if ok != self.sqs_ok:
-            self.gate.sqs_ok = ok
+    def sqs_answered(self, kind: Kind, ok: bool) -> None:
+        """SQS answered a call of `kind` (`ok`), or did not (reach.py)."""
+        reach = self.gate.reach
+        held = reach.starts_held
+        if reach.answered(kind, ok) and reach.starts_held != held:
             self._kick()
 
     def set_limit(self, limit: int) -> None:

@@ -6,7 +6,8 @@ them), and the state they read.
   concurrency, not of the limit;
 - the pause (throttle.Breaker) and its probe: `pause_wait` says when the next start may go;
 - the rate limit (throttle.StartWindow): `rate_wait` says when the next start may go;
-- tenant caps (tenants.py), SQS's health, the stop.
+- tenant caps (tenants.py), the stop;
+- SQS answering (reach.py): while its deletes fail nothing starts and nothing is received.
 
 Each rule is said once; `blocked` (may this message start), `receivable` (how many may a
 poller ask for) and `wake_at` (when does the state change by itself) ask them.
@@ -20,6 +21,7 @@ from typing import Literal
 
 from .adaptive import Limit
 from .budget import SharedBudget
+from .reach import Reach
 from .throttle import Breaker, StartWindow
 from .tickets import Ticket, TicketBook
 
@@ -65,7 +67,7 @@ class StartGate:
         # plain attribute, asked several times a message; the event is for waiting on it.
         self.stopping = False
         self.stop_signal = asyncio.Event()
-        self.sqs_ok = True  # the latest delete or lease extension reached SQS (written by Admission.sqs_answered)
+        self.reach = Reach()  # the kinds of SQS call that fail now (written by Admission.sqs_answered)
         self.probe: Ticket | None = None  # the probe that runs now (written by take, trouble, answered, let_go)
         self.probe_receive = False  # a receive for the probe is out (written by Admission.reserve, received)
 
@@ -92,7 +94,7 @@ class StartGate:
             return "stopping"
         if self.slots_full():
             return "slots"
-        if not self.sqs_ok:
+        if self.reach.starts_held:
             return "sqs"
         if self.tenant_full(ticket.group):
             return "tenant"
@@ -114,8 +116,8 @@ class StartGate:
         limit = min(self.capacity, self.limit + len(self.book.late))
         slots = limit if entitled is None else min(limit, entitled)
         n = min(most, slots + room, free)
-        if not self.sqs_ok and (self.book.held or self.book.sent):
-            return 0  # what is held could not be settled: receive more once SQS answers
+        if self.reach.starts_held:
+            return 0  # it could not start, and each receive counts towards its maxReceiveCount
         if self.breaker.paused:
             if pause_wait(self.breaker, now, self.probe is not None or self.probe_receive) > 0:
                 return 0

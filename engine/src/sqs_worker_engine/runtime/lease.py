@@ -2,16 +2,20 @@
 
 Each tick it first gives up every lease whose deadline has come (the book marks it lost,
 and its job is cancelled), then extends those due, in ChangeMessageVisibilityBatch calls
-of ten, at `heartbeat_fraction` of the visibility timeout. While SQS cannot be reached (a
-settling call or an extension failed, and nothing has answered since), nothing held may
-start (admission.py); so the keeper asks SQS again sooner than any lease falls due: one
-extension call, of leases not due yet, every PROBE_BASE..PROBE_CAP seconds (backing off),
-and held messages start as soon as SQS answers again, not a half visibility later. Each call runs as its own task
+of ten, at `heartbeat_fraction` of the visibility timeout. Each call runs as its own task
 with its own short timeout (half the time left before its nearest lease would be given
-up, at most CALL_TIMEOUT), so one slow or hung
-call never stops the ticks: the deadline check goes on, and a lease whose extension is
-not confirmed in time is lost rather than trusted. The SDK does not retry these calls
-(see sqs.create_client); the next tick does, if the lease is still safe to use.
+up, at most CALL_TIMEOUT), so one slow or hung call never stops the ticks: the deadline
+check goes on, and a lease whose extension is not confirmed in time is lost rather than
+trusted. The SDK does not retry these calls (see sqs.create_client); the next tick does,
+if the lease is still safe to use.
+
+While a kind of call SQS does not answer (reach.py: the extensions, or the deletes, which
+hold every start), the keeper asks SQS again every PROBE_BASE..PROBE_CAP seconds (backing
+off), sooner than any lease falls due and whether or not a failed delete is still retried:
+extensions with an early extension of the leases held (ten at most), deletes and, with no
+lease held, extensions with a call naming no message (`probe`). So held messages start
+within seconds of SQS answering again, not a half visibility later, and not at all
+before its deletes do.
 """
 
 from __future__ import annotations
@@ -25,10 +29,10 @@ from ..base.backoff import Backoff
 from ..base.limits import MAX_RECEIVE_BATCH
 from ..base.sqs import SqsApi, entry_gone, error_code, lease_client
 from .delivery import Delivery, LeaseBook, extension_seconds, lease_timing
+from .reach import OPERATIONS, PROBE_BASE, PROBE_CAP, PROBE_HANDLE, PROBED, Kind
 
 log = logging.getLogger("sqs_worker_engine.lease")
 CALL_TIMEOUT = 5.0  # seconds an extension call may take at most, however far its deadline
-PROBE_BASE, PROBE_CAP = 0.5, 4.0  # seconds between extension calls that ask a down SQS again
 
 
 def heartbeat_problem(visibility: int, fraction: float) -> str | None:
@@ -58,19 +62,21 @@ class LeaseKeeper:
         book: LeaseBook,
         client: SqsApi,
         queue_url: str,
-        on_sqs: Callable[[bool], None],
-        sqs_ok: Callable[[], bool] = lambda: True,
+        on_sqs: Callable[[Kind, bool], None],
+        answers: Callable[[Kind], bool] = lambda kind: True,
     ) -> None:
-        """`on_sqs(ok)`: told whether each extension call reached SQS; `sqs_ok()`: whether
-        SQS answers now, as the pool knows it (admission's fact, not a copy)."""
+        """`on_sqs(kind, ok)`: told whether each of its calls reached SQS; `answers(kind)`:
+        whether SQS answers that kind of call now, as the pool knows it (admission's fact,
+        not a copy)."""
         self.book = book
         self.client = lease_client(client)  # its visibility changes extend, never settle (no span)
         self.queue_url = queue_url
         self.on_sqs = on_sqs
-        self.sqs_ok = sqs_ok
+        self.answers = answers
         self._calls: set[asyncio.Task[None]] = set()
-        self._probes = Backoff(PROBE_BASE, PROBE_CAP)
-        self._next_probe = 0.0
+        self._probes = {kind: Backoff(PROBE_BASE, PROBE_CAP) for kind in PROBED}
+        self._next_probe = dict.fromkeys(PROBED, 0.0)
+        self._asking: dict[Kind, asyncio.Task[None]] = {}  # a call naming no message, out
 
     async def run(self) -> None:
         try:
@@ -78,19 +84,13 @@ class LeaseKeeper:
                 await asyncio.sleep(self.book.tick)
                 self.tick()
         finally:
-            for call in self._calls:
+            for call in [*self._calls, *self._asking.values()]:
                 call.cancel()
 
     def tick(self) -> None:
         now = clock.now()
         self.book.expired(now)
-        due = self.book.due(now)
-        if self.sqs_ok():
-            self._probes.reset()
-            self._next_probe = 0.0
-        elif not due and not self._calls and now >= self._next_probe:
-            due = self.book.due(now + self.book.visibility)[:MAX_RECEIVE_BATCH]  # asks SQS again, early
-            self._next_probe = now + self._probes.next_delay()
+        due = self._ask_again(now, self.book.due(now))
         for i in range(0, len(due), MAX_RECEIVE_BATCH):
             batch = due[i : i + MAX_RECEIVE_BATCH]
             call = asyncio.create_task(self._extend(batch, now))
@@ -98,6 +98,26 @@ class LeaseKeeper:
             call.add_done_callback(self._calls.discard)
             for delivery in batch:
                 delivery.extension = call
+
+    def _ask_again(self, now: float, due: list[Delivery]) -> list[Delivery]:
+        """Ask SQS again about each kind of call it does not answer, when its backoff has
+        run (an extension due or out asks about extensions already). Returns the leases to
+        extend now: `due`, or held ones extended early to ask."""
+        for kind in PROBED:
+            if self.answers(kind):
+                self._probes[kind].reset()
+                self._next_probe[kind] = 0.0
+                continue
+            asking = kind in self._asking or (kind == "visibility" and bool(due or self._calls))
+            if asking or now < self._next_probe[kind]:
+                continue
+            self._next_probe[kind] = now + self._probes[kind].next_delay()
+            early = self.book.due(now + self.book.visibility)[:MAX_RECEIVE_BATCH] if kind == "visibility" else []
+            if early:
+                due = early
+            else:
+                self._asking[kind] = asyncio.create_task(self.probe(kind))
+        return due
 
     async def _extend(self, batch: list[Delivery], sent: float) -> None:
         entries, by_id = [], {}
@@ -121,10 +141,10 @@ class LeaseKeeper:
             raise
         except Exception as exc:  # a timeout too: the deadlines stay, the next tick tries again
             code = "Timeout" if isinstance(exc, TimeoutError) else error_code(exc)
-            self.on_sqs(False)
+            self.on_sqs("visibility", False)
             log.warning("lease extension failed: %s", code, extra={"queue": self.book.queue})
             return
-        self.on_sqs(True)
+        self.on_sqs("visibility", True)
         for ok in resp.get("Successful", []):
             delivery, seconds = by_id[ok["Id"]]
             self.book.extended(delivery, sent, seconds)
@@ -134,3 +154,27 @@ class LeaseKeeper:
                 self.book.lose(delivery, f"SQS refused the extension: {failed.get('Code')} {failed.get('Message', '')}")
             else:
                 log.warning("lease extension entry failed: %s", failed.get("Code"), extra={"queue": self.book.queue})
+
+    async def probe(self, kind: Kind) -> None:
+        """Ask SQS whether it answers `kind` again, with a call naming no message: it answers
+        the call with the entry failed (ReceiptHandleIsInvalid), or fails it as it failed
+        the others (an error, a timeout)."""
+        entry: dict[str, str | int] = {"Id": "probe", "ReceiptHandle": PROBE_HANDLE}
+        try:
+            if kind == "delete":
+                call = self.client.delete_message_batch(QueueUrl=self.queue_url, Entries=[entry])
+            else:
+                call = self.client.change_message_visibility_batch(
+                    QueueUrl=self.queue_url, Entries=[{**entry, "VisibilityTimeout": 0}]
+                )
+            await asyncio.wait_for(call, CALL_TIMEOUT)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            code = "Timeout" if isinstance(exc, TimeoutError) else error_code(exc)
+            self.on_sqs(kind, False)
+            log.info("SQS still fails %s: %s", OPERATIONS[kind], code, extra={"queue": self.book.queue})
+            return
+        finally:
+            self._asking.pop(kind, None)
+        self.on_sqs(kind, True)

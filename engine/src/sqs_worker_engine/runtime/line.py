@@ -15,6 +15,7 @@ from .adaptive import Limit
 from .budget import SharedBudget, Want
 from .completion import Completion
 from .gate import Block, StartGate
+from .reach import Reach
 from .reporting import QueueReport
 from .throttle import Breaker
 from .tickets import SLOT, Phase, Ticket, TicketBook
@@ -92,8 +93,12 @@ class StartLine(ABC):
         return self.gate.stopping
 
     @property
-    def sqs_ok(self) -> bool:  # the latest delete or lease extension reached SQS
-        return self.gate.sqs_ok
+    def reach(self) -> Reach:  # the kinds of SQS call that fail now (reach.py)
+        return self.gate.reach
+
+    @property
+    def sqs_ok(self) -> bool:  # SQS answers the calls a start needs: its deletes
+        return not self.gate.reach.starts_held
 
     @property
     def running(self) -> int:  # handler slots taken
@@ -339,9 +344,9 @@ class StartLine(ABC):
         if ticket.closed:
             return
         # A ticket whose delete was sent gave its place back then: unless it still holds
-        # something else, its close changes what a poller may ask for only while SQS cannot
-        # be reached (_receivable), and needs no look at the state (one per job is enough).
-        changed = ticket.phase is not Phase.SENT or not self.gate.sqs_ok or self.gate.probe is ticket
+        # something else, its close changes nothing a poller or the line asks, and needs
+        # no look at the state (one per job is enough).
+        changed = ticket.phase is not Phase.SENT or self.gate.probe is ticket
         self.behind_its_group(ticket)  # no longer arriving
         self._leave_line(ticket)
         self.gate.let_go(ticket)  # it said nothing about the downstream: the next may probe

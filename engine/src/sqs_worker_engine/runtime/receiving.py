@@ -19,6 +19,7 @@ from ..base.backoff import Backoff
 from ..base.limits import MAX_RECEIVE_BATCH
 from ..base.sqs import SqsApi
 from .admission import Admission, Ticket
+from .reach import Kind
 from .reporting import QueueReport
 from .settling import Polls
 
@@ -42,13 +43,12 @@ class Receiver:
         wait_time: int,
         visibility: int,
         on_messages: OnMessages,
-        on_answer: Callable[[], None],
+        on_sqs: Callable[[Kind, bool], None],
         on_full: Callable[[float], None] | None = None,
     ) -> None:
-        """`on_answer()`: a receive was answered (SQS can be reached: held messages may
-        start, see admission.py); `on_full(seconds)`: a receive came back with all it asked
-        for in `seconds` (it did not wait in a long poll): the prefetch's round trip
-        (prefetch.py)."""
+        """`on_sqs("receive", ok)`: whether each receive reached SQS (reach.py);
+        `on_full(seconds)`: a receive came back with all it asked for in `seconds` (it did
+        not wait in a long poll): the prefetch's round trip (prefetch.py)."""
         self.client = client
         self.url = url
         self.admission = admission
@@ -57,7 +57,7 @@ class Receiver:
         self.wait_time = wait_time
         self.visibility = visibility
         self.on_messages = on_messages
-        self.on_answer = on_answer
+        self.on_sqs = on_sqs
         self.on_full = on_full
         self.tasks: list[asyncio.Task[None]] = []
         self.fifo = url.endswith(".fifo")
@@ -131,6 +131,7 @@ class Receiver:
                 self.admission.received(grant, 0)
                 delay = backoff.next_delay()
                 self.report.receive_failed(exc, delay)
+                self.on_sqs("receive", False)
                 self.backing_off += 1  # waiting out an outage: the pool rests (health.py)
                 try:
                     await asyncio.sleep(delay)
@@ -142,7 +143,7 @@ class Receiver:
             backoff.reset()
             if self.admission.slot_free():  # with every slot held, only a job's end is progress (health.py)
                 self.report.receive_ok()
-            self.on_answer()
+            self.on_sqs("receive", True)
             messages: list[dict[str, Any]] = [dict(m) for m in resp.get("Messages", [])]
             tickets = self.admission.received(grant, len(messages))
             if len(messages) == grant.places and self.on_full is not None:

@@ -30,6 +30,7 @@ from ..formats.offload import PayloadStore, S3Pointer
 from .acker import Acker
 from .decisions import DeadLetter, Delete, Release, RetryAfter, RetryPolicy, Settlement, Untouched, retry_delay
 from .delivery import Delivery, LeaseBook
+from .reach import Kind
 from .reporting import QueueReport
 
 log = logging.getLogger("sqs_worker_engine.pool")
@@ -79,11 +80,11 @@ class Settler:
         payloads: PayloadStore | None,
         delete_large_payloads: bool,
         worker_id: str,
-        on_sqs: Callable[[bool], None],
+        on_sqs: Callable[[Kind, bool], None],
         stopping: Callable[[], bool],
     ) -> None:
-        """`on_sqs(ok)`: told whether each settling call reached SQS; `stopping()`: the
-        pool stops (its admission's fact)."""
+        """`on_sqs(kind, ok)`: told whether each settling call reached SQS; `stopping()`:
+        the pool stops (its admission's fact)."""
         self.control = control
         self.book = book
         self.info = info
