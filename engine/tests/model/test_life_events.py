@@ -11,6 +11,7 @@ import math
 from typing import Any
 
 import pytest
+from botocore.exceptions import EndpointConnectionError
 from pydantic import BaseModel
 
 from sqs_worker_engine import DownstreamUnavailable
@@ -20,6 +21,7 @@ from sqs_worker_engine.doubles.memory import Fault, MemorySQS
 from sqs_worker_engine.handlers.job import Job
 from sqs_worker_engine.handlers.router import Router
 from sqs_worker_engine.runtime import pool as pool_module
+from sqs_worker_engine.runtime.admission import Admission, Grant, Ticket
 from sqs_worker_engine.runtime.reach import PROBE_CAP
 
 from . import vtime
@@ -546,3 +548,58 @@ def test_while_deletes_are_refused_no_message_starts_and_none_is_dead_lettered_f
     assert dead == [], f"good messages dead-lettered for the refused deletes: {dead}"
     assert {body for body, _ in starts} == {f"m-{i}" for i in range(6)}
     assert seen == {"live": [True], "ready": [False, True]}, f"a worker that cannot delete is live, not ready: {seen}"
+
+
+def test_a_fifo_receive_sent_again_brings_no_more_messages_than_the_places_held_for_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Concurrency 3, no prefetch, a FIFO queue. A receive for two places whose answer never
+    arrives (SQS handed out two messages), and meanwhile a running job says its downstream
+    is unavailable. The next receive, the pause's probe on one place, was sent with the lost
+    one's ReceiveRequestAttemptId, and SQS answered it with the two messages: two tickets on
+    one place. A receive is sent again as it was, on the places held for it."""
+    answers: list[tuple[int, int]] = []  # (places granted, messages received) of every receive
+    done: list[str] = []
+    received = Admission.received
+
+    def noted(admission: Admission, grant: Grant, got: int) -> list[Ticket]:
+        answers.append((grant.places, got))
+        return received(admission, grant, got)
+
+    monkeypatch.setattr(Admission, "received", noted)
+
+    async def scenario() -> None:
+        sqs, router = memory_queue(
+            "jobs.fifo", VisibilityTimeout="30", FifoQueue="true", ContentBasedDeduplication="true"
+        )
+        lost = asyncio.Event()
+        receive = sqs.receive_message
+
+        async def loses_the_pair(**params: Any) -> dict[str, Any]:
+            answer = await receive(**params)
+            if not lost.is_set() and len(answer.get("Messages", [])) == 2:
+                lost.set()
+                raise EndpointConnectionError(endpoint_url=params["QueueUrl"])
+            return answer
+
+        sqs.receive_message = loses_the_pair  # type: ignore[method-assign]
+
+        @router.handler("jobs.fifo", payload=str)
+        async def handle(job: Job[str]) -> None:
+            if job.payload == "trouble" and job.receive_count == 1:
+                await lost.wait()
+                raise DownstreamUnavailable(5, "partner down")
+            done.append(job.payload)
+
+        sqs.put("jobs.fifo", "trouble", group="t")
+        worker = await start(sqs, router, "jobs.fifo", WORKER_CONCURRENCY="3", WORKER_PREFETCH="0")
+        assert await until(lambda: worker.worker.pools[0].admission.running == 1, 30)
+        sqs.put("jobs.fifo", "a", group="a")
+        sqs.put("jobs.fifo", "b", group="b")
+        assert await until(lambda: sorted(done) == ["a", "b", "trouble"], 120), f"done: {done}"
+        await worker.stop()
+        assert sqs.receipts["a"] == sqs.receipts["b"] == 1, f"received {sqs.receipts}: one receive, sent twice"
+
+    vtime.run(scenario())
+    over = [(places, got) for places, got in answers if got > places]
+    assert over == [], f"receives that brought more messages than their places (places, messages): {over}"

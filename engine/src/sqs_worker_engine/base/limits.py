@@ -13,6 +13,7 @@ MAX_QUEUE_NAME = 80
 MAX_VISIBILITY_SECONDS = 43_200  # 12 h: the cap on a visibility timeout and on a message's total lease
 MAX_WAIT_SECONDS = 20  # longest long poll
 MAX_RECEIVE_BATCH = 10  # messages one ReceiveMessage returns at most
+RECEIVE_ATTEMPT_SECONDS = 300  # FIFO: a ReceiveRequestAttemptId may be sent again this long after its receive
 MAX_MESSAGE_BYTES = 1_048_576  # one message (body and attributes), and one batch request
 # The largest offloaded payload (extended client) a job reads by default: a few times what
 # SQS takes inline, so a pointer cannot make a job hold more (WORKER_LARGE_PAYLOAD_MAX_BYTES).

@@ -11,7 +11,9 @@ the parts that bite:
   with it removes the message another consumer is working on), as LocalStack and SQS do;
   only once the message is gone do calls with its handles fail;
 - FIFO: per group in order, and a group with a message in flight (or hidden by a retry
-  delay) gives out nothing until that message is deleted or visible again;
+  delay) gives out nothing until that message is deleted or visible again; a receive sent
+  again with its ReceiveRequestAttemptId within 5 minutes gets the first one's messages
+  (those still in flight), however many it asks for, their visibility started again;
 - a long poll that its caller abandoned still takes messages on the server side;
 - `MaximumMessageSize` counts the body and the message attributes;
 - `fail()` and `slow()` make calls fail with an SQS error code, or take long, before or
@@ -41,11 +43,10 @@ from botocore.model import ServiceModel
 from botocore.validate import ParamValidator
 
 from ..base import clock
-from ..base.limits import DLQ_SUFFIX, FIFO_SUFFIX, MAX_RECEIVE_BATCH, MAX_VISIBILITY_SECONDS
+from ..base.limits import DLQ_SUFFIX, FIFO_SUFFIX, MAX_RECEIVE_BATCH, MAX_VISIBILITY_SECONDS, RECEIVE_ATTEMPT_SECONDS
 from ..formats.dlq import attributes_size
 
 DEDUP_WINDOW = 300.0  # seconds a FIFO queue remembers a MessageDeduplicationId
-RECEIVE_ATTEMPT_SECONDS = 300.0  # ... and a ReceiveRequestAttemptId
 DEFAULT_MAX_SIZE = 262_144
 
 
@@ -359,10 +360,12 @@ class MemorySQS:
         attempt = (queue.name, ReceiveRequestAttemptId) if queue.fifo and ReceiveRequestAttemptId else None
         again = self._attempts.get(attempt) if attempt is not None else None
         if again is not None and again[0] > clock.now():
-            # A FIFO receive retried with its attempt id, within 5 minutes: the same
-            # messages with the same receipt handles, those still in flight (SQS's rule).
-            messages = [m for m in again[1] if m["ReceiptHandle"] in self._handles.handles]
-            await asyncio.sleep(fault.before + fault.after)
+            await asyncio.sleep(fault.before)
+            self._raise(fault, "ReceiveMessage")
+            messages = self._again(queue, again[1], visibility)
+            await asyncio.sleep(fault.after)
+            if fault.lost:
+                raise EndpointConnectionError(endpoint_url=queue.url)
             return {"Messages": messages} if messages else {}
         # Once sent, a request reaches SQS and is served whether or not its caller still
         # waits: an abandoned long poll takes messages all the same.
@@ -495,6 +498,19 @@ class MemorySQS:
                 queue.changed = asyncio.Event()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(queue.changed.wait(), max(0.0, wake - now))
+
+    def _again(self, queue: _Queue, given: list[dict[str, Any]], visibility: int) -> list[dict[str, Any]]:
+        """A FIFO receive sent again with its attempt id, within its 5 minutes: the first
+        one's messages with their receipt handles, however many it asks for (those still
+        in flight with those handles), their visibility timeout started again (SQS's rule)."""
+        now = clock.now()
+        messages = []
+        for described in given:
+            message = self._handles.message_for(queue, described["ReceiptHandle"])
+            if message is not None and message.handle == described["ReceiptHandle"] and message.visible_at > now:
+                message.visible_at = now + visibility
+                messages.append(described)
+        return messages
 
     def _take(self, queue: _Queue, most: int, visibility: int) -> list[dict[str, Any]]:
         now = clock.now()
