@@ -171,8 +171,9 @@ class Shared:
 def shared_parts(config: WorkerConfig, router: Router, stop: Callable[[str], None]) -> Shared:
     s = config.settings
     process_pool = None
-    if any(spec.mode == "process" for q in config.queues if (spec := router.get(q.name))):
-        process_pool = ProcessPool(s.process_pool_size or os.cpu_count() or 1)
+    handlers = tuple(spec.fn for q in config.queues if (spec := router.get(q.name)) and spec.mode == "process")
+    if handlers:
+        process_pool = ProcessPool(s.process_pool_size or os.cpu_count() or 1, handlers=handlers)
     if s.db_pool_size is not None:
         metrics.enable_db_pool_gauge()
     completion = None

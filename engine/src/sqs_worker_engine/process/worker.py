@@ -312,6 +312,8 @@ class Worker:
         control_client = self._control or client
         shared = assembly.shared_parts(self.config, self.router, self.stop)
         self._process_pool, self.completion = shared.process_pool, shared.completion
+        if self._process_pool is not None:
+            self._process_pool.start()  # its processes import the handlers while the queues are resolved
         for q in self.config.queues:
             if shared.budget is not None and q.concurrency > shared.budget.total:
                 log.info(
@@ -415,9 +417,7 @@ class Worker:
         await self._stack.aclose()  # the lifespan's exit among them: after the drain
         job.RESOURCES.set(None)
         if self._process_pool is not None:
-            # On the loop, not in a thread: nothing else runs on it now (the pools are closed,
-            # the lifespan left), and the model's pools of fake processes live on the loop.
-            self._process_pool.stop(PROCESS_EXIT_GRACE)
+            await self._process_pool.stop(PROCESS_EXIT_GRACE)
         self.state = WorkerState.ERROR if failed else WorkerState.STOPPED
         self.health.remove_file()  # this process's own: a stopped worker leaves none behind
         heap.give_back(self._heap)

@@ -67,8 +67,9 @@ class HandlerCalls:
             )
         )
 
-    def start(self, job: Job[Any], on_ended: Callable[[], None]) -> Started:
-        """Start the handler for `job`; `on_ended` runs once its work has really ended."""
+    def start(self, job: Job[Any], on_ended: Callable[[], None], runs: Runs | None = None) -> Started:
+        """Start the handler for `job`; `on_ended` runs once its work has really ended;
+        `runs`: told when a process begins it (a process handler's)."""
         loop = asyncio.get_running_loop()
         self.running += 1
         task = None
@@ -93,12 +94,20 @@ class HandlerCalls:
         if task is not None:
             task.add_done_callback(finished)
             return task, ended
-        if self.spec.mode == "thread":
-            assert self.threads is not None
-            cf = self.threads.submit(contextvars.copy_context().run, call_sync, self.spec.fn, job)
-        else:
+        if self.spec.mode == "process":
             assert self.process_pool is not None
-            cf = self.process_pool.run(call_sync, self.spec.fn, job, may_run_again=lambda: self.lease_held(job.id))
+            call = self.process_pool.run(
+                call_sync,
+                self.spec.fn,
+                job,
+                key=job.id,
+                may_run_again=lambda: self.lease_held(job.id),
+                on_run=runs.running if runs is not None else lambda running: None,
+            )
+            call.ended.add_done_callback(finished)
+            return call.result, ended
+        assert self.threads is not None
+        cf = self.threads.submit(contextvars.copy_context().run, call_sync, self.spec.fn, job)
         cf.add_done_callback(lambda _f: clock.from_thread(loop, finished))
         return asyncio.wrap_future(cf, loop=loop), ended
 
@@ -149,14 +158,17 @@ class HandlerCalls:
         timeout, its lease lost) and its work goes on all the same: it holds a slot of the
         concurrency, not one of the adaptive limit."""
         started = clock.now()
+        runs = Runs(job_timeout) if self.spec.mode == "process" and self.collector is None else None
         if span is None:  # no context manager to enter (a nullcontext each message showed in profiles)
-            work, ended = self.start(job, on_ended)
+            work, ended = self.start(job, on_ended, runs)
         else:
             with span:  # the span is current in the handler's task or thread
-                work, ended = self.start(job, on_ended)
+                work, ended = self.start(job, on_ended, runs)
         if work.done():  # a handler that never waited (EAGER)
             return _returned(work, lease_gone, started)
-        await _first_of(work, watch, job_timeout)
+        await _first_of(work, watch, job_timeout, runs)
+        if runs is not None and runs.began_at is not None:
+            started = runs.began_at  # its duration is its last run's, as its timeout is
         if work.done():
             return _returned(work, lease_gone, started)
         cut_off = cut()
@@ -214,9 +226,43 @@ class HandlerCalls:
             self.threads.shutdown(wait=False, cancel_futures=True)
 
 
-async def _first_of(work: asyncio.Future[Any], watch: Callable[[Wake | None], None], seconds: float) -> None:
-    """Wait until `work` is done, `seconds` pass, or `watch`'s wake comes (the lease lost,
-    the shutdown cut): one future and one timer a job. asyncio.wait on the work and a
+class Runs:
+    """A process handler's timeout, counted from the moment a process begins its job, and
+    again from each run after a break (processes.py): a pool's start-up, a wait for a free
+    process and the wait between a broken run and the next never count against it."""
+
+    __slots__ = ("_timer", "_wake", "began_at", "seconds")
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.began_at: float | None = None  # the loop's time its latest run began
+        self._wake: Wake | None = None
+        self._timer: asyncio.TimerHandle | None = None
+
+    def running(self, begun: bool) -> None:
+        """A process begins the job, or (False) its run broke (the pool tells it, on the loop)."""
+        self.began_at = clock.now() if begun else None
+        self._arm()
+
+    def watch(self, wake: Wake | None) -> None:
+        """Have `wake()` called `seconds` after a run begins (None: no longer)."""
+        self._wake = wake
+        if wake is None or self.began_at is not None:
+            self._arm()
+
+    def _arm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._wake is not None and self.began_at is not None:  # armed only while a run goes on
+            self._timer = asyncio.get_running_loop().call_at(self.began_at + self.seconds, self._wake)
+
+
+async def _first_of(
+    work: asyncio.Future[Any], watch: Callable[[Wake | None], None], seconds: float, runs: Runs | None = None
+) -> None:
+    """Wait until `work` is done, `seconds` pass (from each run's beginning, with `runs`),
+    or `watch`'s wake comes (the lease lost, the shutdown cut): one future and one timer a job. asyncio.wait on the work and a
     future each for the loss and the cut made four futures, a set, three callbacks to add
     and remove, and three isinstance checks against an ABC a job: against the in-memory
     SQS, 10 ms jobs at concurrency 50 took 692,000-698,000 instructions a message with it,
@@ -229,13 +275,18 @@ async def _first_of(work: asyncio.Future[Any], watch: Callable[[Wake | None], No
             waiter.set_result(None)
 
     work.add_done_callback(wake)
-    timer = loop.call_later(seconds, wake)
+    timer = loop.call_later(seconds, wake) if runs is None else None
+    if runs is not None:
+        runs.watch(wake)
     watch(wake)
     try:
         await waiter
     finally:
         watch(None)
-        timer.cancel()
+        if timer is not None:
+            timer.cancel()
+        if runs is not None:
+            runs.watch(None)
         work.remove_done_callback(wake)
 
 
