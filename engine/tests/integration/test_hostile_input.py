@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import os
 import socket
 import subprocess
@@ -460,6 +461,28 @@ def test_service_links_boot_and_what_only_looks_like_one_is_refused_through_the_
             named = {line.split(":")[0].strip() for line in result.stderr.splitlines()[1:] if line.startswith("  ")}
             assert named == {variable}, f"{name}: {result.stderr}"
             assert fragment in result.stderr, f"{name}: {result.stderr}"
+
+
+# kubelet's links for a Service named `worker-metrics` (ClusterIP 10.0.0.11, port 9102
+# named `metrics`): one of them has a setting's name.
+WORKER_METRICS_LINKS = {
+    "WORKER_METRICS_SERVICE_HOST": "10.0.0.11",
+    "WORKER_METRICS_SERVICE_PORT": "9102",
+    "WORKER_METRICS_SERVICE_PORT_METRICS": "9102",
+    "WORKER_METRICS_PORT": "tcp://10.0.0.11:9102",
+    "WORKER_METRICS_PORT_9102_TCP": "tcp://10.0.0.11:9102",
+    "WORKER_METRICS_PORT_9102_TCP_PROTO": "tcp",
+    "WORKER_METRICS_PORT_9102_TCP_PORT": "9102",
+    "WORKER_METRICS_PORT_9102_TCP_ADDR": "10.0.0.11",
+}
+
+
+def test_a_service_link_under_a_settings_name_is_ignored_through_the_cli() -> None:
+    """WORKER_METRICS_PORT=tcp://10.0.0.11:9102 is a link, not the port: `config` exited 2 on
+    it ("not a whole number"). It boots with the default port, as without the links."""
+    result = cli("config", {"AWS_REGION": REGION, **WORKER_METRICS_LINKS})
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads(result.stdout)["metrics_port"] == 9102 and not result.stderr, result.stderr[-3000:]
 
 
 def test_metrics_server_that_cannot_listen_is_a_startup_error(

@@ -619,6 +619,20 @@ def test_the_metrics_exporter_is_one_of_three() -> None:
     assert [var for var, _ in refused.value.problems] == ["WORKER_METRICS_EXPORTER"]
 
 
+def test_pushing_metrics_over_otlp_without_the_otlp_extra_refuses_to_boot(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Accepted before, then `run` exported no metrics at all (a log line said why)."""
+    import sys
+
+    # Not importable, as where the extra is not installed (a None entry stops the import).
+    monkeypatch.setitem(sys.modules, "opentelemetry.exporter.otlp.proto.http.metric_exporter", None)
+    for exporter in ("otlp", "both"):
+        found = problems({"WORKER_METRICS_EXPORTER": exporter})
+        assert list(found) == ["WORKER_METRICS_EXPORTER"], found
+        assert "install the engine's otlp extra (sqs-worker-engine[otlp])" in found["WORKER_METRICS_EXPORTER"]
+        assert "\n" not in found["WORKER_METRICS_EXPORTER"]
+    assert load_settings({}, SERVICE).settings.metrics_exporter == "prometheus", "scraping needs no extra"
+
+
 def test_the_unprefixed_settings_limits_names_are_the_engines() -> None:
     """limits.py lists them for the template's hooks, which cannot import the settings."""
     from sqs_worker_engine.base.limits import RESERVED_PREFIXES, UNPREFIXED_SETTINGS

@@ -10,6 +10,13 @@ takes its endpoint, headers, timeout and compression from the standard
 `OTEL_EXPORTER_OTLP_[METRICS_]*` variables. `OTEL_METRIC_EXPORT_INTERVAL` (milliseconds,
 default 60000) is the interval; the last export goes out after the drain.
 
+Read as OpenTelemetry's specification says for its numeric variables (`export_interval`):
+a value that is not a whole number of milliseconds (`15s`), or one out of range (0 or
+less: no pause between exports, a busy loop), is ignored with a warning, as if unset. Both
+exporters that push need the SDK and its OTLP/HTTP exporter (the engine's `otlp` extra):
+without them settings.py refuses to boot (`exporter_problem`), rather than run without
+metrics.
+
 Names are exactly the Prometheus ones: a counter is its `..._total` series (a cumulative
 monotonic sum), a histogram its base name (buckets, count and sum, cumulative), a gauge
 its name, an Info `<name>_info` (a gauge of 1). Prometheus's OTLP receiver keeps them as
@@ -18,9 +25,11 @@ they are (it adds no second `_total`), so one dashboard and one set of rules rea
 
 from __future__ import annotations
 
+import importlib
 import logging
 import math
 import os
+import re
 import threading
 import time
 from collections.abc import Iterable, Mapping
@@ -31,7 +40,12 @@ from prometheus_client.metrics_core import Metric as Family
 
 log = logging.getLogger("sqs_worker_engine.otlp_metrics")
 EXPORTERS = ("prometheus", "otlp", "both")  # WORKER_METRICS_EXPORTER
+INTERVAL_VARIABLE = "OTEL_METRIC_EXPORT_INTERVAL"
 DEFAULT_INTERVAL_MS = 60_000
+# The specification's integer range (0 to 2**31 - 1) without 0, which is no interval.
+MAX_INTERVAL_MS = 2**31 - 1
+# What an export needs beyond the API: the SDK's metric data, and its OTLP/HTTP exporter.
+OTLP_MODULES = ("opentelemetry.sdk.metrics.export", "opentelemetry.exporter.otlp.proto.http.metric_exporter")
 STARTED_NS = time.time_ns()  # a series' start when prometheus_client keeps no _created
 
 
@@ -153,19 +167,56 @@ class OtlpMetrics:
         self.exporter.shutdown()
 
 
+def otlp_installed() -> bool:
+    """Whether the SDK and its OTLP/HTTP exporter import here (the engine's otlp extra)."""
+    try:
+        for module in OTLP_MODULES:
+            importlib.import_module(module)
+    except ImportError:
+        return False
+    return True
+
+
+def exporter_problem(exporter: str, installed: bool) -> str | None:
+    """Why WORKER_METRICS_EXPORTER=`exporter` cannot run here, when the otlp extra is (or is
+    not) `installed`; None when it can."""
+    if exporter in ("otlp", "both") and not installed:
+        return (
+            f"{exporter} pushes metrics over OTLP, and the OpenTelemetry SDK and its OTLP/HTTP exporter are "
+            "not installed: install the engine's otlp extra (sqs-worker-engine[otlp]), or use prometheus"
+        )
+    return None
+
+
+def export_interval(raw: str | None) -> tuple[float, str | None]:
+    """The seconds between exports for OTEL_METRIC_EXPORT_INTERVAL=`raw`, and the warning to
+    give when it is ignored: as OpenTelemetry's specification says for a value that cannot
+    be parsed or is out of range, treated as unset (an empty one is unset too)."""
+    default = DEFAULT_INTERVAL_MS / 1000
+    if not raw:
+        return default, None
+    # Digits 0-9 only (int() also takes " 5", "+5", "1_0" and other scripts' digits), and
+    # few enough of them for the bound to be checked on the number.
+    if re.fullmatch(r"[0-9]{1,10}", raw) and 0 < int(raw) <= MAX_INTERVAL_MS:
+        return int(raw) / 1000, None
+    shown = repr(raw) if len(raw) <= 40 else f"{raw[:40]!r}..."
+    return default, (
+        f"{INTERVAL_VARIABLE}: {shown} is not a number of milliseconds from 1 to {MAX_INTERVAL_MS} in digits "
+        f"(e.g. 15000 for 15 s): ignored, as OpenTelemetry's specification says, and metrics are exported "
+        f"every {default:g} s (the default)"
+    )
+
+
 def configure(exporter: str, service_name: str) -> OtlpMetrics | None:
     """With `otlp` or `both` (WORKER_METRICS_EXPORTER), start exporting; None with
-    `prometheus`, or without the SDK (the engine's `otlp` extra), which is said."""
+    `prometheus`. Settings refused to boot without the SDK (`exporter_problem`)."""
     if exporter not in ("otlp", "both"):
         return None
-    try:
-        from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
-    except ImportError:
-        log.error(
-            "WORKER_METRICS_EXPORTER=%s needs the engine's otlp extra: no metrics are exported over OTLP", exporter
-        )
-        return None
-    interval = float(os.environ.get("OTEL_METRIC_EXPORT_INTERVAL") or DEFAULT_INTERVAL_MS) / 1000
+    from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+
+    interval, warning = export_interval(os.environ.get(INTERVAL_VARIABLE))
+    if warning is not None:
+        log.warning("%s", warning)
     resource = {"service.name": os.environ.get("OTEL_SERVICE_NAME") or service_name}
     log.info("metrics: exported over OTLP/HTTP every %g s", interval)
     return OtlpMetrics(OTLPMetricExporter(), resource, interval).start()

@@ -11,13 +11,14 @@ upper case with every character other than A-Z and 0-9 replaced by `_`
 CONCURRENCY, JOB_TIMEOUT_MS, VISIBILITY_TIMEOUT_SECONDS, POLLERS, RATE_LIMIT,
 RATE_BURST, GROUP_CONCURRENCY, PREFETCH, ADAPTIVE_CONCURRENCY, CONCURRENCY_FLOOR, WEIGHT. A per-queue
 value is read by the same reader as its global one (`whole_number`, `rate_per_second`).
-Kubernetes' service links (`service_link`) are told apart from settings and ignored.
+Kubernetes' service links (service_links.py) are dropped before any of the engine's
+settings is read: whatever its name (a Service `worker-metrics` writes
+WORKER_METRICS_PORT=tcp://...), a link is never a setting.
 """
 
 from __future__ import annotations
 
 import difflib
-import ipaddress
 import math
 import os
 import re
@@ -45,6 +46,8 @@ from ..runtime.lease import heartbeat_problem
 from ..runtime.prefetch import default_prefetch
 from ..runtime.throttle import parse_rate, window_of
 from .loops import EventLoop, loop_problem, uvloop_installed
+from .otlp_metrics import exporter_problem, otlp_installed
+from .service_links import service_link
 
 # S3's rule for bucket names (the common subset: lower case, digits, dots, hyphens).
 BUCKET_NAME = r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$"
@@ -358,6 +361,15 @@ class Settings(BaseSettings):
             raise ValueError(problem)
         return value
 
+    @field_validator("metrics_exporter")
+    @classmethod
+    def _check_exporter(cls, value: str) -> str:
+        # Accepted without the SDK, `run` pushed nothing: refused here instead.
+        problem = exporter_problem(value, value == "prometheus" or otlp_installed())
+        if problem:
+            raise PydanticCustomError("otlp_extra", problem)
+        return value
+
     @field_validator("rate_limit")
     @classmethod
     def _check_rate(cls, value: str | None) -> str | None:
@@ -644,9 +656,12 @@ def load_settings(environ: Mapping[str, str] | None = None, service: ServiceDefa
     service = service or ServiceDefaults()
     given = os.environ if environ is None else environ
     env = _environment(given, service)
+    # Service links are none of the engine's settings, whatever their names; a service's own
+    # settings do see them (it may read a link it names on purpose, MYDB_SERVICE_HOST).
+    ours = {var: value for var, value in env.items() if not service_link(var, value)}
     # A misspelt variable would otherwise be ignored without a word, and its default used.
-    problems: list[tuple[str, str]] = [(var, unknown_setting(var)) for var in sorted(env) if _is_unknown(var, env[var])]
-    values: dict[str, Any] = {k: v for k, v in env.items() if k in _ALIASES}
+    problems: list[tuple[str, str]] = [(var, unknown_setting(var)) for var in sorted(ours) if _is_unknown(var)]
+    values: dict[str, Any] = {k: v for k, v in ours.items() if k in _ALIASES}
     values.setdefault("OTEL_SERVICE_NAME", service.name)
     owners: BaseSettings | None = None
     if service.settings is not None:  # the service's own, named in the same refusal
@@ -655,9 +670,9 @@ def load_settings(environ: Mapping[str, str] | None = None, service: ServiceDefa
     try:
         settings = Settings.model_validate(values)
     except ValidationError as exc:
-        raise ConfigError(problems + _explain(exc, env)) from None
+        raise ConfigError(problems + _explain(exc, ours)) from None
 
-    overrides = _queue_overrides(env, settings, problems)
+    overrides = _queue_overrides(ours, settings, problems)
     shared = settings.shared_concurrency
     if shared is None and settings.priority is not None:
         problems.append(
@@ -701,8 +716,6 @@ def _queue_overrides(
         # GROUP_CONCURRENCY ends in CONCURRENCY: of the readings, the one naming a queue wins.
         readings = [(rest[: -len(s) - 1], s) for s in QUEUE_OVERRIDES if rest.endswith("_" + s)]
         known = [(k, s) for k, s in readings if k in by_key]
-        if not known and service_link(var, value):
-            continue  # a Service's link, not a setting (a setting of a listed queue wins)
         if not readings:
             known_vars = [f"{QUEUE_OVERRIDE_PREFIX}{k}_{s}" for k in by_key for s in QUEUE_OVERRIDES]
             close = difflib.get_close_matches(var, known_vars, n=1, cutoff=0.8)
@@ -955,61 +968,9 @@ for _name, _field in Settings.model_fields.items():
 _WHOLE_NUMBER_FIELDS = frozenset(name for name, f in Settings.model_fields.items() if f.annotation in (int, int | None))
 
 
-# What kubelet injects into every pod for each Service in its namespace (service links),
-# the Service's name upper-cased with "-" as "_" (a Service `worker-queue` gives
-# WORKER_QUEUE_...), for a ClusterIP 10.96.0.12 and a port 9102 named `metrics`:
-#   <NAME>_SERVICE_HOST=10.96.0.12          <NAME>_SERVICE_PORT=9102
-#   <NAME>_SERVICE_PORT_METRICS=9102        <NAME>_PORT=tcp://10.96.0.12:9102
-#   <NAME>_PORT_9102_TCP=tcp://10.96.0.12:9102
-#   <NAME>_PORT_9102_TCP_PROTO=tcp  <NAME>_PORT_9102_TCP_PORT=9102  <NAME>_PORT_9102_TCP_ADDR=10.96.0.12
-# Told apart by name and value together, so that a misspelt setting is still refused.
-_LINK_PORT = re.compile(r"[A-Z0-9_]+?_PORT_([0-9]{1,5})_(TCP|UDP|SCTP)(?:_(PROTO|PORT|ADDR))?")
-_LINK_URL = re.compile(r"(tcp|udp|sctp)://(\[[0-9A-Fa-f:.]+\]|[0-9.]+):([0-9]{1,5})")
-
-
-def _ip(text: str) -> bool:
-    try:
-        ipaddress.ip_address(text)
-    except ValueError:
-        return False
-    return True
-
-
-def _port(text: str) -> bool:
-    return text.isascii() and text.isdigit() and not text.startswith("0") and int(text) <= 65535
-
-
-def _link_url(text: str, protocol: str | None = None, port: str | None = None) -> bool:
-    match = _LINK_URL.fullmatch(text)
-    if match is None or not _ip(match.group(2).strip("[]")) or not _port(match.group(3)):
-        return False
-    return protocol in (None, match.group(1)) and port in (None, match.group(3))
-
-
-def service_link(var: str, value: str) -> bool:
-    """Whether `var=value` is a Kubernetes service link (above), by its name and its value."""
-    by_port = _LINK_PORT.fullmatch(var)
-    if by_port:
-        port, protocol, part = by_port.group(1), by_port.group(2).lower(), by_port.group(3)
-        if not _port(port):
-            return False
-        if part is None:
-            return _link_url(value, protocol, port)
-        return {"PROTO": value == protocol, "PORT": value == port, "ADDR": _ip(value)}[part]
-    if re.fullmatch(r"[A-Z0-9_]+_SERVICE_HOST", var):
-        return _ip(value)
-    if re.fullmatch(r"[A-Z0-9_]+_SERVICE_PORT(_[A-Z0-9_]+)?", var):
-        return _port(value)
-    if re.fullmatch(r"[A-Z0-9_]+_PORT", var):
-        return _link_url(value)
-    return False
-
-
-def _is_unknown(var: str, value: str) -> bool:
+def _is_unknown(var: str) -> bool:
     """A WORKER_ variable the engine does not read (per-queue ones are checked by name later)."""
-    if not var.startswith("WORKER_") or var in _ALIASES or var.startswith(QUEUE_OVERRIDE_PREFIX):
-        return False
-    return not service_link(var, value)
+    return var.startswith("WORKER_") and var not in _ALIASES and not var.startswith(QUEUE_OVERRIDE_PREFIX)
 
 
 def unknown_setting(var: str) -> str:
