@@ -58,6 +58,9 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import pythons
+from .pythons import python_version
+
 # The switch, and the names it takes.
 SWITCH = "SQS_EMULATOR"
 LOCALSTACK = "localstack"
@@ -400,7 +403,7 @@ def host_python() -> str:
         base = find_host_python()
         _say(f"installing LocalStack {VERSION}'s runtime on Python {HOST_PYTHON} into {venv} (once)")
         shutil.rmtree(venv, ignore_errors=True)
-        uv = _uv()
+        uv = pythons.uv_command()
         # From the cache's directory: a project's own uv settings (its .python-version, a
         # [tool.uv] that forbids downloads) are not LocalStack's.
         where = str(venv.parent)
@@ -427,10 +430,8 @@ def _venv_ready(venv: Path) -> bool:
 
 
 def find_host_python() -> str:
-    """A Python 3.13 for LocalStack's runtime: LOCALSTACK_PYTHON, else one pyenv has, one on
-    PATH, one uv knows, else one uv installs; else EmulatorError naming what to install.
-    Each is run to be sure: under a project pinned to another version, pyenv's `python3.13`
-    shim is on PATH and runs nothing."""
+    """A Python 3.13 for LocalStack's runtime: LOCALSTACK_PYTHON, else one found on the
+    machine (pythons.py), else one uv installs; else EmulatorError naming what to install."""
     explicit = os.environ.get("LOCALSTACK_PYTHON")
     if explicit:
         version = python_version(explicit)
@@ -440,13 +441,10 @@ def find_host_python() -> str:
                 f"LocalStack {VERSION}'s runtime needs Python {HOST_PYTHON}"
             )
         return explicit
-    looked: list[str] = []
-    for candidate in _candidates():
-        version = python_version(candidate)
-        if version == HOST_PYTHON:
-            return candidate
-        looked.append(f"{candidate} ({'Python ' + version if version else 'does not run'})")
-    uv = _uv()
+    found, looked = pythons.find(HOST_PYTHON)
+    if found:
+        return found
+    uv = pythons.uv_command()
     installed = ""
     if uv:
         _say(
@@ -459,7 +457,7 @@ def find_host_python() -> str:
             check=False,
             cwd=tempfile.gettempdir(),
         )
-        found = _uv_find(uv, "only-managed")
+        found = pythons.uv_find(uv, "only-managed", HOST_PYTHON)
         if found and python_version(found) == HOST_PYTHON:
             return found
         installed = f" `uv python install {HOST_PYTHON}` failed: {(done.stderr or done.stdout).strip()[-500:]}."
@@ -471,62 +469,6 @@ def find_host_python() -> str:
         "to one; or start an emulator yourself and set AWS_ENDPOINT_URL; or use moto's server, which needs "
         f"neither: {SWITCH}=moto."
     )
-
-
-def _candidates() -> Iterator[str]:
-    if shutil.which("pyenv"):
-        out = subprocess.run(["pyenv", "versions", "--bare"], capture_output=True, text=True, check=False).stdout
-        for version in sorted(out.split(), reverse=True):
-            if version.startswith(HOST_PYTHON + ".") and version.replace(".", "").isdigit():
-                prefix = subprocess.run(
-                    ["pyenv", "prefix", version], capture_output=True, text=True, check=False
-                ).stdout.strip()
-                if prefix:
-                    yield os.path.join(prefix, "bin", "python")
-    on_path = shutil.which(f"python{HOST_PYTHON}")
-    if on_path:
-        yield on_path
-    uv = _uv()
-    if uv:
-        for preference in ("only-managed", "only-system"):
-            found = _uv_find(uv, preference)
-            if found:
-                yield found
-
-
-def _uv_find(uv: str, preference: str) -> str:
-    return subprocess.run(
-        [uv, "python", "find", "--python-preference", preference, HOST_PYTHON],
-        capture_output=True,
-        text=True,
-        check=False,
-        cwd=tempfile.gettempdir(),
-    ).stdout.strip()
-
-
-def python_version(python: str) -> str | None:
-    """`python`'s major.minor ("3.13"), None if it does not run."""
-    try:
-        done = subprocess.run(
-            [python, "-c", "import sys, venv; print('%d.%d' % sys.version_info[:2])"],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    version = done.stdout.strip()
-    return version if done.returncode == 0 and re.fullmatch(r"\d+\.\d+", version) else None
-
-
-def _uv() -> str | None:
-    """uv: on PATH, or the one running us (`uv run` sets UV), or the one a Makefile names."""
-    found = shutil.which("uv")
-    if found:
-        return found
-    named = os.environ.get("UV", "")
-    return named if named and os.access(named, os.X_OK) else None
 
 
 def _docker_available() -> bool:
