@@ -404,6 +404,13 @@ def cmd_config(config: WorkerConfig, args: argparse.Namespace) -> int:
     # What `run` would refuse, `config` refuses too: it is how an operator checks a change.
     check_handlers(config, load_router(_handlers(config)))
     print(json.dumps(config.describe(), indent=2, sort_keys=True))
+    if config.settings.metrics_exporter != "prometheus":
+        from .process.otlp_metrics import INTERVAL_VARIABLE, export_interval
+
+        # OpenTelemetry's own variable: a bad value is ignored with a warning, by `run` too.
+        _, warning = export_interval(os.environ.get(INTERVAL_VARIABLE))
+        if warning is not None:
+            print(f"{config.service.command} config: warning: {warning}", file=sys.stderr)
     return 0
 
 

@@ -225,6 +225,8 @@ def test_an_interval_the_specification_ignores_is_one_warning_line_not_a_traceba
         assert 1 <= exports <= 1 + math.ceil(seconds / 60), f"{value}: {exports} exports in {seconds:.1f} s"
         checked = cli("config", **environment(value))
         assert checked.returncode == 0, f"{value}: exit {checked.returncode}\n{checked.stderr}"
+        warnings = [line for line in checked.stderr.splitlines() if INTERVAL_NAMED in line]
+        assert len(warnings) == 1 and f"config: warning: {INTERVAL_NAMED}{value!r} " in warnings[0], checked.stderr
         assert "Traceback" not in checked.stderr, checked.stderr
 
 
