@@ -9,7 +9,7 @@ JOBS ?= 4
 
 SCANNERS := .venv-scanners
 
-.PHONY: install tools scanners scanners-lock test demo format bench bench-versions bench-instructions bench-tracing bench-adaptive bench-priorities simulate fleet-check clean
+.PHONY: install tools scanners scanners-lock test demo format bench bench-versions bench-instructions bench-tracing bench-memory bench-adaptive bench-priorities simulate fleet-check clean
 
 $(UV):
 	$(PYTHON) -m venv $(VENV)
@@ -80,6 +80,12 @@ bench-instructions: install
 # seconds). Writes docs/benchmarks-tracing.{md,json}.
 bench-tracing: install
 	$(VENV)/bin/python bench/tracing.py
+
+# What the collector's pacing costs in memory beside CPU: peak RSS and CPU a job for 1, 4
+# and 8 MiB jobs, with and without reference cycles, the engine's pacing beside CPython's
+# threshold and a fixed 10,000 (bench/memory.py; seconds). Writes docs/benchmarks-memory.{md,json}.
+bench-memory: install
+	$(VENV)/bin/python bench/memory.py --out docs
 
 # Adaptive concurrency at a downstream's knee: fixed at the knee, fixed far above it and
 # adaptive, side by side on virtual time (bench/adaptive.py; seconds). Writes

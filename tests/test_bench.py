@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -106,6 +107,37 @@ def test_tracing_bench_reports_both_sides(tmp_path: Path) -> None:
     # At most a receive and a settle call of its own per message: 3 spans; batches make fewer.
     assert 1.0 < result["spans_per_message"] <= 3.0 and result["otlp_bytes_per_message"] > 0
     assert "ratio on / off" in tracing.markdown(result)
+
+
+def test_memory_bench_measures_a_row_in_a_process_of_its_own_and_tables_every_setting() -> None:
+    """`make bench-memory`: a row runs in a process of its own (peak RSS is a process's);
+    the table puts the engine's pacing beside CPython's threshold for every size (the
+    figures are measurements and are never asserted)."""
+    import memory
+
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "memory.py"), "--row", "1,1,engine,8"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    row = json.loads(done.stdout.splitlines()[-1])
+    assert row["peak_mib"] >= row["base_mib"] > 0 and row["cpu_ms_per_job"] > 0, row
+    rows = [
+        {
+            "size_mib": size,
+            "cycle": cycle,
+            "setting": setting,
+            "peak_mib": 100.0,
+            "peak_mib_range": [90, 110],
+            "cpu_ms_per_job": 1.0,
+        }
+        for size in memory.SIZES_MIB
+        for cycle in (True, False)
+        for setting in memory.SETTINGS
+    ]
+    table = memory.markdown(rows, jobs=8, rounds=1)
+    assert table.count("| 1.00x |") == 2 * len(memory.SIZES_MIB), table
 
 
 def test_priorities_bench_reports_every_row_side_by_side(tmp_path: Path) -> None:

@@ -27,7 +27,7 @@ from sqs_worker_engine.doubles import pythons
 from ..support import PROJECT_ROOT
 
 SUPPORTED = ("3.11", "3.12", "3.13", "3.14")
-HERE = "%d.%d" % sys.version_info[:2]
+HERE = f"{sys.version_info[0]}.{sys.version_info[1]}"
 FILES = (
     "tests/unit/test_process_pool.py",
     "tests/unit/test_calls.py",

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from sqs_worker_engine.doubles import emulators
+from sqs_worker_engine.doubles import emulators, pythons
 
 
 def script(path: Path, text: str) -> Path:
@@ -127,7 +127,7 @@ def test_a_cached_runtime_built_on_312_is_built_again_on_313(
     cached_runtime(venv, "3.12")
     base = interpreter(tmp_path / "py313", "3.13")
     monkeypatch.setattr(emulators, "find_host_python", lambda: str(base))
-    monkeypatch.setattr(emulators.pythons, "uv_command", lambda: "uv")
+    monkeypatch.setattr(pythons, "uv_command", lambda: "uv")
     ran: list[list[str]] = []
 
     def run(cmd: list[str], cwd: str | None = None) -> None:
