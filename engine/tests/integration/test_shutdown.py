@@ -18,6 +18,8 @@ from typing import Any
 import pytest
 
 from sqs_worker_engine import Job, Router, Worker, WorkerState
+from sqs_worker_engine.base.sqs import CONNECT_TIMEOUT
+from sqs_worker_engine.process.assembly import POLL_READ_MARGIN
 from sqs_worker_engine.process.settings import load_settings
 from sqs_worker_engine.process.worker import SIGNAL_ECHO_SECONDS
 
@@ -517,7 +519,11 @@ def test_process_handlers_end_with_the_worker_and_leave_nothing_running(
         assert trouble not in text, f"{trouble!r} in the worker's log:\n{text[-3000:]}"
     stopped = [line for line in log_lines(log) if line.get("message") == "worker stopped"]
     assert stopped and stopped[0]["jobs_cut_off_and_released"] == 1
-    deadline = time.monotonic() + 10
+    # Released at once, or, while a poll of ours may still be out in SQS (on a loaded
+    # machine LocalStack answers a 1 s poll seconds late), once it surely has ended: at
+    # most its client's own timeout later (settling.Polls.release_delay). Before, a bound
+    # of 10 s failed under load while the worker waited out its late poll, as it should.
+    deadline = time.monotonic() + CONNECT_TIMEOUT + 1 + POLL_READ_MARGIN + 10
     while sqs.counts(queue.url)[0] != 1:
         assert time.monotonic() < deadline, "the cut-off job's message is not visible again"
         time.sleep(0.2)
