@@ -6,14 +6,24 @@ test_shared_compositions.py): what happens to a worker besides its messages.
 - SIGTERM in a phase of the worker's life rather than at a random time: while the
   lifespan opens, during a pause, while a queue waits with nothing running (a budget's or
   a rate limit's quiet spell), while a message settles;
-- SQS failing for a spell, per call kind, then answering again;
+- SQS failing for a spell, per call kind, then answering again; or refusing the deletes
+  alone (a worker policy without sqs:DeleteMessage: AccessDenied) while it answers the
+  rest; or losing a few receives' answers after handing their messages out (a dropped
+  connection, at the worst moments: while a queue pauses, when a receive on several
+  places answers and the next may get one, or from `outage_at`; a FIFO receive is then
+  sent again with its ReceiveRequestAttemptId);
 - a handler process dying (`executor="process"` handlers on `FakeProcesses`: a process
   pool on the loop's virtual time, in which a "crash" message kills its process).
 
 And what the suites check of them (`Watch`): no job starts after SIGTERM; once SQS
 answers again no queue still waits on it; no message is charged for a neighbour's crash;
 the worker stays live whenever it can make progress (the check of the check plays a
-handler that never ends, and liveness must fail on it).
+handler that never ends, and liveness must fail on it). Of SQS refusing deletes and
+answers lost, as each worker hears SQS through its own client (`Heard`): no job starts
+from a refused delete until a delete is answered, and no receive sent meanwhile brings a
+message (it would be charged a receive, towards the DLQ, for its neighbours' deletes);
+no receive brings more messages than the places granted for it, and what a queue holds
+stays within concurrency + prefetch (`watched_receives`).
 """
 
 from __future__ import annotations
@@ -28,15 +38,17 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 from unittest import mock
 
+from botocore.exceptions import EndpointConnectionError
 from hypothesis import strategies as st
 
 from sqs_worker_engine.base import clock
 from sqs_worker_engine.base.events import JobFailed
-from sqs_worker_engine.doubles.memory import Fault
+from sqs_worker_engine.doubles.memory import Fault, MemorySQS
 from sqs_worker_engine.handlers.job import Job
 from sqs_worker_engine.handlers.router import Router
 from sqs_worker_engine.process.worker import StartupError, Worker, WorkerState
 from sqs_worker_engine.runtime import processes
+from sqs_worker_engine.runtime.admission import Admission, Grant, Ticket
 from sqs_worker_engine.runtime.delivery import State
 from sqs_worker_engine.runtime.processes import HandlerProcessDied
 
@@ -59,6 +71,8 @@ class Life:
     outage: tuple[str, ...] = ()  # call kinds that fail from `outage_at` until SQS heals
     outage_at: float = 0.0
     processes: bool = False  # handlers in a process pool, where "crash" messages kill their process
+    deletes_refused: bool = False  # the outage is DeleteMessageBatch's alone, refused (AccessDenied)
+    lost_receives: int = 0  # answers lost after SQS handed their messages out (`Heard`)
 
 
 @st.composite
@@ -81,12 +95,16 @@ def lives(draw: st.DrawFn, batch: bool) -> Life:
     phase: Phase = draw(st.sampled_from(["time", "time", "opening", "paused", "quiet", "settling"]))
     if lifespan == "hanging_open":
         phase = "opening"  # it never opens: only a SIGTERM ends it
+    outage = tuple(draw(st.lists(st.sampled_from(CALL_KINDS), max_size=2, unique=True)))
+    deletes_refused = draw(st.sampled_from([False, False, False, True]))
     return Life(
         lifespan=lifespan,
         phase=phase,
-        outage=tuple(draw(st.lists(st.sampled_from(CALL_KINDS), max_size=2, unique=True))),
+        outage=("DeleteMessageBatch",) if deletes_refused else outage,
         outage_at=draw(st.floats(0, 20)),
         processes=not batch and draw(st.booleans()),
+        deletes_refused=deletes_refused,
+        lost_receives=draw(st.sampled_from([0, 0, 1, 3])),
     )
 
 
@@ -237,12 +255,14 @@ class Watch:
 
     problems: list[str] = field(default_factory=list)
     healed_at: float | None = None  # when SQS answered again after an outage
+    heard: dict[int, Heard] = field(default_factory=dict)  # id(worker) -> its client (`hear`)
 
     def take(self, workers: list[Worker], admission: Any) -> None:
         """A job takes a slot: never in a worker that was told to stop."""
         worker = owner(workers, admission)
         if worker is not None and worker._stop_reason:
             self.problems.append(f"a job started after the worker was stopped ({worker._stop_reason})")
+        self._started_while_refused(worker, admission)
 
     def failed(self, kinds: Callable[[str], str | None]) -> Callable[[JobFailed], None]:
         """A `job:failed` listener: a message is charged only for its own crash."""
@@ -272,6 +292,111 @@ class Watch:
                     self.problems.append(
                         f"SQS answered again at {self.healed_at:.1f} s, {waiting} still wait at {now:.1f} s"
                     )
+
+    # -- SQS refusing deletes, receives sent again (Heard, watched_receives) -------------
+
+    def hear(self, worker: Worker, client: Heard) -> None:
+        """`client` is the one `worker` was made with: what it heard of SQS is judged."""
+        self.heard[id(worker)] = client
+        client.worker = worker
+
+    def _started_while_refused(self, worker: Worker | None, admission: Any) -> None:
+        """A start from a refused delete until a delete is answered, in its queue: its job
+        could not delete its message, which comes back charged a receive."""
+        client = self.heard.get(id(worker)) if worker is not None else None
+        pool = next((p for p in worker.pools if p.admission is admission), None) if worker is not None else None
+        if client is not None and pool is not None and client.refused_since(pool.url, clock.now()):
+            self.problems.append(f"a job of {pool.name} started after a refused delete, before one was answered")
+
+    def received(self, admission: Any, places: int, got: int) -> None:
+        """A receive was answered: never more messages than its places, nor more held than
+        the concurrency + the prefetch cap."""
+        if got > places:
+            self.problems.append(f"a receive on {places} places brought {got} messages")
+        if admission.held > admission.held_limit:
+            self.problems.append(f"{admission.held} held, more than {admission.held_limit} (concurrency + prefetch)")
+
+
+class Heard:
+    """A worker's client onto the shared model, as that worker hears SQS: per queue, since
+    when its deletes are refused (the first refused since one was answered); a receive it
+    sends meanwhile that brings messages is a problem (a receive sent again with its
+    attempt id brings those of its first send: no new receive). It loses the answers of
+    `events.lost_receives` receives that bring messages (SQS handed them out; the
+    connection dropped): while a queue of the worker pauses, or from `outage_at`."""
+
+    def __init__(self, sqs: MemorySQS, problems: list[str], events: Life) -> None:
+        self.sqs = sqs
+        self.problems = problems
+        self.refused: dict[str, float] = {}  # queue url -> when a delete was first refused, none answered since
+        self.attempts: set[str] = set()  # the ReceiveRequestAttemptIds it sent
+        self.losing = events.lost_receives  # answers still to lose
+        self.lose_from = events.outage_at  # loop time from which it loses them anyway
+        self.worker: Worker | None = None  # set by Watch.hear
+
+    def refused_since(self, url: str, now: float) -> bool:
+        """Its deletes on `url` were refused before `now`, and none answered since. (At the
+        very instant of the refusal the worker may not have read it yet.)"""
+        since = self.refused.get(url)
+        return since is not None and now > since
+
+    async def delete_message_batch(self, *args: Any, **params: Any) -> Any:
+        try:
+            answer = await self.sqs.delete_message_batch(**params)
+        except Exception:
+            self.refused.setdefault(params["QueueUrl"], clock.now())
+            raise
+        self.refused.pop(params["QueueUrl"], None)
+        return answer
+
+    async def receive_message(self, *args: Any, **params: Any) -> Any:
+        attempt = params.get("ReceiveRequestAttemptId")
+        again = attempt in self.attempts
+        if attempt is not None:
+            self.attempts.add(attempt)
+        refused = self.refused_since(params["QueueUrl"], clock.now())
+        answer = await self.sqs.receive_message(**params)
+        if refused and not again and answer.get("Messages"):
+            self.problems.append(
+                f"a receive sent after a refused delete, before one was answered, brought "
+                f"{len(answer['Messages'])} messages: each charged a receive it could not use"
+            )
+        if self.losing and answer.get("Messages") and self._worst_moment(len(answer["Messages"])):
+            self.losing -= 1
+            raise EndpointConnectionError(endpoint_url=params["QueueUrl"])
+        return answer
+
+    def _worst_moment(self, brought: int) -> bool:
+        """While a queue pauses (the next receive is its probe, on one place), when a
+        receive on several places answers, or from `lose_from` whatever it brings."""
+        pools = self.worker.pools if self.worker is not None else []
+        return any(p.admission.breaker.paused for p in pools) or brought > 1 or clock.now() >= self.lose_from
+
+    async def get_queue_url(self, *args: Any, **params: Any) -> Any:
+        return await self.sqs.get_queue_url(**params)
+
+    async def get_queue_attributes(self, *args: Any, **params: Any) -> Any:
+        return await self.sqs.get_queue_attributes(**params)
+
+    async def change_message_visibility_batch(self, *args: Any, **params: Any) -> Any:
+        return await self.sqs.change_message_visibility_batch(**params)
+
+    async def send_message(self, *args: Any, **params: Any) -> Any:
+        return await self.sqs.send_message(**params)
+
+
+@contextlib.contextmanager
+def watched_receives(watch: Watch) -> Iterator[None]:
+    """Every receive's answer is judged (`Watch.received`) while this holds."""
+    received = Admission.received
+
+    def judged(admission: Admission, grant: Grant, got: int) -> list[Ticket]:
+        tickets = received(admission, grant, got)
+        watch.received(admission, grant.places, got)
+        return tickets
+
+    with mock.patch.object(Admission, "received", judged):
+        yield
 
 
 def process_plan(job: Job[Any]) -> tuple[float, bool]:
@@ -307,7 +432,7 @@ async def outage(sqs: Any, events: Life) -> None:
         return
     await asyncio.sleep(events.outage_at)
     for operation in events.outage:
-        sqs.faults[operation] = Fault(error="ServiceUnavailable")
+        sqs.faults[operation] = Fault(error="AccessDenied" if events.deletes_refused else "ServiceUnavailable")
 
 
 async def sigterm_moment(worker: Worker, events: Life, at: float | None) -> bool:
@@ -335,7 +460,9 @@ def tally(events: Life, sigterm: bool, kinds: Any) -> None:
     played = [
         f"lifespan {events.lifespan}" if events.lifespan != "none" else "",
         f"SIGTERM {events.phase}" if sigterm or events.lifespan == "hanging_open" else "",
-        *(f"outage {kind}" for kind in events.outage),
+        *(f"outage {kind}" for kind in events.outage if not events.deletes_refused),
+        "deletes refused" if events.deletes_refused else "",
+        "receive answers lost" if events.lost_receives else "",
         "a handler process dying" if events.processes and any(k == "crash" for k, _ in kinds) else "",
         "process pool" if events.processes else "",
     ]

@@ -17,6 +17,9 @@ Checked in every composition:
 - no handler slot is taken while the slots running are at the limit in use (the adaptive
   limit, or the concurrency);
 - a SIGTERM'd worker exits within its shutdown timeout plus a small margin;
+- from a refused delete until one is answered no job starts and no receive brings a
+  message, and no receive brings more messages than the places granted for it (life.py:
+  `Heard`, `watched_receives`), FIFO receives sent again among them;
 - no job starts in a worker after it was told to stop; once SQS answers again no queue
   still waits on it (life.RECOVERY); no message is charged for a process another one
   killed; the worker is live whenever it runs (nothing here is stuck for good), and a
@@ -55,6 +58,7 @@ from sqs_worker_engine.doubles.memory import Fault, MemorySQS
 from sqs_worker_engine.handlers.job import Job
 from sqs_worker_engine.handlers.router import Router
 from sqs_worker_engine.process.worker import Worker
+from sqs_worker_engine.runtime import reach
 from sqs_worker_engine.runtime.admission import Admission
 from sqs_worker_engine.runtime.delivery import State
 from sqs_worker_engine.runtime.processes import ProcessPool, _pass_on
@@ -268,7 +272,9 @@ def play(c: Composition) -> None:
         now: dict[str, Running] = {}
 
         def begin() -> None:
-            worker = Worker(config(queue, **env), router, client=sqs)
+            client = life.Heard(sqs, watch.problems, c.events)  # what this worker hears of SQS is judged
+            worker = Worker(config(queue, **env), router, client=client)
+            watch.hear(worker, client)
             worker.on("job:failed", watch.failed(kinds_by_id.get))
             now["running"] = Running(worker)
             workers.append(worker)
@@ -325,7 +331,11 @@ def play(c: Composition) -> None:
         if ok:
             seen.completed.add(key)
 
-    with mock.patch.object(Admission, "_take", checked_take), life.fake_processes(ended_in_process):
+    with (
+        mock.patch.object(Admission, "_take", checked_take),
+        life.fake_processes(ended_in_process),
+        life.watched_receives(watch),
+    ):
         vtime.run(scenario())
 
 
@@ -456,6 +466,30 @@ def test_a_neighbour_charged_for_a_crash_is_caught(monkeypatch: pytest.MonkeyPat
     )
     with pytest.raises(AssertionError, match="charged for a process that died"):
         play(crash)
+
+
+DELETES_CASE = dataclasses.replace(
+    LEAK_CASE,
+    concurrency=2,
+    prefetch="5",
+    kinds=tuple(("ok", i % 3) for i in range(6)),
+    events=life.Life(outage=("DeleteMessageBatch",), deletes_refused=True),
+)
+
+
+def test_the_refused_deletes_case_ends_as_it_should() -> None:
+    """A worker policy without sqs:DeleteMessage from the start, for half a minute: nothing
+    starts from the first refused delete until a delete is answered, and every message
+    ends."""
+    play(DELETES_CASE)
+
+
+def test_a_start_while_deletes_are_refused_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The check of the check: deletes that hold no start (as when any call SQS answered
+    ended the outage) start jobs whose messages cannot be deleted, and the suite says so."""
+    monkeypatch.setattr(reach, "starts_held", lambda down: False)
+    with pytest.raises(AssertionError, match="after a refused delete"):
+        play(DELETES_CASE)
 
 
 @pytest.fixture(autouse=True)

@@ -159,7 +159,9 @@ def play(s: Shared) -> None:
         now: dict[str, Running] = {}
 
         def begin() -> None:
-            worker = Worker(config(queues, **env), router, client=sqs)
+            client = life.Heard(sqs, watch.problems, s.events)  # what this worker hears of SQS is judged
+            worker = Worker(config(queues, **env), router, client=client)
+            watch.hear(worker, client)
             worker.on("job:failed", watch.failed(kinds_by_id.get))
             now["running"] = Running(worker)
             workers.append(worker)
@@ -221,7 +223,11 @@ def play(s: Shared) -> None:
         if ok:
             seen[queue].completed.add(key)
 
-    with mock.patch.object(Admission, "_take", watched_take), life.fake_processes(ended_in_process):
+    with (
+        mock.patch.object(Admission, "_take", watched_take),
+        life.fake_processes(ended_in_process),
+        life.watched_receives(watch),
+    ):
         vtime.run(scenario())
 
 
