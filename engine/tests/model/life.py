@@ -31,6 +31,8 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import os
+import threading
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures.process import BrokenProcessPool
@@ -62,6 +64,7 @@ CLOSE_SECONDS = 5.0  # a slow lifespan's close
 STALLED_AFTER = "26"  # WORKER_STALLED_AFTER_SECONDS: above the job timeout and the long poll + 5 s
 PROCESS_POOL = "2"  # WORKER_PROCESS_POOL_SIZE
 CRASH_AFTER = 1.0  # seconds a "crash" message runs before its process dies
+STARTUP = 2.5  # seconds a fake process pool takes to start its processes (a spawn, the handlers' imports)
 
 
 @dataclass(frozen=True)
@@ -148,28 +151,47 @@ async def _sleep(seconds: float, stubborn: bool) -> None:
 
 
 class FakeProcesses(concurrent.futures.Executor):
-    """A process pool of `size` on the loop's virtual time. A job runs its handler when a
-    process takes it (its side effects, its answer), and the answer comes back after the
-    seconds `plan(job)` gives; a job `plan` marks as a crash kills its process instead:
-    every job of the pool, running or queued, fails with BrokenProcessPool and the pool
-    takes no more (as Python's does). `ended(job, ok)`: a job's process answered, or died."""
+    """A process pool of `size` on the loop's virtual time. Its processes take STARTUP
+    seconds to start (a spawned process imports the handlers' modules). A job runs its
+    handler when a process takes it (its side effects, its answer), the process says on
+    `announce` that it begins it (as a real one does, processes.py), and the answer comes
+    back after the seconds `plan(job)` gives; a job `plan` marks as a crash kills its
+    process instead: every job of the pool, running or queued, fails with BrokenProcessPool
+    and the pool takes no more (as Python's does). As CPython 3.12 and later do, a broken
+    pool's futures are ended under the pool's own lock, which its `submit` and `shutdown`
+    take: a done-callback that calls either would deadlock there, and fails here.
+    `ended(job, ok)`: a job's process answered, or died."""
 
     def __init__(
-        self, size: int, plan: Callable[[Job[Any]], tuple[float, bool]], ended: Callable[[Job[Any], bool], None]
+        self,
+        size: int,
+        announce: Any,
+        plan: Callable[[Job[Any]], tuple[float, bool]],
+        ended: Callable[[Job[Any], bool], None],
     ) -> None:
         self.size = size
+        self.announce = announce
         self.plan = plan
         self.ended = ended
         self.broken = False
-        self._running: dict[concurrent.futures.Future[Any], Job[Any]] = {}
+        self._lock = threading.Lock()  # CPython's `_shutdown_lock`: not reentrant
+        self._ready_at = clock.now() + STARTUP
+        self._running: dict[concurrent.futures.Future[Any], Job[Any] | None] = {}
         self._queued: deque[tuple[concurrent.futures.Future[Any], Callable[..., Any], tuple[Any, ...]]] = deque()
 
+    def _locked(self, what: str) -> None:
+        if not self._lock.acquire(blocking=False):
+            raise AssertionError(f"{what} called while the pool's lock is held: on CPython 3.12+ a deadlock")
+        self._lock.release()
+
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> concurrent.futures.Future[Any]:
+        self._locked("submit")
         if self.broken:
             raise BrokenProcessPool("a process in the pool was terminated abruptly")
         future: concurrent.futures.Future[Any] = concurrent.futures.Future()
         self._queued.append((future, fn, args))
-        self._next()
+        loop = asyncio.get_running_loop()
+        loop.call_at(max(self._ready_at, loop.time()), self._next)
         return future
 
     def _next(self) -> None:
@@ -178,24 +200,31 @@ class FakeProcesses(concurrent.futures.Executor):
             future, fn, args = self._queued.popleft()
             if not future.set_running_or_notify_cancel():
                 continue
-            job: Job[Any] = args[-1]
+            if fn is not processes._begin:  # the pool's own first call (`_warm`)
+                self._running[future] = None
+                loop.call_soon(self._answer, future, (fn(*args), None))
+                continue
+            number, *work = args
+            os.write(self.announce.fileno(), number.to_bytes(8, "little"))
+            job: Job[Any] = work[-1]
             seconds, crash = self.plan(job)
             self._running[future] = job
             if crash:
                 loop.call_later(seconds, self._break)
                 continue
             try:
-                answer: tuple[Any, BaseException | None] = (fn(*args), None)
+                answer: tuple[Any, BaseException | None] = (work[0](*work[1:]), None)
             except Exception as exc:  # the handler's own failure: the process answers with it
                 answer = (None, exc)
             loop.call_later(seconds, self._answer, future, answer)
 
     def _answer(self, future: concurrent.futures.Future[Any], answer: tuple[Any, BaseException | None]) -> None:
-        job = self._running.pop(future, None)
-        if job is None:
+        if future not in self._running:
             return  # the pool broke meanwhile
+        job = self._running.pop(future)
         result, error = answer
-        self.ended(job, error is None)
+        if job is not None:
+            self.ended(job, error is None)
         if error is None:
             future.set_result(result)
         else:
@@ -208,14 +237,17 @@ class FakeProcesses(concurrent.futures.Executor):
         self.broken = True
         running, self._running = self._running, {}
         queued, self._queued = self._queued, deque()
-        for future, job in running.items():
-            self.ended(job, False)
-            future.set_exception(BrokenProcessPool("a process in the pool was terminated abruptly"))
-        for future, _, _ in queued:
-            if not future.cancelled():
+        with self._lock:
+            for future, job in running.items():
+                if job is not None:
+                    self.ended(job, False)
                 future.set_exception(BrokenProcessPool("a process in the pool was terminated abruptly"))
+            for future, _, _ in queued:
+                if not future.cancelled():
+                    future.set_exception(BrokenProcessPool("a process in the pool was terminated abruptly"))
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        self._locked("shutdown")
         if cancel_futures:
             for future, _, _ in self._queued:
                 future.cancel()
@@ -408,9 +440,13 @@ def process_plan(job: Job[Any]) -> tuple[float, bool]:
 
 
 @contextlib.contextmanager
-def fake_processes(ended: Callable[[Job[Any], bool], None]) -> Iterator[None]:
-    """Process pools made while this holds are FakeProcesses (`process_plan`)."""
-    with mock.patch.object(processes, "spawn_executor", lambda size: FakeProcesses(size, process_plan, ended)):
+def fake_processes(
+    ended: Callable[[Job[Any], bool], None], plan: Callable[[Job[Any]], tuple[float, bool]] = process_plan
+) -> Iterator[None]:
+    """Process pools made while this holds are FakeProcesses (`plan`)."""
+    with mock.patch.object(
+        processes, "spawn_executor", lambda size, announce: FakeProcesses(size, announce, plan, ended)
+    ):
         yield
 
 

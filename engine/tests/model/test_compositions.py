@@ -58,10 +58,9 @@ from sqs_worker_engine.doubles.memory import Fault, MemorySQS
 from sqs_worker_engine.handlers.job import Job
 from sqs_worker_engine.handlers.router import Router
 from sqs_worker_engine.process.worker import Worker
-from sqs_worker_engine.runtime import reach
+from sqs_worker_engine.runtime import processes, reach
 from sqs_worker_engine.runtime.admission import Admission
 from sqs_worker_engine.runtime.delivery import State
-from sqs_worker_engine.runtime.processes import ProcessPool, _pass_on
 from sqs_worker_engine.runtime.throttle import StartWindow
 
 from . import life, vtime
@@ -457,10 +456,7 @@ def test_a_neighbour_charged_for_a_crash_is_caught(monkeypatch: pytest.MonkeyPat
     own failure (Python's, alone) charges a message for its neighbour's crash, and the suite
     says so."""
 
-    def as_python_does(self: ProcessPool, call: Any, work: Any, inner: Any) -> None:
-        _pass_on(call, inner)
-
-    monkeypatch.setattr(ProcessPool, "_shared_done", as_python_does)
+    monkeypatch.setattr(processes, "after_break", lambda begun, breaks, stopped: "fail")  # as Python does
     crash = dataclasses.replace(
         LEAK_CASE, concurrency=2, kinds=(("slow", 0), ("crash", 1)), events=life.Life(processes=True)
     )
