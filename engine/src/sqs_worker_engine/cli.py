@@ -40,6 +40,10 @@ if TYPE_CHECKING:
     from .ops.examples import StandIn
 
 EXIT_CONFIG = 2
+# The commands that read the service's own settings (its handlers run, or its config is
+# shown); the others only talk to SQS or read the health file, and a setting of the
+# owner's missing on a laptop must not refuse them.
+OWN_SETTINGS = frozenset({"run", "config"})
 EXIT_STARTUP = 3
 LEFTOVER_GRACE_SECONDS = 1.0  # at exit, what a stop left running gets this long to end once cancelled
 
@@ -78,7 +82,7 @@ def main(service: ServiceDefaults | None = None, argv: Sequence[str] | None = No
     if args.command != "run":
         signals.restore_default_signals()  # only `run` drains; anything else just stops
     try:
-        config = load_settings(service=service)
+        config = load_settings(service=service, own=args.command in OWN_SETTINGS)
     except ConfigError as exc:
         print(f"{parser.prog}: {exc}", file=sys.stderr)
         return EXIT_CONFIG

@@ -81,3 +81,21 @@ def test_config_refuses_with_exit_2_naming_the_variable(
     err = capsys.readouterr().err
     assert "PARTNER_API_URL: Field required" in err and "PARTNER_API_TOKEN: Value should have at least 8" in err, err
     assert "tok'" not in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    "argv", [["send"], ["bootstrap"], ["dlq", "peek"], ["redrive"], ["healthcheck"]], ids=lambda a: " ".join(a)
+)
+def test_commands_that_only_talk_to_sqs_do_not_read_the_services_own_settings(
+    argv: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An owner with a required setting of their own (PARTNER_API_URL) unset on a laptop:
+    `make send` and the DLQ tools were refused (exit 2, "PARTNER_API_URL: Field required")
+    though none of them runs a handler. `run` and `config` still refuse."""
+    for name in ("PARTNER_API_URL", "PARTNER_API_TOKEN", "PARTNER_TOKEN", "PARTNER_TIMEOUT_SECONDS"):
+        monkeypatch.delenv(name, raising=False)
+    seen: list[object] = []
+    monkeypatch.setitem(cli.COMMANDS, argv[0], lambda config, args: seen.append(config.own) or 0)
+    assert cli.main(SERVICE, argv) == 0
+    assert seen == [None], "the command got a config without the service's own settings"
+    assert cli.main(SERVICE, ["config"]) == cli.EXIT_CONFIG

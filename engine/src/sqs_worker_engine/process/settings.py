@@ -650,9 +650,13 @@ def rate_per_second(text: str) -> float:
     return per_second
 
 
-def load_settings(environ: Mapping[str, str] | None = None, service: ServiceDefaults | None = None) -> WorkerConfig:
+def load_settings(
+    environ: Mapping[str, str] | None = None, service: ServiceDefaults | None = None, *, own: bool = True
+) -> WorkerConfig:
     """Read and validate everything (`environ`, default os.environ, over the service's
-    defaults); raise ConfigError naming every bad variable."""
+    defaults); raise ConfigError naming every bad variable. `own=False`: the service's own
+    settings are not read (commands that only talk to SQS: `send`, `bootstrap`, the DLQ
+    tools; `WorkerConfig.own` is then None)."""
     service = service or ServiceDefaults()
     given = os.environ if environ is None else environ
     env = _environment(given, service)
@@ -664,7 +668,7 @@ def load_settings(environ: Mapping[str, str] | None = None, service: ServiceDefa
     values: dict[str, Any] = {k: v for k, v in ours.items() if k in _ALIASES}
     values.setdefault("OTEL_SERVICE_NAME", service.name)
     owners: BaseSettings | None = None
-    if service.settings is not None:  # the service's own, named in the same refusal
+    if service.settings is not None and own:  # the service's own, named in the same refusal
         owners, refused = _own_settings(service.settings, env)
         problems += refused
     try:
