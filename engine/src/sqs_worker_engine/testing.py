@@ -182,19 +182,25 @@ async def run_handler_async(
     lifespan is entered around the call). `job_fields` go to `make_job` (receive_count,
     group_id...).
     """
+    read = _read(router, queue, message)
+    if isinstance(read, HandlerResult):
+        return read  # a body the worker would drop or dead-letter unrun: no lifespan is opened for it
     async with _resources(router, resources) as shared:
-        return await _run_one(router, queue, message, timeout, stopping, shared, job_fields)
+        return await _run_one(router, queue, read, timeout, stopping, shared, job_fields)
 
 
-async def _run_one(
-    router: Router,
-    queue: str,
-    message: str | bytes | BaseModel | Any,
-    timeout: float | None,  # noqa: ASYNC109
-    stopping: bool,
-    resources: Any,
-    job_fields: dict[str, Any],
-) -> HandlerResult:
+@dataclass
+class _Read:
+    """A message as its handler will get it: its body, payload and envelope."""
+
+    body: str
+    payload: Any
+    envelope: Any
+
+
+def _read(router: Router, queue: str, message: str | bytes | BaseModel | Any) -> _Read | HandlerResult:
+    """The message through the handler's envelope and payload model, as the worker reads it
+    before it opens anything for the job; or the outcome of a body it refuses."""
     spec = router.get(queue)
     if spec is None:
         raise LookupError(f"no handler for queue {queue!r}; the router serves {router.queues}")
@@ -207,7 +213,21 @@ async def _run_one(
         return HandlerResult("dropped", None, exc)
     except PayloadError as exc:
         return HandlerResult("dead_letter", None, exc)
-    job = make_job(payload, queue=queue, body=body, envelope=envelope, resources=resources, **job_fields)
+    return _Read(body, payload, envelope)
+
+
+async def _run_one(
+    router: Router,
+    queue: str,
+    read: _Read,
+    timeout: float | None,  # noqa: ASYNC109
+    stopping: bool,
+    resources: Any,
+    job_fields: dict[str, Any],
+) -> HandlerResult:
+    spec = router.get(queue)
+    assert spec is not None
+    job = make_job(read.payload, queue=queue, body=read.body, envelope=read.envelope, resources=resources, **job_fields)
     if stopping:
         job._request_stop()
     if spec.mode == "async":

@@ -83,3 +83,31 @@ def test_run_handler_says_when_resources_belong_to_another_loop() -> None:
         run_batch(router, "bulk", [{"order_id": "o-1"}], resources=partner)
     # Without resources= the helper never second-guesses a handler's error.
     assert run_handler(router, "orders", {"order_id": "o-1"}).outcome == "retry"
+
+
+def test_a_body_the_payload_model_refuses_is_dead_lettered_without_opening_the_lifespan() -> None:
+    """As the worker does: a body its model refuses never gets a job, nor the resources a
+    job would use. Before, `run_handler` opened the lifespan first, which loaded the
+    service's settings: a 100-line settings traceback instead of the dead-letter outcome."""
+    from pydantic import BaseModel
+
+    class Order(BaseModel):
+        order_id: str
+
+    opened: list[str] = []
+    guarded = Router()
+
+    @guarded.lifespan
+    async def resources() -> Any:
+        opened.append("lifespan")
+        raise RuntimeError("PARTNER_API_URL: Field required (the service's settings, unset in a unit test)")
+        yield  # pragma: no cover
+
+    @guarded.handler("orders", payload=Order)
+    async def handle(job: Job[Order]) -> None:
+        raise AssertionError("a refused body reached the handler")
+
+    result = run_handler(guarded, "orders", {"order": "no id"})
+    assert (result.outcome, result.job) == ("dead_letter", None), result
+    assert "order_id" in result.reason
+    assert opened == [], "the lifespan was opened for a body the worker would never run"
