@@ -217,3 +217,43 @@ def test_make_send_reaches_the_queue_make_dev_serves(service: Path, tmp_path: Pa
         for name in (queue, f"{queue}-dlq"):
             with contextlib.suppress(Exception):
                 sqs.delete_queue(QueueUrl=sqs.get_queue_url(QueueName=name)["QueueUrl"])
+
+
+def test_a_json_body_and_the_dlq_tools_reach_the_emulator_make_dev_serves(
+    service: Path, tmp_path: Path, localstack_endpoint: str
+) -> None:
+    """The owner's second hour: a JSON body given to `make send` lost its quotes in the
+    recipe's shell (`SEND_ARGS='--body {"task_id": ...}'`) and was dead-lettered as invalid
+    JSON; `BODY='...'` reaches the queue as written, and `--body` in SEND_ARGS is refused
+    saying so. The DLQ tools had no route to the emulator ("Unable to locate credentials"):
+    `make dlq-peek` and `make dlq-redrive` find it as `make send` does."""
+    env = as_owner(tmp_path, AWS_ENDPOINT_URL=localstack_endpoint)
+    package = f"tooling_{TAG}"
+    queue = f"tooling-{TAG}-jobs"
+    sqs: Any = boto3.client("sqs", endpoint_url=localstack_endpoint, region_name="us-east-1")
+    try:
+        python = str(service / ".venv" / "bin" / "python")
+        made = run([python, "-m", package, "bootstrap"], service, timeout=300, AWS_ENDPOINT_URL=localstack_endpoint)
+        assert made.returncode == 0, made.stdout + made.stderr
+        url = sqs.get_queue_url(QueueName=queue)["QueueUrl"]
+        dlq = sqs.get_queue_url(QueueName=f"{queue}-dlq")["QueueUrl"]
+        written = '{"task_id": "t 1", "note": "it\'s \\"quoted\\""}'
+        sent = make("send", service, env, f"BODY={written}")
+        assert sent.returncode == 0, sent.stdout + sent.stderr
+        got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=5)["Messages"]
+        assert [m["Body"] for m in got] == [written], "the body reached the queue as written"
+        sqs.delete_message(QueueUrl=url, ReceiptHandle=got[0]["ReceiptHandle"])
+        refused = make("send", service, env, 'SEND_ARGS=--body {"task_id": "x"}')
+        assert refused.returncode == 2 and "BODY=" in refused.stderr, refused.stdout + refused.stderr
+
+        sqs.send_message(QueueUrl=dlq, MessageBody='{"task_id": "dead-one"}')
+        peeked = make("dlq-peek", service, env)
+        assert peeked.returncode == 0 and "dead-one" in peeked.stdout, peeked.stdout + peeked.stderr
+        redriven = make("dlq-redrive", service, env)
+        assert redriven.returncode == 0, redriven.stdout + redriven.stderr
+        back = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=5).get("Messages", [])
+        assert [m["Body"] for m in back] == ['{"task_id": "dead-one"}'], back
+    finally:
+        for name in (queue, f"{queue}-dlq"):
+            with contextlib.suppress(Exception):
+                sqs.delete_queue(QueueUrl=sqs.get_queue_url(QueueName=name)["QueueUrl"])
