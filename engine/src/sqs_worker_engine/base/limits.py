@@ -8,6 +8,8 @@ the hooks load it before any dependency is installed.
 
 from __future__ import annotations
 
+import math
+
 # SQS (CreateQueue, ChangeMessageVisibility and ReceiveMessage API reference).
 MAX_QUEUE_NAME = 80
 MAX_VISIBILITY_SECONDS = 43_200  # 12 h: the cap on a visibility timeout and on a message's total lease
@@ -38,6 +40,31 @@ GRACE_MARGIN_SECONDS = 15
 # (replicas x concurrency stays within it): a downstream's capacity, not the queue's.
 FLEET_CONCURRENCY_BUDGET = 80
 
+# Prefetch: how many messages a pool holds ahead of its slots (runtime/prefetch.py says how
+# and why). Stated here because what a busy replica holds is what SQS counts in flight, and
+# the templates' scaling targets count it (`busy_replica_holds`).
+PREFETCH_SOON_SECONDS = 1.0  # a receive's extra batch is held only if that many jobs start this soon
+# The default cap at low concurrency. Short jobs need the most: at 10 ms jobs, concurrency
+# 10 and a 30 ms round trip, 1,000 jobs a second start, 30 of them during each receive's
+# round trip, plus a receive's 10 (the target, 40); below that the slots wait for receives.
+PREFETCH_FLOOR = 50
+# Above the floor, the default cap is this many times the concurrency: 10 ms jobs at
+# concurrency 50 and a 25 ms round trip (SQS in-region, plus the receive itself) need
+# 50 / 0.01 x 0.025 + 10 = 135 in hand, and the concurrency alone (the cap before) held
+# them to about half their rate at +20 ms in the benchmark.
+PREFETCH_TIMES = 3
+# ... and at most this many, unless the concurrency is larger (the cap before: no more
+# than it was at any concurrency). One process runs at most a few thousand short jobs a
+# second: at 3,000 a second and a 30 ms round trip, 100 in hand. Messages of up to 256 KiB
+# then take 50 MiB at most.
+PREFETCH_CEILING = 200
+# What the scaling targets size a busy replica's prefetch for: SQS's round trip in-region
+# (about 20 ms), and the shortest jobs the engine's defaults are sized for, which hold the
+# most ahead of their slots (a busy replica of 10 ms jobs holds three times its
+# concurrency; of 1 s jobs, about twice; of 5 s jobs, a message or two more).
+SQS_ROUND_TRIP_SECONDS = 0.02
+SHORT_JOB_SECONDS = 0.01
+
 
 # The owner's secrets (the `secrets` answer; settings.ServiceDefaults.secrets): environment
 # variable names in upper case, none the engine's or an SDK's own.
@@ -63,3 +90,36 @@ def dlq_name(queue: str) -> str:
 def max_replicas(concurrency: int, budget: int = FLEET_CONCURRENCY_BUDGET) -> int:
     """Replica cap that keeps replicas x concurrency within the fleet budget (at least 1)."""
     return max(1, budget // concurrency)
+
+
+def default_prefetch(concurrency: int) -> int:
+    """The prefetch cap when WORKER_PREFETCH is unset: PREFETCH_TIMES the concurrency, at
+    least PREFETCH_FLOOR, at most PREFETCH_CEILING unless the concurrency is larger. What is
+    held is the measured target (`prefetch_target`), usually far less: the cap bounds memory
+    and what a SIGKILL can strand beyond the running jobs."""
+    return max(concurrency, PREFETCH_FLOOR, min(PREFETCH_TIMES * concurrency, PREFETCH_CEILING))
+
+
+def prefetch_target(concurrency: int, cap: int, receive_seconds: float | None, job_seconds: float | None) -> int:
+    """Messages to hold beyond the concurrency: those that start during one receive round
+    trip when every slot is busy, plus a receive's 10 if that many start within
+    PREFETCH_SOON_SECONDS, so that the next receive can ask for a whole batch while they
+    still wait; 0 until both have been measured (runtime/prefetch.py)."""
+    if cap <= 0 or receive_seconds is None or job_seconds is None:
+        return 0
+    starts_per_second = concurrency / max(job_seconds, 1e-4)
+    batch = min(MAX_RECEIVE_BATCH, math.floor(starts_per_second * PREFETCH_SOON_SECONDS))
+    return min(cap, math.ceil(starts_per_second * receive_seconds) + batch)
+
+
+def busy_replica_holds(concurrency: int, prefetch: int | None = None) -> int:
+    """Messages a replica whose slots are all busy holds, as SQS counts them (in flight):
+    its concurrency, plus what its prefetch keeps ahead of them (`prefetch_target`) at
+    SHORT_JOB_SECONDS and SQS_ROUND_TRIP_SECONDS; `prefetch`, the cap (WORKER_PREFETCH;
+    unset, `default_prefetch`). The same number is about the deletes on their way, which
+    SQS counts in flight too: at 10 ms jobs, concurrency 8 and a 20 ms round trip, 8 + 26
+    = 34, where the fleet simulator's busy replica showed 36 in flight (docs/scaling.md in
+    the template's repository). Jobs of a second or more hold less: a fleet scaled on this
+    runs their replicas fuller before it scales out."""
+    cap = default_prefetch(concurrency) if prefetch is None else prefetch
+    return concurrency + prefetch_target(concurrency, cap, SQS_ROUND_TRIP_SECONDS, SHORT_JOB_SECONDS)

@@ -95,9 +95,11 @@ class FleetQueue:
         inflight_limit: int = STANDARD_INFLIGHT_LIMIT,
         on_deleted: Callable[[str], None] | None = None,
         on_dead_letter: Callable[[str], None] | None = None,
+        on_held: Callable[[str, bool], None] | None = None,
     ) -> None:
         """`on_deleted(body)` and `on_dead_letter(body)`: told when a message is deleted, and
-        when SQS moves one to the DLQ (the simulator's ledger keeps count)."""
+        when SQS moves one to the DLQ; `on_held(body, held)`, when a receive takes one (True)
+        and when it is visible again (False): the simulator's ledger keeps count."""
         self.name = name
         self.dlq_name = name + DLQ_SUFFIX
         self.url = f"https://sqs.{REGION}.amazonaws.com/{ACCOUNT}/{name}"
@@ -111,6 +113,7 @@ class FleetQueue:
         self.counts = counts
         self.on_deleted = on_deleted
         self.on_dead_letter = on_dead_letter
+        self.on_held = on_held
         self.calls = Calls()
         self.messages: dict[str, Message] = {}
         self.dead_letters: list[Message] = []  # moved to the DLQ by SQS or sent there
@@ -143,6 +146,17 @@ class FleetQueue:
         """Messages received and neither deleted nor visible again (what SQS's quota counts)."""
         self._expire(clock.now())
         return self._inflight
+
+    @property
+    def visible(self) -> int:
+        """Messages that a receive would take now."""
+        self._expire(clock.now())
+        return len(self.messages) - self._inflight
+
+    def visible_bodies(self) -> list[str]:
+        """The bodies of the messages that a receive would take now."""
+        self._expire(clock.now())
+        return [m.body for m in self.messages.values() if m.holder is None]
 
     def held_by(self, connection: int) -> list[Message]:
         """The messages one connection's receives hold now."""
@@ -296,6 +310,8 @@ class FleetQueue:
         if message.holder is not None:
             message.holder = None
             self._inflight -= 1
+            if self.on_held is not None:
+                self.on_held(message.body, False)
         self._ready.appendleft(message)
 
     def _expire(self, now: float) -> None:
@@ -372,6 +388,8 @@ class FleetQueue:
                 message.first_received = now
             self._inflight += 1
             heapq.heappush(self._hidden, (message.visible_at, next(self._ids), message, message.handle))
+            if self.on_held is not None:
+                self.on_held(message.body, True)
             taken.append(
                 {
                     "MessageId": message.id,

@@ -96,6 +96,17 @@ def targets(shapes: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
                     REPLICA_MINUTES_RATIO,
                 )
             )
+    for name, shape in shapes.items():  # the steady loads of short jobs
+        if name != "diurnal" and name in SHAPES and "replica-minutes" in SHAPES[name].targets and "ratios" in shape:
+            rows.append(
+                _within(
+                    f"steady load of {_job(shape['job_seconds'])} jobs: replica-minutes within "
+                    f"{REPLICA_MINUTES_RATIO}x the oracle's",
+                    shape,
+                    "replica_minutes",
+                    REPLICA_MINUTES_RATIO,
+                )
+            )
     if "day-1m" in shapes:
         day = shapes["day-1m"]
         rows.append(
@@ -106,6 +117,10 @@ def targets(shapes: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
             }
         )
     return rows
+
+
+def _job(seconds: float) -> str:
+    return f"{seconds * 1000:g} ms" if seconds < 1 else f"{seconds:g} s"
 
 
 def _within(target: str, shape: dict[str, Any], key: str, bound: float, unit: str = "") -> dict[str, Any]:

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..base import clock
+from ..base.limits import MAX_RECEIVE_BATCH, SQS_ROUND_TRIP_SECONDS, default_prefetch, prefetch_target
 from ..doubles.vtime import run as run_on_virtual_time
 from ..process.settings import ServiceDefaults, WorkerConfig, load_settings
 from . import cost, keda, oracle, targettracking
@@ -42,6 +43,7 @@ FIFO_INFLIGHT_LIMIT = 20_000
 # Settings the simulated workers do not take from the deploy files: where the queue and
 # handlers are, the metrics server, the progress file, S3 for large payloads.
 NOT_SIMULATED = ("WORKER_QUEUES", "WORKER_HANDLERS", "WORKER_METRICS_HOST", "WORKER_METRICS_PORT", "WORKER_HEALTH_FILE")
+ACK_FLUSH_MS = 100  # WORKER_ACK_FLUSH_MS's default: the longest a delete waits for a batch of 10
 
 Progress = Callable[[float, str], None]
 
@@ -54,7 +56,7 @@ class Options:
     seed: int = 1
     count_lag: float = 60.0  # SQS's approximate counts lag up to this
     cloudwatch_delay: float = 60.0  # a CloudWatch datapoint is published this long after its minute
-    sqs_latency: float = 0.02  # each SQS request's round trip
+    sqs_latency: float = SQS_ROUND_TRIP_SECONDS  # each SQS request's round trip
     downstream: int | None = None  # calls in flight the downstream takes (None: the fleet's handler budget)
     drain_limit: float = 3 * 3600.0  # after the shape, how long the fleet may take to finish
     budget: int = 600_000  # simulated messages a run aims at when choosing its scale
@@ -102,6 +104,10 @@ def capacity(run: Run) -> float:
 # simulator CPU and nothing else: 5 s keeps a simulated day near half a million messages,
 # run one for one (see choose_scale).
 DEFAULT_JOB_SECONDS = 5.0
+# A scaled run's simulated message lasts at least this many SQS round trips: with 10 ms jobs
+# 8 side by side in one wave (20 ms against a 20 ms round trip), the simulated replicas ran
+# at three quarters of their slots; in three waves or more, at 97% to 100%.
+SCALED_RUN_TRIPS = 2.0
 
 
 def job_seconds(run: Run) -> float:
@@ -147,7 +153,8 @@ def choose_scale(run: Run) -> Scale:
     moment of the shape fills within a group's span (a wave less than full would hold a
     simulated slot that stands for `width` real ones), then a depth, never so deep that a
     simulated message's run outlasts `max_batch_seconds` (a depth makes members wait for
-    the waves before theirs; a long run would need heartbeats a real job does not).
+    the waves before theirs; a long run would need heartbeats a real job does not), nor so
+    shallow that it is shorter than SCALED_RUN_TRIPS round trips of SQS's.
     `--scale K` is taken as given. A ScaledJob's pod takes one message: always 1."""
     spec = run.spec()
     if isinstance(spec, ScaledJob):
@@ -159,10 +166,16 @@ def choose_scale(run: Run) -> Scale:
         return Scale(width, math.ceil(wanted / width))
     expected = run.shape.mean_rate(capacity(run)) * run.shape.seconds
     wanted = math.ceil(expected / run.options.budget)
-    deepest = max(1, math.floor(run.options.max_batch_seconds / job_seconds(run)))
+    if wanted <= 1:
+        return Scale()
+    job = job_seconds(run)
+    deepest = max(1, math.floor(run.options.max_batch_seconds / job))
+    # A scaled worker holds a message or two ahead of its slots (worker_config): for them
+    # to keep its slots busy, a simulated message's run must outlast SQS's round trips.
+    shallowest = min(deepest, math.ceil(SCALED_RUN_TRIPS * run.options.sqs_latency / job))
     quietest = min(run.shape.rate(t, capacity(run)) for t in _moments(run.shape.seconds))
     for width in sorted((d for d in range(1, concurrency + 1) if concurrency % d == 0 and d <= wanted), reverse=True):
-        scale = Scale(width, min(deepest, math.ceil(wanted / width)))
+        scale = Scale(width, min(deepest, max(shallowest, math.ceil(wanted / width))))
         if width == 1 or quietest * group_span(run, scale) >= width:
             return scale
     return Scale()
@@ -178,10 +191,25 @@ def group_span(run: Run, scale: Scale) -> float:
     return min(MAX_SPAN, max(0.05, 0.5 * scale.depth * job_seconds(run)))
 
 
-def worker_config(worker: WorkerSpec, queue: str, scale: Scale | None = None) -> WorkerConfig:
+def worker_config(
+    worker: WorkerSpec,
+    queue: str,
+    scale: Scale | None = None,
+    job: float = DEFAULT_JOB_SECONDS,
+    round_trip: float = SQS_ROUND_TRIP_SECONDS,
+) -> WorkerConfig:
     """The simulated worker's configuration: the deploy file's worker settings, its
     concurrency divided by the scale's width (each simulated call runs `width` jobs side by
-    side) and its prefetch bound by k (each simulated message stands for k real ones)."""
+    side), and what it holds beyond its slots as many real messages as the real worker's.
+
+    At a scale k > 1 the simulated worker's own prefetch sizing would hold k times too
+    many: a receive's 10 it adds (prefetch.py) are 10 simulated messages, 10k real ones. So
+    its cap is what the real worker holds ahead of its slots when they are all busy (the
+    engine's `prefetch_target` for the real concurrency, `job` seconds and SQS's
+    `round_trip`), in simulated messages, at least one. Its deletes go at once: a batch of
+    10 simulated ones would wait for 10k real jobs, and the ledger counts a real batch's
+    wait instead (`delete_wait`). What SQS counts in flight, what the autoscalers read, is
+    then about the real worker's (docs/scaling.md gives the figures side by side)."""
     env = {
         k: v
         for k, v in worker.env.items()
@@ -189,13 +217,34 @@ def worker_config(worker: WorkerSpec, queue: str, scale: Scale | None = None) ->
     }
     env.update(WORKER_QUEUES=queue, WORKER_METRICS_PORT="0", AWS_REGION="us-east-1")
     if scale is not None and scale.k > 1:
-        concurrency = worker.concurrency
-        # The engine's default prefetch bound: the concurrency, at least 50 (engine README, "Prefetch").
-        prefetch = int(worker.env.get("WORKER_PREFETCH", max(concurrency, 50)))
+        ahead = held_ahead(worker, job, round_trip)
         env.update(
-            WORKER_CONCURRENCY=str(concurrency // scale.width), WORKER_PREFETCH=str(math.ceil(prefetch / scale.k))
+            WORKER_CONCURRENCY=str(worker.concurrency // scale.width),
+            WORKER_PREFETCH=str(max(1, round(ahead / scale.k)) if ahead > 0 else 0),
+            WORKER_ACK_FLUSH_MS="1",  # at once: the ledger counts the real batch's wait (delete_wait)
         )
     return load_settings(env, ServiceDefaults(name="fleet-simulation"))
+
+
+def held_ahead(worker: WorkerSpec, job: float, round_trip: float = SQS_ROUND_TRIP_SECONDS) -> int:
+    """Real messages the real worker holds ahead of its slots when they are all busy: the
+    engine's prefetch target for its concurrency, cap (WORKER_PREFETCH), `job` seconds and
+    SQS's `round_trip`."""
+    concurrency = worker.concurrency
+    cap = int(worker.env.get("WORKER_PREFETCH", default_prefetch(concurrency)))
+    return prefetch_target(concurrency, cap, round_trip, job)
+
+
+def delete_wait(worker: WorkerSpec, scale: Scale, job: float) -> float:
+    """How long a real delete waits for its batch of 10 on a busy replica, on average:
+    half the time ten jobs take to end at full speed, within half the flush interval. A
+    simulated batch holds 10k real deletes, and the simulated worker sends its deletes at
+    once (worker_config): the ledger counts its members this much longer. 0 at scale 1,
+    where the worker batches as it does in life."""
+    if scale.k <= 1:
+        return 0.0
+    flush = worker.number("WORKER_ACK_FLUSH_MS", ACK_FLUSH_MS) / 1000
+    return min(flush, MAX_RECEIVE_BATCH * job / worker.concurrency) / 2
 
 
 @dataclass
@@ -240,6 +289,8 @@ class Simulation:
             Downstream(options.downstream or self.maximum * self.per_replica),
             seed=options.seed,
             width=self.scale.width,
+            delete_wait=delete_wait(worker, self.scale, job_seconds(run)),
+            ahead=held_ahead(worker, job_seconds(run), options.sqs_latency),
         )
         self.counts = Counts(lag=options.count_lag, delay=options.cloudwatch_delay, seed=options.seed)
         self.queue = FleetQueue(
@@ -251,12 +302,13 @@ class Simulation:
             inflight_limit=inflight_limit(run),
             on_deleted=ledger.deleted,
             on_dead_letter=ledger.dead_lettered_,
+            on_held=ledger.held,
         )
         ledger.put = self.queue.put
         self.world = World(
             self.queue,
             ledger,
-            worker_config(worker, name, self.scale),
+            worker_config(worker, name, self.scale, job_seconds(run), options.sqs_latency),
             start_seconds=self.start,
             grace=worker.grace,
             seed=options.seed,
@@ -269,12 +321,16 @@ class Simulation:
         self.tasks: list[asyncio.Task[Any]] = []
         self.t0 = 0.0
 
-    def inflight(self) -> int:
-        """Real messages in flight: a simulated one in flight holds a wave of `width`."""
-        return min(self.ledger.observed, self.queue.inflight * self.scale.width)
-
     def visible(self) -> int:
-        return self.ledger.observed - self.inflight()
+        """Real messages visible: the members of the simulated messages visible."""
+        if self.scale.k == 1:
+            return min(self.ledger.observed, self.queue.visible)
+        return min(self.ledger.observed, self.ledger.members(self.queue.visible_bodies()))
+
+    def inflight(self) -> int:
+        """Real messages in flight, as SQS counts them: received (prefetched, running) and
+        not yet deleted (ended, their delete not landed)."""
+        return self.ledger.observed - self.visible()
 
     def rate(self, t: float) -> float:
         return self.run.shape.rate(t, self.capacity) if 0 <= t < self.run.shape.seconds else 0.0

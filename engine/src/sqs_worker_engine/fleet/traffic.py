@@ -8,7 +8,10 @@ shape's rate, drawn from a seeded generator: the fleet and its oracle see the sa
 Each simulated message may stand for `k` real ones (the run's scale, see `Batch` in
 work.py): arrivals are grouped in order, k at a time, and a group is sent once its last
 member has arrived, or once its first has waited `span` seconds (at most MAX_SPAN: a
-quiet spell does not hold messages back).
+quiet spell does not hold messages back). Arrivals are drawn STEP seconds at a time but
+sent at their own moments: sent at the step's end, a quarter-second's arrivals came as one
+burst, which 10 ms jobs saw as a standing queue (and the counts, read on whole seconds
+like the steps' ends, as a backlog).
 """
 
 from __future__ import annotations
@@ -147,6 +150,20 @@ SHAPES: dict[str, Shape] = {
             Spike(0.05, 10.0, 20 * 60, 10 * 60),
         ),
         Shape("drip", "A slow drip: one message a minute for two hours", 2 * HOUR, Steady(1 / 60), absolute=True),
+        # The steady shape with short jobs: a busy replica holds more beyond its slots the
+        # shorter its jobs (its prefetch, and deletes on their way), and SQS counts all of it.
+        *(
+            Shape(
+                f"steady-{label.replace(' ', '')}",
+                f"Steady at half the fleet's capacity, {label} jobs, with a rolling deploy and one crash",
+                HOUR,
+                Steady(0.5),
+                events=(Event(20 * 60, "deploy"), Event(40 * 60, "crash")),
+                job_seconds=seconds,
+                targets=("replica-minutes",) if target else (),
+            )
+            for label, seconds, target in (("10 ms", 0.01, True), ("100 ms", 0.1, False), ("1 s", 1.0, True))
+        ),
         Shape(
             "day-1m",
             "A day at a million messages an hour (diurnal, 0.5-1.5M/h), 0.1 s jobs",
@@ -160,7 +177,7 @@ SHAPES: dict[str, Shape] = {
     )
 }
 # What `make simulate` runs by default: everything but the heavy million-an-hour day.
-STANDARD = ("steady", "diurnal", "bursts", "spike", "spike-within", "drip")
+STANDARD = ("steady", "diurnal", "bursts", "spike", "spike-within", "drip", "steady-10ms", "steady-100ms", "steady-1s")
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,9 +206,10 @@ def poisson(rng: random.Random, mean: float) -> int:
 def arrivals(
     shape: Shape, capacity: float, k: int, seed: int, span: float = MAX_SPAN
 ) -> Iterator[tuple[float, list[Group]]]:
-    """(time, groups to send then), step by step over the shape; every group has at most
-    `k` messages, and no message waits for the rest of its group more than `span` seconds
-    (plus a step)."""
+    """(time, groups to send then), in time order over the shape: a full group when its
+    last member arrives, one its span closed at the end of the step; every group has at
+    most `k` messages, and no message waits for the rest of its group more than `span`
+    seconds (plus a step)."""
     rng = random.Random(seed)
     pending, first, last = 0, 0.0, 0.0
     steps = math.ceil(shape.seconds / STEP)
@@ -199,7 +217,6 @@ def arrivals(
         t = step * STEP
         end = min(shape.seconds, t + STEP)
         n = poisson(rng, shape.rate(t + STEP / 2, capacity) * (end - t))
-        groups: list[Group] = []
         if n:
             spacing = (end - t) / n
             taken = 0
@@ -211,12 +228,10 @@ def arrivals(
                 taken += more
                 last = t + (taken - 0.5) * spacing
                 if pending == k:
-                    groups.append(Group(k, first, last))
+                    yield last, [Group(k, first, last)]
                     pending = 0
         if pending and end - first >= span:
-            groups.append(Group(pending, first, last))
+            yield end, [Group(pending, first, last)]
             pending = 0
-        if groups:
-            yield end, groups
     if pending:
         yield shape.seconds, [Group(pending, first, last)]

@@ -20,7 +20,11 @@ A batch is never more than its real messages would be:
 
 The ledger counts every member: sent, completed (first completions), dead-lettered,
 outstanding, the runs started, duplicate runs by what caused them, and the runs cut off by
-SIGKILL (handlers running, or finished with their delete not yet sent, when it came).
+SIGKILL (handlers running, or finished with their delete not yet sent, when it came). What
+SQS counts is not what is outstanding: a message whose job ended is still in flight until
+its delete lands (the worker's batching and the call's round trip: with 10 ms jobs, more
+messages than its handlers run), and members waiting behind their batch's earlier waves
+would not be waiting at all (`observed`).
 """
 
 from __future__ import annotations
@@ -134,6 +138,7 @@ class Batch:
     rerun: str | None = None  # done, but its delete never reached SQS before a SIGKILL (why)
     rerun_members: int = 0  # the last wave, run again on its redelivery
     behind: int = 0  # members waiting, while it runs, for the waves before theirs
+    undeleted: int = 0  # finished, its delete not yet landed: the members SQS counts meanwhile
 
     def arrival(self, member: int) -> float:
         return self.first + (self.last - self.first) * member / max(1, self.count - 1)
@@ -141,11 +146,23 @@ class Batch:
 
 class Ledger:
     def __init__(
-        self, durations: Durations, downstream: Downstream | None = None, seed: int = 0, width: int = 1
+        self,
+        durations: Durations,
+        downstream: Downstream | None = None,
+        seed: int = 0,
+        width: int = 1,
+        delete_wait: float = 0.0,
+        ahead: int = 0,
     ) -> None:
-        """`width`: real messages a simulated handler call runs side by side (a wave)."""
+        """`width`: real messages a simulated handler call runs side by side (a wave).
+        `delete_wait`: how long a real delete waits for its batch, where the simulated
+        worker's do not (simulation.worker_config): its members are counted that much
+        longer after their delete lands. `ahead`: real messages a real replica holds ahead
+        of its slots at most (its prefetch target when they are all busy)."""
         self.durations = durations
         self.width = width
+        self.delete_wait = delete_wait
+        self.ahead = ahead
         self.downstream = downstream or Downstream(None)
         self.batches: dict[int, Batch] = {}
         self.sent = 0
@@ -160,6 +177,7 @@ class Ledger:
         # would not wait so: any free worker would have taken them. Readers of the counts
         # are shown the queue without them (see `observed`).
         self.behind = 0
+        self.undeleted = 0  # members of finished batches whose delete has not landed
         self.waits = Histogram()  # per message: from arrival to the start of the run that completed it
         self.simulated = 0  # simulated messages sent (splits included)
         self._oldest: list[tuple[float, int]] = []
@@ -180,14 +198,43 @@ class Ledger:
         return str(batch.id)
 
     def deleted(self, body: str) -> None:
-        self.batches.pop(int(body), None)
+        batch = self.batches.pop(int(body), None)
+        if batch is None:
+            return
+        self._behind(batch, 0)
+        if not batch.undeleted:
+            return
+        if self.delete_wait > 0:
+            asyncio.get_running_loop().call_later(self.delete_wait, self._landed, batch.undeleted)
+        else:
+            self._landed(batch.undeleted)
+
+    def _landed(self, members: int) -> None:
+        self.undeleted -= members
+
+    def held(self, body: str, held: bool) -> None:
+        """A replica's receive took a simulated message (`held`), or it is visible again.
+        Held and not yet running, it stands for what a real replica holds ahead of its
+        slots (`ahead`, a wave at least); its other members wait behind, as a running
+        one's do: real ones would not all be waiting in one replica's hand."""
+        batch = self.batches.get(int(body))
+        if batch is not None and batch.runner is None:
+            beyond = batch.count - batch.done - max(self.width, self.ahead)
+            self._behind(batch, max(0, beyond) if held else 0)
 
     def dead_lettered_(self, body: str) -> None:
         batch = self.batches.pop(int(body), None)
         if batch is not None:
             self.dead_lettered += batch.count - batch.done
+            self.undeleted -= batch.undeleted
+            self._behind(batch, 0)
 
     # -- what observers read -----------------------------------------------------------------
+
+    def members(self, bodies: list[str]) -> int:
+        """Real messages not yet completed of these simulated ones."""
+        batches = (self.batches.get(int(body)) for body in bodies)
+        return sum(b.count - b.done for b in batches if b is not None)
 
     @property
     def outstanding(self) -> int:
@@ -209,8 +256,10 @@ class Ledger:
     @property
     def observed(self) -> int:
         """Outstanding as SQS would count it: less the members a simulated message keeps
-        waiting behind its own earlier waves (none at a depth of 1)."""
-        return self.outstanding - self.behind
+        waiting behind its own earlier waves (none at a depth of 1), plus those whose job
+        ended and whose delete has not landed (a batch's members while its delete is out,
+        as long as each wave's would have been)."""
+        return self.outstanding - self.behind + self.undeleted
 
     def _behind(self, batch: Batch, members: int) -> None:
         self.behind += members - batch.behind
@@ -262,6 +311,11 @@ class Ledger:
                 if job.stopping and batch.done < batch.count:
                     self.split(batch, batch.done)  # SIGTERM: the rest goes back, never started
                     return
+            if not batch.undeleted:  # its delete is the worker's to send now
+                # All its members, for as long as its one delete takes: a real worker's
+                # deletes, one a wave, would have been in flight as long for each wave.
+                batch.undeleted = batch.count
+                self.undeleted += batch.undeleted
         except asyncio.CancelledError:
             # The job timeout (or its lease's loss) cancelled it: the wave it ran is redone.
             if batch.runner == replica.number and not replica.killed and batch.done < batch.count:
@@ -303,6 +357,9 @@ class Ledger:
         batch.done += members
         return True
 
+    def _last_wave(self, batch: Batch) -> int:
+        return batch.count % self.width or min(self.width, batch.count)
+
     def split(self, batch: Batch, at: int) -> None:
         """Members `at`.. of `batch` become a simulated message of their own, visible now."""
         assert self.put is not None
@@ -320,7 +377,7 @@ class Ledger:
             if batch is None:
                 continue
             if batch.done >= batch.count:  # finished, its delete never sent: its last wave again
-                last = batch.count % self.width or min(self.width, batch.count)
+                last = self._last_wave(batch)
                 self.cut[cause] = self.cut.get(cause, 0) + last
                 batch.rerun, batch.rerun_members = cause, last
                 continue

@@ -29,9 +29,11 @@ up to the cap more whose deletes were sent but not answered (admission.py).
 
 from __future__ import annotations
 
-import math
+# The sizing itself (the default cap, the target) is in base/limits.py, beside the facts it
+# rests on: the templates size their scaling targets on what a busy replica holds.
+from ..base.limits import default_prefetch, prefetch_target
 
-from ..base.limits import MAX_RECEIVE_BATCH
+__all__ = ["SMOOTHING", "SPREAD_DEVIATIONS", "Pace", "default_prefetch", "prefetch_target"]
 
 SMOOTHING = 0.2  # weight of the latest figure in each running average
 # The round trip held for: the mean plus this many mean deviations. Held for the mean alone,
@@ -40,41 +42,6 @@ SMOOTHING = 0.2  # weight of the latest figure in each running average
 # 0.84 of its concurrency. Mean plus two deviations covers most of a spread's round trips
 # (RFC 6298 holds four for a retransmit timer, where coming too early costs a resend).
 SPREAD_DEVIATIONS = 2.0
-SOON_SECONDS = 1.0  # a receive's extra batch is held only if that many jobs start this soon
-# The default cap at low concurrency. Short jobs need the most: at 10 ms jobs, concurrency
-# 10 and a 30 ms round trip, 1,000 jobs a second start, 30 of them during each receive's
-# round trip, plus a receive's 10 (the target, 40); below that the slots wait for receives.
-DEFAULT_FLOOR = 50
-# Above the floor, the default cap is this many times the concurrency: 10 ms jobs at
-# concurrency 50 and a 25 ms round trip (SQS in-region, plus the receive itself) need
-# 50 / 0.01 x 0.025 + 10 = 135 in hand, and the concurrency alone (the cap before) held
-# them to about half their rate at +20 ms in the benchmark.
-DEFAULT_TIMES = 3
-# ... and at most this many, unless the concurrency is larger (the cap before: no more
-# than it was at any concurrency). One process runs at most a few thousand short jobs a
-# second: at 3,000 a second and a 30 ms round trip, 100 in hand. Messages of up to 256 KiB
-# then take 50 MiB at most.
-DEFAULT_CEILING = 200
-
-
-def default_prefetch(concurrency: int) -> int:
-    """The cap when WORKER_PREFETCH is unset: DEFAULT_TIMES the concurrency, at least
-    DEFAULT_FLOOR, at most DEFAULT_CEILING unless the concurrency is larger. What is held
-    is the measured target (prefetch_target), usually far less: the cap bounds memory and
-    what a SIGKILL can strand beyond the running jobs."""
-    return max(concurrency, DEFAULT_FLOOR, min(DEFAULT_TIMES * concurrency, DEFAULT_CEILING))
-
-
-def prefetch_target(concurrency: int, cap: int, receive_seconds: float | None, job_seconds: float | None) -> int:
-    """Messages to hold beyond the concurrency: those that start during one receive round
-    trip when every slot is busy, plus a receive's 10 if that many start within
-    SOON_SECONDS, so that the next receive can ask for a whole batch while they still
-    wait (slots.Slots.reserve); 0 until both have been measured."""
-    if cap <= 0 or receive_seconds is None or job_seconds is None:
-        return 0
-    starts_per_second = concurrency / max(job_seconds, 1e-4)
-    batch = min(MAX_RECEIVE_BATCH, math.floor(starts_per_second * SOON_SECONDS))
-    return min(cap, math.ceil(starts_per_second * receive_seconds) + batch)
 
 
 class Pace:
