@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -17,7 +18,10 @@ from pathlib import Path
 from urllib.parse import unquote
 
 # Rendered by Jinja before it runs; percent-encoded JSON so no answer can alter this code.
+# Jinja's tojson sorts a mapping's keys: their order as cookiecutter keeps them (the order
+# of cookiecutter.json, which cruft writes .cruft.json in) comes as a list beside it.
 ENCODED_ANSWERS = "{{ cookiecutter | tojson | urlencode }}"
+ENCODED_ORDER = "{{ cookiecutter.keys() | list | tojson | urlencode }}"
 
 # Where this bake came from, for `cruft update` (rendered by the template's Jinja extension).
 TEMPLATE_ORIGIN = unquote("{{ template_origin(cookiecutter) | urlencode }}")
@@ -69,6 +73,16 @@ def prune_empty_dirs(root: Path) -> None:
             warn(f"could not remove empty directory {path.relative_to(root)}: {exc}")
 
 
+def in_order(answers: dict[str, object]) -> list[str]:
+    """The answers' names in cookiecutter's order, as `cruft update` writes them: in any
+    other, the first update rewrote every line of .cruft.json (79 lines for a 2-line change)."""
+    try:
+        order = [k for k in json.loads(unquote(ENCODED_ORDER)) if k in answers]
+    except Exception:  # noqa: BLE001 - the sorted order is still a correct record
+        order = []
+    return order + [k for k in answers if k not in order]
+
+
 def record_origin(root: Path, answers: dict[str, object]) -> None:
     """Write .cruft.json (answers, template and commit), so `cruft update` can bring template
     changes in later. `cruft create` writes its own; this covers plain `cookiecutter`."""
@@ -81,7 +95,7 @@ def record_origin(root: Path, answers: dict[str, object]) -> None:
         "checkout": None,
         "context": {
             "cookiecutter": {
-                **{k: v for k, v in answers.items() if k not in LOCAL_KEYS},
+                **{k: answers[k] for k in in_order(answers) if k not in LOCAL_KEYS},
                 "_template": TEMPLATE_ORIGIN,  # as `cruft create` records them
                 "_commit": TEMPLATE_COMMIT,
             }
@@ -92,10 +106,11 @@ def record_origin(root: Path, answers: dict[str, object]) -> None:
     path.write_text(json.dumps(state, indent=2) + "\n")
 
 
-def lock_dependencies(root: Path) -> bool:
+def lock_dependencies(root: Path) -> bool | str:
     """Pin every dependency in uv.lock now, so the first build is reproducible (the Dockerfile
     and `make install` then install exactly it). Needs uv and the package index; skipped
-    without them (saying so), or with SQS_WORKER_TEMPLATE_LOCK=0. True when uv.lock was written."""
+    without them (saying so), or with SQS_WORKER_TEMPLATE_LOCK=0. True when uv.lock was
+    written; the Python version uv found no interpreter for, when that is why it was not."""
     uv = shutil.which("uv")
     if os.environ.get("SQS_WORKER_TEMPLATE_LOCK") == "0" or not (root / "pyproject.toml").is_file():
         return False
@@ -109,8 +124,19 @@ def lock_dependencies(root: Path) -> bool:
     result = subprocess.run([uv, "lock", "--quiet"], cwd=root, capture_output=True, text=True, timeout=300, check=False)
     if result.returncode != 0:
         warn(f"`uv lock` failed, so no uv.lock was written: {result.stderr.strip()[-500:]}")
-        return False
+        missing = re.search(r"No interpreter found for Python ([0-9][0-9.]*)", result.stderr)
+        return missing.group(1) if missing else False
     return True
+
+
+def missing_python(version: str) -> list[str]:
+    """What to do first when no interpreter of the answered Python was found to lock with:
+    `make install` would fail the same way."""
+    return [
+        f"No Python {version} was found on this machine, so no uv.lock was written and `make install` would fail.",
+        "Before the steps below, install it:",
+        f"  uv python install {version}   # or: pyenv install {version}, or your system's python{version}",
+    ]
 
 
 def before_install(locked: bool) -> list[str]:
@@ -145,15 +171,16 @@ def before_install(locked: bool) -> list[str]:
     ]
 
 
-def next_steps(root: Path, answers: dict[str, object], locked: bool = True) -> str:
-    first = before_install(locked)
+def next_steps(root: Path, answers: dict[str, object], locked: bool | str = True) -> str:
+    first = missing_python(locked) if isinstance(locked, str) else before_install(locked)
     lines = [
         "",
         f"Created {answers.get('project_slug', root.name)}.",
         *first,
         "Then:" if first else "Next steps:",
         f"  cd {root}",
-        *(["  make lock      # uv.lock: the engine from that index, by hash"] if first else []),
+        *(["  make lock      # uv.lock, on the Python you installed"] if isinstance(locked, str) else []),
+        *(["  make lock      # uv.lock: the engine from that index, by hash"] if first and locked is False else []),
         "  make install   # .venv with the service and its dev tools (installs uv if it is missing)",
         "  make test      # lint, types, unit and integration tests (LocalStack is started automatically)",
         "  make dev       # LocalStack + queue bootstrap + the worker",
@@ -192,11 +219,13 @@ def main() -> int:
         record_origin(root, answers)
     except Exception as exc:  # noqa: BLE001
         warn(f"could not write .cruft.json ({exc!r}); `cruft link` can add it later")
-    locked = False
+    locked: bool | str = False
     try:
         locked = lock_dependencies(root)
     except Exception as exc:  # noqa: BLE001
         warn(f"could not write uv.lock ({exc!r}); `uv lock` in the project does it")
+    if os.environ.get("SQS_WORKER_TEMPLATE_QUIET") == "1":
+        return 0  # a render `make upgrade` asked cruft for, in a directory of its own: no next steps
     try:
         print(next_steps(root, answers, locked))
     except Exception as exc:  # noqa: BLE001
