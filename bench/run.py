@@ -1019,8 +1019,9 @@ def bake(into: Path, template: Path = ROOT) -> Path:
         project = Path(cookiecutter(str(ROOT), no_input=True, output_dir=str(into)))
     else:
         # In a process of its own, started in the template: cookiecutter imports the
-        # template's local_extensions by name, and this process (or a checkout in the
-        # working directory) would hand it this checkout's, whose engine path it names.
+        # template's Jinja helpers by name (local_extensions, sqs_worker_template_jinja), and
+        # this process (or a checkout in the working directory) would hand it this
+        # checkout's, whose engine path they name.
         into.mkdir(parents=True, exist_ok=True)
         before = set(into.iterdir())
         subprocess.run(

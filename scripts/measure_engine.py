@@ -14,6 +14,7 @@ from __future__ import annotations
 import ast
 import asyncio
 import logging
+import os
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -166,6 +167,95 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
         if node not in index:
             visit(node)
     return found
+
+
+# -- the rest of the repository's Python -------------------------------------------------
+
+# Each folder of Python the repository runs, as the tools that run it put it on sys.path,
+# with the folders its imports are also found in. "." is the template's root (its
+# local_extensions.py and package, scripts/): cookiecutter and cruft append it, pytest puts
+# it first (pyproject.toml's pythonpath). The engine's package is measured above; the
+# generated service's Python is Jinja source, measured in each bake by its own tools.
+SOURCE_FOLDERS: dict[str, tuple[str, ...]] = {
+    ".": (),
+    "hooks": (),  # run alone, as cookiecutter renders them
+    "tests": (".",),  # the template's suite, the root on its path
+    "bench": ("bench/contenders", "."),  # run.py puts the contenders on its path
+    "bench/contenders": (),
+    "engine/tests": (),  # a package: its modules import each other relatively
+}
+NOT_MEASURED = ("engine/src", "{{cookiecutter.project_slug}}")
+ROOT_PYTHON_LINES = 20  # the template root's Python: local_extensions.py, a re-export
+
+
+def _folder_modules(root: Path, folder: str, folders: dict[str, tuple[str, ...]]) -> dict[str, str]:
+    """A folder's modules by the dotted name its imports use -> their path from `root`; a
+    nested source folder's files (and hidden or unmeasured ones) are not the folder's."""
+    base = (root / folder).resolve()
+    skipped = {(root / other).resolve() for other in [*folders, *NOT_MEASURED] if other != folder}
+    found: dict[str, str] = {}
+    for here, dirs, files in os.walk(base):
+        dirs[:] = sorted(d for d in dirs if not d.startswith((".", "__")) and Path(here, d).resolve() not in skipped)
+        for file in sorted(f for f in files if f.endswith(".py")):
+            path = Path(here, file)
+            parts = list(path.relative_to(base).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            if parts:
+                found[".".join(parts)] = path.relative_to(root.resolve()).as_posix()
+    return found
+
+
+def _imported_names(module: str, is_package: bool, node: ast.Import | ast.ImportFrom) -> list[str]:
+    """The dotted names one import statement loads, relative ones made absolute."""
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    stem = node.module or ""
+    if node.level:
+        here = module.split(".")[: None if is_package else -1]
+        if node.level - 1 > len(here):
+            return []
+        kept = here[: len(here) - (node.level - 1)]
+        stem = ".".join([*kept, *([node.module] if node.module else [])])
+    # `from a import b`: the module a.b if there is one, else a (_find falls back to it).
+    return [f"{stem}.{alias.name}" if stem else alias.name for alias in node.names]
+
+
+def _find(dotted: str, visible: list[dict[str, str]]) -> str | None:
+    """The module a dotted name loads, from the first folder on the path that has it: `a.b`
+    if it is a module, else `a` (`from a import f`, f a name in a)."""
+    parts = dotted.split(".")
+    for modules in visible:
+        for n in range(len(parts), 0, -1):
+            if (prefix := ".".join(parts[:n])) in modules:
+                return modules[prefix]
+    return None
+
+
+def repository_import_graph(
+    root: Path = ROOT, folders: dict[str, tuple[str, ...]] = SOURCE_FOLDERS
+) -> dict[str, set[str]]:
+    """path -> the paths it imports, for every module of `folders` (module-level and
+    function-level imports, not those under `if TYPE_CHECKING:`)."""
+    by_folder = {folder: _folder_modules(root, folder, folders) for folder in folders if (root / folder).is_dir()}
+    graph: dict[str, set[str]] = {}
+    for folder, modules in by_folder.items():
+        visible = [modules, *(by_folder.get(extra, {}) for extra in folders[folder])]
+        for name, where in modules.items():
+            path = root / where
+            uses: set[str] = set()
+            for node in _import_nodes(ast.parse(path.read_text(), str(path))):
+                for dotted in _imported_names(name, path.name == "__init__.py", node):
+                    found = _find(dotted, visible)
+                    if found:
+                        uses.add(found)
+            graph[where] = uses - {where}
+    return graph
+
+
+def root_python(root: Path = ROOT) -> dict[str, int]:
+    """The template root's Python files and their lines (cookiecutter needs one)."""
+    return {path.name: len(path.read_text().splitlines()) for path in sorted(root.glob("*.py"))}
 
 
 def rank(module: str) -> int | None:
@@ -356,6 +446,19 @@ def main() -> int:
     print(f"\n== Import cycles among engine modules: {len(found)} (target: none, {verdict(not found)})")
     for component in found:
         print("  " + " <-> ".join(component))
+
+    everywhere = cycles(repository_import_graph())
+    print(f"\n== Import cycles in the rest of the repository's Python: {len(everywhere)} ", end="")
+    print(f"(target: none, {verdict(not everywhere)})")
+    for component in everywhere:
+        print("  " + " <-> ".join(component))
+
+    at_root = root_python()
+    only_entry = list(at_root) == ["local_extensions.py"] and sum(at_root.values()) <= ROOT_PYTHON_LINES
+    print(f"\n== Python at the template root: {sum(at_root.values())} lines in {len(at_root)} file(s) ", end="")
+    print(f"(target: local_extensions.py alone, at most {ROOT_PYTHON_LINES} lines, {verdict(only_entry)})")
+    for name, count in at_root.items():
+        print(f"  {name}  {count}")
 
     upward, unranked = climbing_imports(graph)
     print(f"\n== Imports from a lower layer into a higher one: {len(upward)} (target: none, {verdict(not upward)})")

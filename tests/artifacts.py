@@ -35,8 +35,8 @@ from validators import (
     policy_problems,
 )
 
-import local_extensions
-from local_extensions import PAYLOAD_BUCKET_PLACEHOLDER
+from sqs_worker_template_jinja.aws import PAYLOAD_BUCKET_PLACEHOLDER
+from sqs_worker_template_jinja.aws import secrets as owner_secrets
 
 LOCALSTACK_IMAGE = COOKIECUTTER["_localstack_image"]
 UV_VERSION = COOKIECUTTER["_uv_version"]
@@ -155,7 +155,7 @@ class Answers:
             tracing=c["tracing"] == "yes",
             workload=c["kubernetes_workload"],
             fifo_throughput=c["fifo_throughput"],
-            secrets=tuple(local_extensions.secrets(c)),
+            secrets=tuple(owner_secrets(c)),
         )
 
     @property

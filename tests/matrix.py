@@ -25,13 +25,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import local_extensions
+from sqs_worker_template_jinja.checkout import load_limits
 
 ROOT = Path(__file__).resolve().parents[1]
 COOKIECUTTER: dict[str, Any] = json.loads((ROOT / "cookiecutter.json").read_text(encoding="utf-8"))
 
 
-LIMITS = local_extensions.load_limits()  # the engine's limits.py, as the templates see it
+LIMITS = load_limits()  # the engine's limits.py, as the templates see it
 ECS_MAX_SHUTDOWN = LIMITS.ECS_MAX_STOP_TIMEOUT - LIMITS.GRACE_MARGIN_SECONDS
 LONG_SLUG = "a" + "-bcde" * 12 + "-x"  # 63 characters: the most a Kubernetes name allows
 

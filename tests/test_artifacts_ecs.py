@@ -40,8 +40,7 @@ from validators import (
     seconds,
 )
 
-import local_extensions
-from local_extensions import PAYLOAD_BUCKET_PLACEHOLDER
+from sqs_worker_template_jinja.aws import PAYLOAD_BUCKET_PLACEHOLDER, secret_parameter
 
 
 @pytest.mark.parametrize("key", ECS_SETS)
@@ -425,7 +424,7 @@ def test_ecs_secrets(projects: dict[str, Path], key: str, secret: str) -> None:
         name: secret.format(partition=partition, region=answers.region).replace("database-url", name.lower())
         for name in answers.secrets
     }
-    parameters = {name: local_extensions.secret_parameter(name) for name in answers.secrets}
+    parameters = {name: secret_parameter(name) for name in answers.secrets}
     for name, parameter in parameters.items():
         rule = stack.template["Parameters"][parameter]["AllowedPattern"]
         assert re.fullmatch(rule, arns[name]) and re.fullmatch(rule, ""), parameter

@@ -32,8 +32,7 @@ from validators import (
     seconds,
 )
 
-import local_extensions
-from local_extensions import PAYLOAD_BUCKET_PLACEHOLDER
+from sqs_worker_template_jinja.aws import PAYLOAD_BUCKET_PLACEHOLDER, secret_path
 
 
 def scaledjob_job(scaled: dict[str, Any]) -> dict[str, Any]:
@@ -290,7 +289,7 @@ def test_kubernetes_settings_and_secrets(projects: dict[str, Path], key: str) ->
     # Each of the service's secrets: a Secrets Manager secret of its own (named as on ECS), a
     # key of the Secret, and an entry of the worker's env that names it.
     assert external["spec"]["data"] == [
-        {"secretKey": name, "remoteRef": {"key": local_extensions.secret_path({"project_slug": answers.slug}, name)}}
+        {"secretKey": name, "remoteRef": {"key": secret_path({"project_slug": answers.slug}, name)}}
         for name in answers.secrets
     ]
     named = {

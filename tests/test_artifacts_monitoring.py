@@ -29,7 +29,7 @@ from validators import (
     unknown_metrics,
 )
 
-import observability
+from sqs_worker_template_jinja.alerts import SEVERITIES, alerts
 
 
 @pytest.mark.parametrize("key", CHECKED)
@@ -66,7 +66,7 @@ def test_every_alert_exists_on_each_platform_the_bake_targets(projects: dict[str
     stack), each with its runbook heading in deploy/README.md; and nothing a bake does not
     render named by its alerts (an ECS-only bake has no deploy/k8s)."""
     project, answers = projects[key], ANSWERS[key]
-    table = observability.alerts(context(SUPPORTED[key].answers))
+    table = alerts(context(SUPPORTED[key].answers))
     names = [alert.name for alert in table]
     assert len(set(names)) == len(names)
     rules = yaml.safe_load((project / "deploy" / "prometheus" / "alerts.yaml").read_text())
@@ -77,7 +77,7 @@ def test_every_alert_exists_on_each_platform_the_bake_targets(projects: dict[str
     for alert in table:
         assert by_name[alert.name]["annotations"]["runbook_url"] == f"deploy/README.md#{alert.anchor}"
         assert alert.anchor in anchors, f"no runbook heading for {alert.name}"
-        assert alert.severity in observability.SEVERITIES
+        assert alert.severity in SEVERITIES
     if answers.eks:
         operator = load_k8s(project)["PrometheusRule"]
         assert [r["alert"] for g in operator["spec"]["groups"] for r in g["rules"]] == names

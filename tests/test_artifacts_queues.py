@@ -21,7 +21,7 @@ from validators import (
     load_cfn,
 )
 
-import observability
+from sqs_worker_template_jinja.alerts import OLDEST_AGE_SECONDS
 
 
 @pytest.mark.parametrize("key", CHECKED)
@@ -76,7 +76,7 @@ def test_queues_template(projects: dict[str, Path], key: str) -> None:
     }
     age = alarms[("ApproximateAgeOfOldestMessage", json.dumps({"Fn::GetAtt": [queue_id, "QueueName"]}))]
     assert age["Namespace"] == "AWS/SQS" and age["ComparisonOperator"] == "GreaterThanThreshold"
-    assert template["Parameters"]["OldestMessageAgeThresholdSeconds"]["Default"] == observability.OLDEST_AGE_SECONDS
+    assert template["Parameters"]["OldestMessageAgeThresholdSeconds"]["Default"] == OLDEST_AGE_SECONDS
     inflow = alarms[("ApproximateNumberOfMessagesVisible", json.dumps({"Fn::GetAtt": [dlq_id, "QueueName"]}))]
     assert inflow["Threshold"] == 0 and inflow["ComparisonOperator"] == "GreaterThanThreshold"
     assert [m["Expression"] for m in inflow["Metrics"] if m.get("ReturnData")] == ["DIFF(depth)"]

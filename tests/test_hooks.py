@@ -21,7 +21,9 @@ from conftest import bake_cli, cookiecutter_cli
 from cookiecutter.environment import StrictEnvironment
 from matrix import COOKIECUTTER, ECS_MAX_SHUTDOWN, PINNED, UNSUPPORTED, Refusal
 
-import local_extensions
+from sqs_worker_template_jinja.checkout import engine_version, git
+from sqs_worker_template_jinja.extension import EngineExtension
+from sqs_worker_template_jinja.source import INDEX_VARIABLES
 
 ROOT = Path(__file__).resolve().parents[1]
 HOOKS = ROOT / "hooks"
@@ -163,7 +165,7 @@ def test_default_answers_are_accepted(tmp_path: Path) -> None:
 # The hooks rendered as cookiecutter renders them, to run them against a prepared directory.
 def render_hook(tmp_path: Path, name: str, answers: dict[str, Any]) -> Path:
     env = StrictEnvironment(context={"cookiecutter": answers}, keep_trailing_newline=True)
-    env.add_extension(local_extensions.EngineExtension)  # what `_extensions` loads in a real bake
+    env.add_extension(EngineExtension)  # what `_extensions` loads in a real bake
     source = (HOOKS / name).read_text(encoding="utf-8")
     rendered = tmp_path / name
     rendered.write_text(env.from_string(source).render(cookiecutter=answers), encoding="utf-8")
@@ -252,7 +254,7 @@ def test_post_hook_prunes_and_removes_optional_files(tmp_path: Path, use_idempot
         assert (project / kept).is_file(), kept
     optional = ("src/svc/idempotency.py", "tests/test_idempotency.py")
     assert all((project / rel).exists() == (use_idempotency == "yes") for rel in optional)
-    assert (project / ".cruft.json").is_file() == (local_extensions._git("rev-parse", "HEAD") is not None)
+    assert (project / ".cruft.json").is_file() == (git("rev-parse", "HEAD") is not None)
     assert "deploy/ecs/" in result.stdout
     assert "make install" in result.stdout
 
@@ -321,11 +323,7 @@ def run_post_hook_with_uv(
     uv = bin_dir / "uv"
     uv.write_text(f'#!/bin/sh\necho "$*" >> "{calls}"\nexit {uv_exit}\n', encoding="utf-8")
     uv.chmod(0o755)
-    base = {
-        k: v
-        for k, v in os.environ.items()
-        if k != "SQS_WORKER_TEMPLATE_LOCK" and k not in local_extensions.INDEX_VARIABLES
-    }
+    base = {k: v for k, v in os.environ.items() if k != "SQS_WORKER_TEMPLATE_LOCK" and k not in INDEX_VARIABLES}
     result = subprocess.run(
         [sys.executable, str(render_hook(tmp_path, "post_gen_project.py", answers))],
         cwd=project,
@@ -350,7 +348,7 @@ def test_a_bake_with_no_index_named_says_how_to_name_one_before_any_step(tmp_pat
     assert lines[0] == "Created orders-worker.", lines
     before = "\n".join(lines[1 : lines.index("Then:")])
     assert "no index named" in before and "anyone" in before, before
-    assert f"publish sqs-worker-engine=={local_extensions.engine_version()}" in before, before
+    assert f"publish sqs-worker-engine=={engine_version()}" in before, before
     assert "export UV_INDEX=engine=<its simple API URL>" in before, before
     steps = lines[lines.index("Then:") + 1 :]
     assert steps[1].strip().startswith("make lock") and steps[2].strip().startswith("make install"), steps
@@ -374,7 +372,7 @@ def test_a_bake_naming_its_index_locks_and_says_what_to_publish_when_it_cannot(t
 def test_the_template_s_own_python_is_formatted_and_linted() -> None:
     """The hooks, the Jinja extension and the suite, as ruff formats and lints them (the
     generated project's files are held to its own configuration by test_bake)."""
-    paths = ["hooks", "local_extensions.py", "observability.py", "scripts", "tests"]
+    paths = ["hooks", "local_extensions.py", "sqs_worker_template_jinja", "scripts", "tests"]
     for command in (["ruff", "format", "--check", *paths], ["ruff", "check", *paths]):
         result = subprocess.run(
             [sys.executable, "-m", *command], cwd=ROOT, capture_output=True, text=True, timeout=120, check=False

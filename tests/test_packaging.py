@@ -1,6 +1,6 @@
 """Where a service gets its engine, and how the engine is released.
 
-- `engine_source_for` (local_extensions.py): git by default, the index on request, this
+- `engine_source_for` (sqs_worker_template_jinja/source.py): git by default, the index on request, this
   checkout's engine/ by path when rendered in place (this suite and `make demo`).
 - The index route, end to end and offline from any real index: the engine's wheel built here
   and served from a local simple index, a service baked for the index, locked, installed and
@@ -28,8 +28,13 @@ from conftest import ROOT, bake, run
 from matrix import COOKIECUTTER
 from validators import dockerfile_instructions, jsonschema_cli_problems, load_workflow
 
-import local_extensions
-from local_extensions import engine_source_for
+from sqs_worker_template_jinja.source import (
+    ENGINE_INDEX,
+    GIT_CREDENTIAL_HELPER,
+    INDEX_VARIABLES,
+    engine_source_for,
+    web_url,
+)
 
 ENGINE_VERSION = tomllib.loads((ROOT / "engine" / "pyproject.toml").read_text())["project"]["version"]
 SECRET_ID = "template_repo_token"
@@ -43,7 +48,7 @@ ENGINE_DIR = Path("/checkout/engine")
 ORIGIN, COMMIT = "https://git.example.com/org/sqs-worker-template.git", "a" * 40
 GIT = {"git": ORIGIN, "subdirectory": "engine", "rev": COMMIT}
 INDEX_URL = "https://packages.example.com/simple/"
-INDEX = {"index": local_extensions.ENGINE_INDEX}
+INDEX = {"index": ENGINE_INDEX}
 
 
 @pytest.mark.parametrize(
@@ -52,11 +57,11 @@ INDEX = {"index": local_extensions.ENGINE_INDEX}
         ("index", "", "gh:org/sqs-worker-template", INDEX),
         ("git", "", "gh:org/sqs-worker-template", GIT),
         ("git", "", None, GIT),  # `cruft create` clones and gives no _template
-        ("index", "", str(local_extensions.ROOT), {"path": str(ENGINE_DIR)}),
-        ("git", "", str(local_extensions.ROOT), {"path": str(ENGINE_DIR)}),
+        ("index", "", str(ROOT), {"path": str(ENGINE_DIR)}),
+        ("git", "", str(ROOT), {"path": str(ENGINE_DIR)}),
         ("index", "path", "gh:org/sqs-worker-template", {"path": str(ENGINE_DIR)}),
         ("index", "git", "gh:org/sqs-worker-template", GIT),
-        ("git", "index", str(local_extensions.ROOT), INDEX),
+        ("git", "index", str(ROOT), INDEX),
     ],
     ids=["index", "git", "git-cruft", "in-place", "in-place-git", "override-path", "override-git", "override-index"],
 )
@@ -107,12 +112,12 @@ def test_an_engine_source_that_cannot_be_honoured_is_refused(
 def test_the_readme_links_the_engine_where_the_service_was_baked_from(origin: str, page: str | None) -> None:
     """Not a placeholder: the repository the bake came from, at its commit; a local
     checkout has no page, and the README names its path instead."""
-    assert local_extensions.web_url(origin, COMMIT) == page
+    assert web_url(origin, COMMIT) == page
 
 
 def test_the_readme_links_the_scaling_doc_where_the_service_was_baked_from() -> None:
     """The README's link to docs/scaling.md: the repository the bake came from, at its commit."""
-    page = local_extensions.web_url("https://github.com/acme/tpl.git", COMMIT, "docs/scaling.md", "blob")
+    page = web_url("https://github.com/acme/tpl.git", COMMIT, "docs/scaling.md", "blob")
     assert page == f"https://github.com/acme/tpl/blob/{COMMIT}/docs/scaling.md"
 
 
@@ -165,7 +170,7 @@ def assert_installed_from_an_index(project: Path) -> None:
 @pytest.fixture
 def no_index_named(monkeypatch: pytest.MonkeyPatch) -> None:
     """No index named by the environment the suite runs in: each test names its own."""
-    for name in local_extensions.INDEX_VARIABLES:
+    for name in INDEX_VARIABLES:
         monkeypatch.delenv(name, raising=False)
 
 
@@ -286,7 +291,7 @@ def test_the_git_route_gives_ci_the_token_through_one_credential_helper(bakes: d
     workflow = load_workflow(bakes["git"] / ".github" / "workflows" / "ci.yml")
     helper = {k: v for k, v in workflow["env"].items() if k.startswith("GIT_CONFIG_")}
     assert helper == helper_from_dockerfile(bakes["git"]), "the image build and CI use one helper"
-    assert helper["GIT_CONFIG_VALUE_0"] == local_extensions.GIT_CREDENTIAL_HELPER
+    assert helper["GIT_CONFIG_VALUE_0"] == GIT_CREDENTIAL_HELPER
 
     # git runs it: with the token, the user and password it answers; without, nothing.
     answer = git_credential({**helper, TOKEN_VARIABLE: "s3cret-token"}, tmp_path)
@@ -353,7 +358,7 @@ def test_make_refuses_engine_sources_an_image_build_cannot_reach(
 
 
 # (target, what names an index, uv.lock present, refused): `echo` stands in for uv and cruft.
-NAMED_BY = ["pyproject", *local_extensions.INDEX_VARIABLES]
+NAMED_BY = ["pyproject", *INDEX_VARIABLES]
 GUARD_CASES = [
     ("lock", None, False, True),
     ("lock", None, True, True),  # re-resolving is resolving: the lock does not name the index
@@ -389,7 +394,7 @@ def test_the_makefile_refuses_to_resolve_the_engine_until_an_index_is_named(
     (project / "pyproject.toml").write_text(pyproject)
     if locked:
         (project / "uv.lock").write_text("")
-    env = {named: "engine=https://packages.example.com/simple/"} if named in local_extensions.INDEX_VARIABLES else {}
+    env = {named: "engine=https://packages.example.com/simple/"} if named in INDEX_VARIABLES else {}
     result = run(["make", "--no-print-directory", target, "UV=echo uv", "CRUFT=echo cruft"], project, timeout=60, **env)
     output = result.stdout + result.stderr
     assert (result.returncode != 0) == refused, output
@@ -473,7 +478,7 @@ def test_the_template_update_workflow_checks_weekly_and_proposes_the_update(bake
         assert "${{" not in script, "no expression expanded into a shell script"
         checkout = next(s for s in job["steps"] if s.get("uses", "").startswith("actions/checkout@"))
         assert checkout["with"]["persist-credentials"] is False
-        assert job["env"]["GIT_CONFIG_VALUE_0"] == local_extensions.GIT_CREDENTIAL_HELPER, source
+        assert job["env"]["GIT_CONFIG_VALUE_0"] == GIT_CREDENTIAL_HELPER, source
 
 
 def test_the_readme_says_where_the_engine_comes_from_as_pyproject_does(bakes: dict[str, Path], tmp_path: Path) -> None:

@@ -171,7 +171,7 @@ def test_partitions_match_botocore() -> None:
     data says, for every region botocore knows and for one unknown region per partition."""
     import botocore.loaders
 
-    import local_extensions  # the template's root, on the suite's path
+    from sqs_worker_template_jinja.aws import dns_suffix, partition  # the template's root, on the suite's path
 
     checked = 0
     for part in botocore.loaders.Loader().load_data("partitions")["partitions"]:
@@ -180,7 +180,7 @@ def test_partitions_match_botocore() -> None:
         sample = part["regionRegex"].strip("^$").replace("\\-", "-").replace("\\w+", "south").replace("\\d+", "7")
         for region in [*regions, re.sub(r"\(([^|)]+)[^)]*\)", r"\1", sample)]:
             assert re.match(part["regionRegex"], region), region
-            got = (local_extensions.partition(region), local_extensions.dns_suffix(region))
+            got = (partition(region), dns_suffix(region))
             assert got == (part["id"], part["outputs"]["dnsSuffix"]), region
             checked += 1
     assert checked > 30
