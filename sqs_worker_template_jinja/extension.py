@@ -9,16 +9,37 @@ Globals: `limits` (the engine's limits.py) and `limits_file` (its path, for the 
 `payload_bucket_placeholder`, `alerts`, `dashboard`, `emf_metrics`, `emf_dimensions`,
 `secrets`, `secret_path`. Filters: `dlq_name`, `partition`, `dns_suffix`, `to_yaml`,
 `to_json`, `secret_parameter`.
+
+Each environment imports the helpers as they are on disk when it is made: `cruft update`
+renders the commit a service was baked from and then the newest one, in one clone and one
+process, and the second render must not run the modules the first one imported.
 """
 
 from __future__ import annotations
 
+import importlib
+import sys
+from pathlib import Path
 from typing import Any
 
 from jinja2.ext import Extension
 
 from . import alerts, aws, dashboard, emf, filters, source
-from .checkout import LIMITS_FILE, engine_version, git, load_limits
+from .checkout import LIMITS_FILE, ROOT, engine_version, git, load_limits
+
+PACKAGE = __name__.rpartition(".")[0]
+
+
+def forget_the_helpers() -> None:
+    """Drop this package's modules, and the root's local_extensions when it is this
+    template's, from sys.modules: the next environment imports them from disk again. An
+    environment made already keeps the functions it was given (and the modules they need)."""
+    for name in [n for n in sys.modules if n == PACKAGE or n.startswith(f"{PACKAGE}.")]:
+        del sys.modules[name]
+    entry = sys.modules.get("local_extensions")
+    if entry is not None and Path(getattr(entry, "__file__", None) or "/").resolve().parent == ROOT:
+        del sys.modules["local_extensions"]
+    importlib.invalidate_caches()  # a module the new checkout added is found
 
 
 class EngineExtension(Extension):
@@ -52,3 +73,4 @@ class EngineExtension(Extension):
         environment.globals["secrets"] = aws.secrets
         environment.globals["secret_path"] = aws.secret_path
         environment.filters["secret_parameter"] = aws.secret_parameter
+        forget_the_helpers()

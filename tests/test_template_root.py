@@ -11,6 +11,7 @@ instead. A harness with its own `observability.py` failed every bake with
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +22,7 @@ from conftest import ROOT, tool_env
 from scripts import measure_engine
 
 PACKAGE = ROOT / "sqs_worker_template_jinja"
+LIMITS = "engine/src/sqs_worker_engine/base/limits.py"
 
 # A scaffolding tool that bakes in its own process, with modules of its own already imported
 # (argv: the template, the output directory, then the names); prints the bake's directory
@@ -126,3 +128,96 @@ def test_the_cycle_check_sees_a_cycle_across_folders(tmp_path: Path) -> None:
     (tmp_path / "pkg" / "helper.py").write_text("import entry\n")
     cycle = measure_engine.cycles(measure_engine.repository_import_graph(tmp_path, folders))
     assert cycle == [["entry.py", "pkg/helper.py", "pkg/inner.py"]], cycle
+
+
+# Two renders of one checkout in one process, the checkout changed between them: what
+# `cruft update` (and so `make upgrade`) does, rendering the commit a service was baked from
+# and then the newest one in the same clone.
+TWO_RENDERS = """
+import pathlib, subprocess, sys
+from cookiecutter.main import cookiecutter
+
+template, out = sys.argv[1:]
+first = cookiecutter(template, no_input=True, output_dir=out + "/first")
+alerts = pathlib.Path(template, "sqs_worker_template_jinja", "alerts.py")
+# A new size as well as a new time: a .pyc is checked against both, to the second.
+alerts.write_text(alerts.read_text().replace("OLDEST_AGE_SECONDS = 600", "OLDEST_AGE_SECONDS = 900  # moved on"))
+second = cookiecutter(template, no_input=True, output_dir=out + "/second")
+"""
+
+
+def template_copy(into: Path) -> Path:
+    """What a bake reads of this checkout, as it is in the working tree (not a clone of its
+    last commit: the helpers under test are the ones being changed)."""
+    for name in ("cookiecutter.json", "local_extensions.py", "engine/pyproject.toml", LIMITS):
+        (into / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / name, into / name)
+    for name in ("hooks", "sqs_worker_template_jinja", "{{cookiecutter.project_slug}}"):
+        shutil.copytree(ROOT / name, into / name, ignore=shutil.ignore_patterns("__pycache__"))
+    return into
+
+
+def test_a_second_render_in_the_same_process_uses_the_helpers_as_they_are_now(tmp_path: Path) -> None:
+    """cruft renders the old commit, moves its clone to the new one and renders again: the
+    second render must read the new commit's helpers, not the modules the first one imported
+    (a new alert threshold never reached a service through `make upgrade`)."""
+    clone = template_copy(tmp_path / "template")
+    assert "OLDEST_AGE_SECONDS = 600" in (clone / "sqs_worker_template_jinja" / "alerts.py").read_text()
+    (tmp_path / "renders.py").write_text(TWO_RENDERS, encoding="utf-8")
+    harness(tmp_path)  # the cookiecutter configuration: clones and replays in tmp_path
+    done = subprocess.run(
+        [sys.executable, str(tmp_path / "renders.py"), str(clone), str(tmp_path / "out")],
+        cwd=tmp_path,
+        env=tool_env(SQS_WORKER_TEMPLATE_LOCK="0", COOKIECUTTER_CONFIG=str(tmp_path / "cookiecutter-config.yaml")),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    rules = "deploy/prometheus/alerts.yaml"
+    first = (tmp_path / "out" / "first" / "orders-worker" / rules).read_text()
+    second = (tmp_path / "out" / "second" / "orders-worker" / rules).read_text()
+    assert "queue_oldest_message_seconds" in first and "> 600" in first, "the first render's threshold"
+    assert "> 900" in second and "> 600" not in second, "the second render kept the first one's helpers"
+
+
+def test_cruft_update_brings_in_a_change_of_the_helpers(tmp_path: Path) -> None:
+    """End to end, as `make upgrade` runs it: a service created from a clone of this
+    repository's last commit; the template moves on with a new alert threshold; `cruft
+    update` brings the threshold in."""
+    repo = tmp_path / "template.git"
+    subprocess.run(["git", "clone", "--quiet", str(ROOT), str(repo)], check=True, timeout=120)
+    harness(tmp_path)
+    env = tool_env(SQS_WORKER_TEMPLATE_LOCK="0", COOKIECUTTER_CONFIG=str(tmp_path / "cookiecutter-config.yaml"))
+
+    def run(*cmd: str, cwd: Path) -> str:
+        done = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=300, check=False)
+        assert done.returncode == 0, f"{cmd}: {done.stdout[-2000:]}{done.stderr[-2000:]}"
+        return done.stdout
+
+    extra = '{"engine_source": "git"}'
+    run(
+        "cruft",
+        "create",
+        "--no-input",
+        "-o",
+        str(tmp_path / "out"),
+        "--extra-context",
+        extra,
+        repo.as_uri(),
+        cwd=tmp_path,
+    )
+    project = tmp_path / "out" / "orders-worker"
+    rules = project / "deploy" / "prometheus" / "alerts.yaml"
+    assert 'queue_oldest_message_seconds{job="orders-worker"}) > 600' in rules.read_text()
+    identity = ("-c", "user.email=o@example.com", "-c", "user.name=Owner")
+    run("git", "init", "--quiet", cwd=project)
+    run("git", "add", "-A", cwd=project)
+    run("git", *identity, "commit", "--quiet", "-m", "as generated", cwd=project)
+
+    alerts = repo / "sqs_worker_template_jinja" / "alerts.py"
+    alerts.write_text(alerts.read_text().replace("OLDEST_AGE_SECONDS = 600", "OLDEST_AGE_SECONDS = 900"))
+    run("git", *identity, "commit", "--quiet", "-am", "a new threshold", cwd=repo)
+    run("cruft", "update", "--skip-apply-ask", cwd=project)
+    assert 'queue_oldest_message_seconds{job="orders-worker"}) > 900' in rules.read_text(), "the update missed it"
