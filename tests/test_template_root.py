@@ -196,18 +196,8 @@ def test_cruft_update_brings_in_a_change_of_the_helpers(tmp_path: Path) -> None:
         assert done.returncode == 0, f"{cmd}: {done.stdout[-2000:]}{done.stderr[-2000:]}"
         return done.stdout
 
-    extra = '{"engine_source": "git"}'
-    run(
-        "cruft",
-        "create",
-        "--no-input",
-        "-o",
-        str(tmp_path / "out"),
-        "--extra-context",
-        extra,
-        repo.as_uri(),
-        cwd=tmp_path,
-    )
+    out, extra = str(tmp_path / "out"), '{"engine_source": "git"}'
+    run("cruft", "create", "--no-input", "--output-dir", out, "--extra-context", extra, repo.as_uri(), cwd=tmp_path)
     project = tmp_path / "out" / "orders-worker"
     rules = project / "deploy" / "prometheus" / "alerts.yaml"
     assert 'queue_oldest_message_seconds{job="orders-worker"}) > 600' in rules.read_text()
