@@ -12,7 +12,7 @@ import os
 
 import uvloop
 from sqs_worker_engine import Job, Router
-from sqs_worker_engine.base import metrics
+from sqs_worker_engine.base.telemetry import metrics
 from sqs_worker_engine.process.settings import ServiceDefaults, load_settings
 from sqs_worker_engine.process.worker import Worker
 

@@ -154,7 +154,7 @@ _METRICS_SCRIPT = """
 import json
 from prometheus_client import CollectorRegistry
 from prometheus_client.metrics import MetricWrapperBase
-from sqs_worker_engine import metrics
+from sqs_worker_engine.base.telemetry import metrics
 collectors = [c for c in vars(metrics).values() if isinstance(c, MetricWrapperBase)]
 collectors.append(metrics.enable_db_pool_gauge(CollectorRegistry()))  # registered with DB_POOL_SIZE only
 collectors.append(metrics.enable_jobs_left_gauge(CollectorRegistry()))  # with WORKER_MAX_JOBS only
@@ -165,8 +165,8 @@ print(json.dumps({m.name: m.type for c in collectors for m in c.describe()}))
 @functools.cache
 def engine_metrics() -> dict[str, str]:
     """The engine's metrics as PromQL names them (counters with `_total`, info with `_info`),
-    with their kind. Read from sqs_worker_engine.base.metrics in a process of its own, so that
-    registering the optional gauges touches nothing here."""
+    with their kind. Read from sqs_worker_engine.base.telemetry.metrics in a process of its
+    own, so that registering the optional gauges touches nothing here."""
     result = run([sys.executable, "-c", _METRICS_SCRIPT], ROOT, timeout=60)
     assert result.returncode == 0, result.stderr
     suffix = {"counter": "_total", "info": "_info"}

@@ -22,7 +22,7 @@ import boto3
 from prometheus_client import REGISTRY
 
 from sqs_worker_engine import Router, Worker, WorkerState
-from sqs_worker_engine.base.events import EventName, Listener
+from sqs_worker_engine.base.telemetry.events import EventName, Listener
 from sqs_worker_engine.doubles.emulators import free_port
 from sqs_worker_engine.process.settings import load_settings
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .base.errors import DownstreamUnavailable, JobCancelled, NonRetryableError, PayloadError, RetryLater
-    from .base.metrics import set_db_pool_in_use
+    from .base.telemetry.metrics import set_db_pool_in_use
     from .handlers.job import Job
     from .handlers.router import Router
     from .process.settings import ConfigError, ServiceDefaults, WorkerConfig, load_settings
@@ -34,7 +34,7 @@ _EXPORTS = {
     "WorkerConfig": "process.settings",
     "WorkerState": "process.worker",
     "load_settings": "process.settings",
-    "set_db_pool_in_use": "base.metrics",
+    "set_db_pool_in_use": "base.telemetry.metrics",
 }
 __all__ = [
     "ConfigError",

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from .base.health import check
+from .base.telemetry.health import check
 from .process import signals
 from .process.loops import EventLoop, new_loop
 from .process.settings import ConfigError, ServiceDefaults, WorkerConfig, load_settings
@@ -223,7 +223,7 @@ def _dlq_command(dlq_sub: argparse._SubParsersAction[_Parser], name: str, help: 
 
 
 def cmd_run(config: WorkerConfig, args: argparse.Namespace) -> int:
-    from .base import logs, tracing
+    from .base.telemetry import logs, tracing
     from .process import otlp_metrics
     from .process.worker import StartupError, Worker, load_router
 

@@ -1,15 +1,15 @@
-"""Deprecated path: the module is `sqs_worker_engine.base.metrics` (moved in 0.6, when the engine took layer
+"""Deprecated path: the module is `sqs_worker_engine.base.telemetry.metrics` (moved in 0.6, when the engine took layer
 subpackages). Services baked before then import it here; this path goes in 1.0."""
 
 import sys
 import warnings
 
-from sqs_worker_engine.base import metrics as _moved
-from sqs_worker_engine.base.metrics import *  # noqa: F403  (what type checkers see at this path)
+from sqs_worker_engine.base.telemetry import metrics as _moved
+from sqs_worker_engine.base.telemetry.metrics import *  # noqa: F403  (what type checkers see at this path)
 
 if __name__ != "__main__":
     warnings.warn(
-        "sqs_worker_engine.metrics is deprecated: import sqs_worker_engine.base.metrics",
+        "sqs_worker_engine.metrics is deprecated: import sqs_worker_engine.base.telemetry.metrics",
         DeprecationWarning,
         stacklevel=2,
     )

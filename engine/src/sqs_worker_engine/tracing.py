@@ -1,15 +1,15 @@
-"""Deprecated path: the module is `sqs_worker_engine.base.tracing` (moved in 0.6, when the engine took layer
+"""Deprecated path: the module is `sqs_worker_engine.base.telemetry.tracing` (moved in 0.6, when the engine took layer
 subpackages). Services baked before then import it here; this path goes in 1.0."""
 
 import sys
 import warnings
 
-from sqs_worker_engine.base import tracing as _moved
-from sqs_worker_engine.base.tracing import *  # noqa: F403  (what type checkers see at this path)
+from sqs_worker_engine.base.telemetry import tracing as _moved
+from sqs_worker_engine.base.telemetry.tracing import *  # noqa: F403  (what type checkers see at this path)
 
 if __name__ != "__main__":
     warnings.warn(
-        "sqs_worker_engine.tracing is deprecated: import sqs_worker_engine.base.tracing",
+        "sqs_worker_engine.tracing is deprecated: import sqs_worker_engine.base.telemetry.tracing",
         DeprecationWarning,
         stacklevel=2,
     )

@@ -17,8 +17,8 @@ from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
 from sqs_worker_engine import DownstreamUnavailable, Job, NonRetryableError, Router, localstack
-from sqs_worker_engine.base.health import progress_files
-from sqs_worker_engine.base.metrics import set_db_pool_in_use
+from sqs_worker_engine.base.telemetry.health import progress_files
+from sqs_worker_engine.base.telemetry.metrics import set_db_pool_in_use
 from sqs_worker_engine.doubles.emulators import free_port
 from sqs_worker_engine.process import ecs as ecs_module
 
@@ -376,7 +376,7 @@ def test_each_worker_process_has_its_own_progress_file_and_healthcheck_judges_ea
     """Two workers of one service on one host, with one WORKER_HEALTH_FILE: each writes its
     own file. With one of them frozen (SIGSTOP), `healthcheck` fails naming it while the
     other makes progress; a file both wrote said ok. A stopped worker leaves no file."""
-    from sqs_worker_engine.base.health import progress_files
+    from sqs_worker_engine.base.telemetry.health import progress_files
 
     queue = sqs.create()
     base = str(tmp_path / "orders.progress")

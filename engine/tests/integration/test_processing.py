@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from sqs_worker_engine import Job, Router, Worker, WorkerState
-from sqs_worker_engine.base.events import Error, JobStarted
+from sqs_worker_engine.base.telemetry.events import Error, JobStarted
 from sqs_worker_engine.process.settings import load_settings
 from sqs_worker_engine.process.worker import StartupError
 from sqs_worker_engine.runtime.receiving import EMPTY_SHORT_POLL_PAUSE

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from sqs_worker_engine.base.health import Health
+from sqs_worker_engine.base.telemetry.health import Health
 from sqs_worker_engine.doubles.emulators import free_port
 from sqs_worker_engine.process.server import make_app, start_server
 from sqs_worker_engine.process.settings import load_settings

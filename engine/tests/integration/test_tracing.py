@@ -26,8 +26,8 @@ from opentelemetry.trace import SpanKind
 from opentelemetry.util._once import Once
 
 from sqs_worker_engine import Job, NonRetryableError, Router
-from sqs_worker_engine.base.logs import get_logger
-from sqs_worker_engine.base.tracing import producer_context, xray_header
+from sqs_worker_engine.base.telemetry.logs import get_logger
+from sqs_worker_engine.base.telemetry.tracing import producer_context, xray_header
 from sqs_worker_engine.doubles.emulators import free_port
 from sqs_worker_engine.ops.producer import Producer, open_producer
 

@@ -44,7 +44,7 @@ from botocore.exceptions import EndpointConnectionError
 from hypothesis import strategies as st
 
 from sqs_worker_engine.base import clock
-from sqs_worker_engine.base.events import JobFailed
+from sqs_worker_engine.base.telemetry.events import JobFailed
 from sqs_worker_engine.doubles.memory import Fault, MemorySQS
 from sqs_worker_engine.handlers.job import Job
 from sqs_worker_engine.handlers.router import Router

@@ -10,7 +10,7 @@ from collections import Counter
 from typing import Any
 
 from sqs_worker_engine import NonRetryableError
-from sqs_worker_engine.base.logs import get_logger
+from sqs_worker_engine.base.telemetry.logs import get_logger
 from sqs_worker_engine.doubles.memory import MemorySQS
 from sqs_worker_engine.handlers.batches import failures
 from sqs_worker_engine.handlers.job import Job

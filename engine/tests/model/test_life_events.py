@@ -16,7 +16,7 @@ from pydantic import BaseModel
 
 from sqs_worker_engine import DownstreamUnavailable
 from sqs_worker_engine.base import clock
-from sqs_worker_engine.base.logs import bind_job as real_bind
+from sqs_worker_engine.base.telemetry.logs import bind_job as real_bind
 from sqs_worker_engine.doubles.memory import Fault, MemorySQS
 from sqs_worker_engine.handlers.job import Job
 from sqs_worker_engine.handlers.router import Router

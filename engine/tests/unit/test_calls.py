@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from sqs_worker_engine.base.events import Events
-from sqs_worker_engine.base.health import Health
+from sqs_worker_engine.base.telemetry.events import Events
+from sqs_worker_engine.base.telemetry.health import Health
 from sqs_worker_engine.handlers.router import HandlerSpec
 from sqs_worker_engine.runtime.calls import HandlerCalls
 from sqs_worker_engine.runtime.reporting import QueueReport

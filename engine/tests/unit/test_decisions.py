@@ -243,8 +243,8 @@ def test_every_outcome_has_a_plan_and_a_report_from_the_one_list() -> None:
     outcome some table lacks fails here, not as a KeyError while a message settles."""
     from typing import get_args
 
-    from sqs_worker_engine.base.events import Events
-    from sqs_worker_engine.base.health import Health
+    from sqs_worker_engine.base.telemetry.events import Events
+    from sqs_worker_engine.base.telemetry.health import Health
     from sqs_worker_engine.handlers.outcomes import OUTCOMES, Ending, Outcome
     from sqs_worker_engine.runtime.reporting import QueueReport
 

@@ -327,7 +327,7 @@ def test_a_record_folding_what_no_message_could_carry_is_not_unfolded() -> None:
 def test_a_forged_record_within_the_limits_gives_the_handler_only_what_its_producer_could_set() -> None:
     """Unfolded, a forged record is attributes its producer could have sent as they are; the
     worker's own reading (trace parent, payload pointer) is of what the message carries."""
-    from sqs_worker_engine.base.tracing import producer_context
+    from sqs_worker_engine.base.telemetry.tracing import producer_context
     from sqs_worker_engine.formats.offload import pointer_of
 
     folded = {

@@ -9,7 +9,7 @@ from typing import Literal, assert_type
 
 import pytest
 
-from sqs_worker_engine.base.events import EVENTS, Events, JobCompleted
+from sqs_worker_engine.base.telemetry.events import EVENTS, Events, JobCompleted
 
 
 def mistakes_mypy_refuses(events: Events) -> None:  # never called: read by mypy alone

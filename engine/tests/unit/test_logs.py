@@ -9,7 +9,7 @@ import logging
 
 import pytest
 
-from sqs_worker_engine.base import logs
+from sqs_worker_engine.base.telemetry import logs
 from sqs_worker_engine.process.settings import ConfigError, ServiceDefaults, load_settings
 
 # A generated service's defaults (its service.py): what the default bake's start line carried.

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from sqs_worker_engine.base.health import Health
+from sqs_worker_engine.base.telemetry.health import Health
 from sqs_worker_engine.doubles import vtime
 from sqs_worker_engine.doubles.memory import MemorySQS
 from sqs_worker_engine.runtime.admission import Admission

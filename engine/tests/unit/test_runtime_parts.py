@@ -19,8 +19,8 @@ from pydantic import BaseModel
 from sqs_worker_engine import Job, Router
 from sqs_worker_engine.base.backoff import Backoff, backoff_delay
 from sqs_worker_engine.base.errors import NonRetryableError, PayloadError
-from sqs_worker_engine.base.events import Events
-from sqs_worker_engine.base.health import Health, check, check_file, progress_file, progress_files
+from sqs_worker_engine.base.telemetry.events import Events
+from sqs_worker_engine.base.telemetry.health import Health, check, check_file, progress_file, progress_files
 from sqs_worker_engine.formats.dlq import dead_letter_request
 from sqs_worker_engine.formats.payload import parse_payload
 from sqs_worker_engine.runtime import admission as slot_module

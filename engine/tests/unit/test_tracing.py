@@ -8,7 +8,7 @@ from typing import Any
 from opentelemetry import trace
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 
-from sqs_worker_engine.base.tracing import inject, producer_context, xray_header
+from sqs_worker_engine.base.telemetry.tracing import inject, producer_context, xray_header
 
 CONTEXT = SpanContext(
     0x4BF92F3577B34DA6A3CE929D0E0E4736, 0x00F067AA0BA902B7, is_remote=False, trace_flags=TraceFlags(1)

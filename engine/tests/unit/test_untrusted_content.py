@@ -16,9 +16,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client.metrics import MetricWrapperBase
 
-from sqs_worker_engine.base import metrics
 from sqs_worker_engine.base.errors import PayloadError
-from sqs_worker_engine.base.logs import LogFormat, configure
+from sqs_worker_engine.base.telemetry import metrics
+from sqs_worker_engine.base.telemetry.logs import LogFormat, configure
 from sqs_worker_engine.formats.envelopes import ENVELOPES, ControlMessage, open_envelope, read_payload
 from sqs_worker_engine.formats.offload import PayloadStore, S3Pointer, pointer_of, pointer_problem, size_problem
 

@@ -15,7 +15,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
-from sqs_worker_engine.base.xray import endpoint_region, signed_session
+from sqs_worker_engine.base.telemetry.xray import endpoint_region, signed_session
 
 KEY = Credentials("AKIDEXAMPLE", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY", "session-token")
 
@@ -83,7 +83,7 @@ def test_the_worker_signs_only_for_an_xray_endpoint(monkeypatch: Any) -> None:
     from opentelemetry import trace
     from opentelemetry.util._once import Once
 
-    from sqs_worker_engine.base import tracing, xray
+    from sqs_worker_engine.base.telemetry import tracing, xray
 
     asked: list[str] = []
     monkeypatch.setattr(xray, "signed_session", lambda region: asked.append(region))

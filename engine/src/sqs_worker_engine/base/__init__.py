@@ -1,1 +1,1 @@
-"""Base facts every layer may use: the clock, limits, errors, metrics, events, health, the SQS client seam, logs."""
+"""Base facts every layer may use: the clock, backoff, limits, errors, the SQS client seam, and what the worker tells the world (telemetry/)."""

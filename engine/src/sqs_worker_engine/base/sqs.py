@@ -17,7 +17,8 @@ from aiobotocore.config import AioConfig
 from aiobotocore.session import get_session
 from botocore.exceptions import BotoCoreError, ClientError
 
-from . import clock, metrics, tracing
+from . import clock
+from .telemetry import metrics, tracing
 
 if TYPE_CHECKING:
     from types_aiobotocore_sqs import SQSClient as SQSClient

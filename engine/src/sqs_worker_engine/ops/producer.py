@@ -50,10 +50,10 @@ from botocore.exceptions import ClientError
 from opentelemetry.trace import SpanKind
 from pydantic import BaseModel, ValidationError
 
-from ..base import tracing
 from ..base.backoff import backoff_delay
 from ..base.limits import MAX_MESSAGE_BYTES, MAX_RECEIVE_BATCH
 from ..base.sqs import create_client, error_code
+from ..base.telemetry import tracing
 from ..formats.dlq import attributes_size
 from ..formats.offload import DEFAULT_THRESHOLD, SIZE_ATTRIBUTE, SIZE_ATTRIBUTES, PayloadStore, pointer_body
 from ..formats.payload import validation_problems

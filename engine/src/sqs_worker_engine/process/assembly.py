@@ -15,10 +15,7 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import Any
 
-from ..base import metrics
 from ..base.backoff import Backoff
-from ..base.events import Events
-from ..base.health import Health, database_check
 from ..base.limits import MAX_RECEIVE_BATCH
 from ..base.sqs import (
     CONNECT_TIMEOUT,
@@ -30,6 +27,9 @@ from ..base.sqs import (
     describe_queue,
     error_code,
 )
+from ..base.telemetry import metrics
+from ..base.telemetry.events import Events
+from ..base.telemetry.health import Health, database_check
 from ..formats.offload import PayloadStore
 from ..formats.signatures import SnsSignatures
 from ..handlers.router import HandlerSpec, Router

@@ -30,11 +30,12 @@ from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from enum import StrEnum
 from typing import Any
 
-from ..base import clock, metrics
+from ..base import clock
 from ..base._version import ENGINE_VERSION
-from ..base.events import EventName, Events, Listener, Subscribe
-from ..base.health import Health
 from ..base.sqs import SqsApi, SQSClient, observed
+from ..base.telemetry import metrics
+from ..base.telemetry.events import EventName, Events, Listener, Subscribe
+from ..base.telemetry.health import Health
 from ..formats.offload import PayloadStore
 from ..formats.signatures import SnsSignatures
 from ..handlers import job

@@ -19,10 +19,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..base import clock, metrics
+from ..base import clock
 from ..base.backoff import backoff_delay
 from ..base.limits import MAX_RECEIVE_BATCH
 from ..base.sqs import SqsApi, entry_gone, error_code
+from ..base.telemetry import metrics
 from .delivery import Delivery, LeaseBook, SettleAction
 from .lease import CALL_TIMEOUT
 from .reach import Kind

@@ -14,9 +14,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from ..base import metrics
-from ..base.health import Health
 from ..base.sqs import SqsApi
+from ..base.telemetry import metrics
+from ..base.telemetry.health import Health
 
 NAMES = ["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible", "ApproximateNumberOfMessagesDelayed"]
 STATES = dict(zip(NAMES, ("visible", "in_flight", "delayed"), strict=True))

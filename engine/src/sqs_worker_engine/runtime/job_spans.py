@@ -11,7 +11,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import Link, NonRecordingSpan, Span, SpanKind, Status, StatusCode
 
-from ..base.tracing import VENDOR, producer_context, tracer
+from ..base.telemetry.tracing import VENDOR, producer_context, tracer
 from ..handlers.outcomes import Ending
 from .decisions import DeadLetter, Release, RetryAfter, RetryInPlace, Settlement
 

@@ -37,11 +37,12 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..base import clock, tracing
-from ..base.health import Health
+from ..base import clock
 from ..base.limits import MAX_RECEIVE_BATCH
-from ..base.logs import bind_job
 from ..base.sqs import QueueInfo
+from ..base.telemetry import tracing
+from ..base.telemetry.health import Health
+from ..base.telemetry.logs import bind_job
 from ..handlers.job import Job
 from ..handlers.outcomes import Ending, describe
 from ..handlers.router import HandlerSpec

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..base.errors import PayloadError
-from ..base.logs import get_logger
+from ..base.telemetry.logs import get_logger
 from ..formats.dlq import original_attributes
 from ..formats.envelopes import ControlMessage, read_payload
 from ..formats.offload import PayloadStore, S3Pointer, pointer_of, pointer_problem

@@ -16,10 +16,11 @@ from collections.abc import Callable
 
 from prometheus_client import Counter, Gauge
 
-from ..base import clock, metrics
-from ..base.events import Events
-from ..base.health import Health
+from ..base import clock
 from ..base.sqs import NOT_FOUND_CODES, error_code
+from ..base.telemetry import metrics
+from ..base.telemetry.events import Events
+from ..base.telemetry.health import Health
 from ..handlers.outcomes import OUTCOMES, Ending, describe
 from .adaptive import Limit, worth_telling
 

@@ -69,7 +69,7 @@ def tracer() -> trace.Tracer:
 def _tracer(provider: trace.TracerProvider) -> trace.Tracer:
     # One per provider: the SDK builds a new tracer (and its scope) on every get_tracer,
     # which was a third of a traced job's cost.
-    from ._version import ENGINE_VERSION
+    from .._version import ENGINE_VERSION
 
     return provider.get_tracer(SCOPE, ENGINE_VERSION)
 
