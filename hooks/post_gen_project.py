@@ -100,8 +100,7 @@ def record_origin(root: Path, answers: dict[str, object]) -> None:
                 "_commit": TEMPLATE_COMMIT,
             }
         },
-        "directory": None,
-        "skip": [],  # pyproject.toml's [tool.cruft] lists what updates leave alone
+        "directory": None,  # no "skip": pyproject.toml's [tool.cruft] lists what updates leave alone
     }
     path.write_text(json.dumps(state, indent=2) + "\n")
 
