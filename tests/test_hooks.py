@@ -378,3 +378,55 @@ def test_the_template_s_own_python_is_formatted_and_linted() -> None:
             [sys.executable, "-m", *command], cwd=ROOT, capture_output=True, text=True, timeout=120, check=False
         )
         assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_a_bake_whose_lock_found_no_interpreter_says_first_what_to_install(tmp_path: Path) -> None:
+    """A bake for Python 3.14 on a machine without one: `uv lock` fails for the interpreter,
+    and the closing message began `Next steps: make install`, which failed the same way."""
+    project = tmp_path / "project"
+    make_project(project, "svc")
+    (project / "pyproject.toml").write_text('[project]\nname = "svc"\nversion = "0.1.0"\n', encoding="utf-8")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    uv = bin_dir / "uv"
+    uv.write_text(
+        "#!/bin/sh\necho 'error: No interpreter found for Python 3.14 in managed installations or search path' >&2\n"
+        "exit 2\n",
+        encoding="utf-8",
+    )
+    uv.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k != "SQS_WORKER_TEMPLATE_LOCK"}
+    result = subprocess.run(
+        [sys.executable, str(render_hook(tmp_path, "post_gen_project.py", {**VALID, "package_name": "svc"}))],
+        cwd=project,
+        env={**env, "PATH": f"{bin_dir}{os.pathsep}/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.strip().splitlines()
+    assert "Next steps:" not in lines, result.stdout
+    before = "\n".join(lines[1 : lines.index("Then:")])
+    assert "No Python 3.14 was found" in before and "uv python install 3.14" in before, before
+    steps = lines[lines.index("Then:") + 1 :]
+    assert steps[1].strip().startswith("make lock") and steps[2].strip().startswith("make install"), steps
+
+
+def test_cruft_s_renders_under_make_upgrade_print_no_next_steps(tmp_path: Path) -> None:
+    """`make upgrade` asks cruft to render the template twice in directories of its own: the
+    bake's closing message, with a `cd` into a temporary directory, was printed each time."""
+    project = tmp_path / "project"
+    make_project(project, "svc")
+    env = {**os.environ, "SQS_WORKER_TEMPLATE_QUIET": "1", "SQS_WORKER_TEMPLATE_LOCK": "0"}
+    result = subprocess.run(
+        [sys.executable, str(render_hook(tmp_path, "post_gen_project.py", {**VALID, "package_name": "svc"}))],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert (result.returncode, result.stdout) == (0, ""), result.stdout + result.stderr

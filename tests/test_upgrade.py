@@ -132,6 +132,12 @@ def test_make_upgrade_brings_in_an_engine_upgrade_and_keeps_the_owners_edit(
     assert 'priority: str = "normal"  # added by the owner' in handlers.read_text(), "the owner's edit survives"
     assert "test_the_owners_priority_field_is_accepted" in tests.read_text()
     assert json.loads((project / ".cruft.json").read_text())["commit"] == new
+    assert f"The template's changes from {old} to {new} are in" in output, output[-3000:]
+    # cruft rewrote .cruft.json in its own key order (79 changed lines for a 2-line template
+    # change), and appended pyproject's skip list to it at each update: the commit moves alone.
+    changed = run(["git", "diff", "--unified=0", ".cruft.json"], project).stdout
+    moved = [line for line in changed.splitlines() if line[:1] in "+-" and line[:3] not in ("+++", "---")]
+    assert len(moved) == 4 and all('commit"' in line for line in moved), changed
     lock = (project / "uv.lock").read_text()
     assert f"rev={new}#{new}" in lock and f'version = "{new_version}"' in lock, "re-locked"
 
@@ -153,6 +159,11 @@ def test_make_upgrade_stops_on_a_conflicting_edit_naming_the_file(tmp_path: Path
     assert upgraded.returncode != 0, output[-3000:]
     assert "The template's update conflicts with your changes in:\n  .gitignore\n" in upgraded.stdout, output[-3000:]
     assert "make lock test" in upgraded.stdout
+    # One clear thing per outcome: before, cruft's own "Good work! Project's cruft has been
+    # updated" came right before the conflict, and (without the file in git's history) git's
+    # "repository lacks the necessary blob to perform 3-way merge".
+    for noise in ("Good work", "lacks the necessary blob", "Next steps:"):
+        assert noise not in output, output[-3000:]
     assert (project / "uv.lock").read_text() == lock_before, "stopped before re-locking"
     if history == "as-generated":
         assert "<<<<<<<" in gitignore.read_text(), "git's conflict markers show both sides"
