@@ -5,7 +5,15 @@ reaches the DLQ with its reason, and SIGTERM drains with nothing left in flight.
 
 The check is the engine's (`sqs_worker_engine.testing.check_service`), so its fixes come
 with an upgrade; it is driven by your handlers' declared examples (see handlers.py), so
-this file needs no change when you replace them.
+this file needs no change when you replace them, unless your handlers need something the
+emulator does not give: a setting of your own (`env=` gives the service's processes its
+value) or an HTTP API (`stand_in_http` serves one on 127.0.0.1 while the check runs):
+
+    from sqs_worker_engine.testing import check_service, stand_in_http
+
+    with stand_in_http({"POST /v1/orders": (201, {"id": "o-1"})}) as partner:
+        check_service(SERVICE, localstack_endpoint, tmp_path, env={"PARTNER_API_URL": partner.url})
+    assert partner.requests, "the handler called the API"
 """
 
 from __future__ import annotations

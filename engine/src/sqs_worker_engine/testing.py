@@ -42,7 +42,10 @@ worker does, so `job.resources` is what it yields; `resources=` gives a stand-in
 `check_service(SERVICE, endpoint, tmp_path, env={...})` runs a whole service against an SQS
 emulator, driven by the examples its payload models declare (see `end_to_end.py`); `env`
 adds to the environment of the service's processes (the settings your own code reads at
-boot, say: an API's URL, a stand-in token).
+boot, say: an API's URL, a stand-in token). For an HTTP API a handler calls,
+`with stand_in_http({"POST /v1/orders": (201, {...})}) as partner:` serves one on 127.0.0.1
+for the block: give the service `env={"PARTNER_API_URL": partner.url}`, and read what it
+was asked in `partner.requests` (doubles/http.py).
 """
 
 from __future__ import annotations
@@ -59,6 +62,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel
 
 from .base.errors import PayloadError, RetryLater
+from .doubles.http import stand_in_http
 from .formats.envelopes import ControlMessage, Envelope, read_payload
 from .handlers.batches import BatchItemFailedError, BatchResponseError, item_failures
 from .handlers.job import Job
@@ -78,6 +82,7 @@ __all__ = [
     "run_batch_async",
     "run_handler",
     "run_handler_async",
+    "stand_in_http",
 ]
 
 

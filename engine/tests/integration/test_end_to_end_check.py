@@ -13,7 +13,7 @@ from sqs_worker_engine import ServiceDefaults
 from sqs_worker_engine.doubles.end_to_end import PROBE_BODY, REJECTED_BODY, NoExamples
 from sqs_worker_engine.handlers.router import Router
 from sqs_worker_engine.ops.examples import examples_of, message_body
-from sqs_worker_engine.testing import check_service
+from sqs_worker_engine.testing import check_service, stand_in_http
 
 from ..support import PROJECT_ROOT, REGION
 
@@ -120,3 +120,32 @@ def test_an_example_its_own_model_refuses_is_named_before_anything_runs() -> Non
     assert spec is not None
     problem = example_problem(spec, message_body(spec, examples_of(Refund)[0]))
     assert problem is not None and "refund_id" in problem, problem
+
+
+PARTNER_SERVICE = ServiceDefaults(
+    name="partner-service",
+    version="0.0.1",
+    command="python -m tests.service",
+    environ={
+        "WORKER_QUEUES": "partner-orders",
+        "WORKER_HANDLERS": "tests.integration.partner_app:router",
+        "WORKER_JOB_TIMEOUT_MS": "10000",
+        "WORKER_SHUTDOWN_TIMEOUT_MS": "20000",
+        "AWS_REGION": REGION,
+    },
+)
+
+
+def test_a_handler_that_calls_an_http_api_is_proven_against_a_stand_in_given_by_its_own_setting(
+    localstack_endpoint: str, tmp_path: Path
+) -> None:
+    """The owner's second hour: a handler whose client the lifespan opens from a required
+    setting of the service's own (PARTNER_API_URL), calling an HTTP API. The end-to-end
+    check had no way to stand in for the API; `stand_in_http` serves one for the block."""
+    with stand_in_http({"POST /v1/orders": (201, {"id": "booked"})}) as partner:
+        report = check_service(
+            PARTNER_SERVICE, localstack_endpoint, tmp_path, env={**ENV, "PARTNER_API_URL": partner.url}
+        )
+    assert report.processed == {"partner-orders": 2}, report
+    booked = {r.json()["order"] for r in partner.requests if r.path == "/v1/orders"}
+    assert booked == {"o-1", "o-2"}, partner.requests

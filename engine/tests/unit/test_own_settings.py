@@ -12,7 +12,7 @@ from pydantic import AliasChoices, Field, HttpUrl, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from sqs_worker_engine import cli
-from sqs_worker_engine.process.settings import ConfigError, ServiceDefaults, load_settings, own_variables
+from sqs_worker_engine.process.settings import ConfigError, ServiceDefaults, WorkerConfig, load_settings, own_variables
 
 
 class Partner(BaseSettings):
@@ -95,7 +95,12 @@ def test_commands_that_only_talk_to_sqs_do_not_read_the_services_own_settings(
     for name in ("PARTNER_API_URL", "PARTNER_API_TOKEN", "PARTNER_TOKEN", "PARTNER_TIMEOUT_SECONDS"):
         monkeypatch.delenv(name, raising=False)
     seen: list[object] = []
-    monkeypatch.setitem(cli.COMMANDS, argv[0], lambda config, args: seen.append(config.own) or 0)
+
+    def command(config: WorkerConfig, args: object) -> int:
+        seen.append(config.own)
+        return 0
+
+    monkeypatch.setitem(cli.COMMANDS, argv[0], command)
     assert cli.main(SERVICE, argv) == 0
     assert seen == [None], "the command got a config without the service's own settings"
     assert cli.main(SERVICE, ["config"]) == cli.EXIT_CONFIG
