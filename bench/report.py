@@ -12,7 +12,7 @@ from typing import Any
 from sqs_worker_engine.base.limits import MAX_RECEIVE_BATCH
 from sqs_worker_engine.process.assembly import control_connections
 from sqs_worker_engine.process.settings import load_settings
-from sqs_worker_engine.runtime.prefetch import default_prefetch
+from sqs_worker_engine.runtime.protections.prefetch import default_prefetch
 
 CONTENDERS = ("generated", "generated-p0", "handloop", "threadpool", "celery")
 OTHERS = ("handloop", "threadpool", "celery")  # the alternatives (generated-p0 is the worker itself)

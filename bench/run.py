@@ -64,7 +64,7 @@ sys.path.insert(0, str(HERE))
 import report
 from common import RECORD_BYTES, parse_handler
 from sqs_worker_engine import localstack
-from sqs_worker_engine.runtime.prefetch import default_prefetch
+from sqs_worker_engine.runtime.protections.prefetch import default_prefetch
 
 REGION = "us-east-1"
 SPREAD = (0.01, 0.04)  # seconds, uniform: a third pass of the plan's `spread` handlers (AWS-like)

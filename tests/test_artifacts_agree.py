@@ -192,7 +192,7 @@ def test_the_metrics_named_are_the_runtimes() -> None:
     """The dashboard and alerts are checked against engine_metrics(): it must find every
     metric the engine's metrics.py creates (db_pool_in_use, created on demand, included), or
     those checks would call a real metric unknown, or miss one no panel shows."""
-    text = (ROOT / "engine" / "src" / "sqs_worker_engine" / "base" / "metrics.py").read_text()
+    text = (ROOT / "engine" / "src" / "sqs_worker_engine" / "base" / "telemetry" / "metrics.py").read_text()
     suffix = {"Counter": "_total", "Info": "_info"}
     created = {
         name + suffix.get(kind, ""): kind.lower()

@@ -1,15 +1,15 @@
-"""Deprecated path: the module is `sqs_worker_engine.runtime.decisions` (moved in 0.6, when the engine took layer
+"""Deprecated path: the module is `sqs_worker_engine.runtime.settling.decisions` (moved in 0.6, when the engine took layer
 subpackages). Services baked before then import it here; this path goes in 1.0."""
 
 import sys
 import warnings
 
-from sqs_worker_engine.runtime import decisions as _moved
-from sqs_worker_engine.runtime.decisions import *  # noqa: F403  (what type checkers see at this path)
+from sqs_worker_engine.runtime.settling import decisions as _moved
+from sqs_worker_engine.runtime.settling.decisions import *  # noqa: F403  (what type checkers see at this path)
 
 if __name__ != "__main__":
     warnings.warn(
-        "sqs_worker_engine.decisions is deprecated: import sqs_worker_engine.runtime.decisions",
+        "sqs_worker_engine.decisions is deprecated: import sqs_worker_engine.runtime.settling.decisions",
         DeprecationWarning,
         stacklevel=2,
     )

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from sqs_worker_engine.base.limits import MAX_RECEIVE_BATCH
-from sqs_worker_engine.runtime.prefetch import default_prefetch
+from sqs_worker_engine.runtime.protections.prefetch import default_prefetch
 
 from ..faultproxy import FaultProxy
 from ..support import Sqs

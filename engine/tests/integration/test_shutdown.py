@@ -521,7 +521,7 @@ def test_process_handlers_end_with_the_worker_and_leave_nothing_running(
     assert stopped and stopped[0]["jobs_cut_off_and_released"] == 1
     # Released at once, or, while a poll of ours may still be out in SQS (on a loaded
     # machine LocalStack answers a 1 s poll seconds late), once it surely has ended: at
-    # most its client's own timeout later (settling.Polls.release_delay). Before, a bound
+    # most its client's own timeout later (receiving.Polls.release_delay). Before, a bound
     # of 10 s failed under load while the worker waited out its late poll, as it should.
     deadline = time.monotonic() + CONNECT_TIMEOUT + 1 + POLL_READ_MARGIN + 10
     while sqs.counts(queue.url)[0] != 1:

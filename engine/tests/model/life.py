@@ -49,10 +49,10 @@ from sqs_worker_engine.doubles.memory import Fault, MemorySQS
 from sqs_worker_engine.handlers.job import Job
 from sqs_worker_engine.handlers.router import Router
 from sqs_worker_engine.process.worker import StartupError, Worker, WorkerState
-from sqs_worker_engine.runtime import processes
-from sqs_worker_engine.runtime.admission import Admission, Grant, Ticket
-from sqs_worker_engine.runtime.delivery import State
-from sqs_worker_engine.runtime.processes import HandlerProcessDied
+from sqs_worker_engine.runtime.admission.admission import Admission, Grant, Ticket
+from sqs_worker_engine.runtime.handling import processes
+from sqs_worker_engine.runtime.handling.processes import HandlerProcessDied
+from sqs_worker_engine.runtime.settling.delivery import State
 
 Lifespan = Literal["none", "slow_open", "failing_open", "hanging_open", "slow_close", "failing_close", "hanging_close"]
 Phase = Literal["time", "opening", "paused", "quiet", "settling"]

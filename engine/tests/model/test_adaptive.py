@@ -17,7 +17,9 @@ from sqs_worker_engine.base import clock
 from sqs_worker_engine.doubles.memory import MemorySQS
 from sqs_worker_engine.handlers.job import Job
 from sqs_worker_engine.handlers.router import Router
-from sqs_worker_engine.runtime.admission import Admission, Ticket
+from sqs_worker_engine.runtime.admission.admission import Ticket
+from sqs_worker_engine.runtime.admission.gate import StartGate
+from sqs_worker_engine.runtime.admission.line import StartLine
 
 from . import vtime
 from .harness import QUEUE, Running, memory_queue, start, until
@@ -60,19 +62,20 @@ class Watch:
 @pytest.fixture
 def watch(monkeypatch: pytest.MonkeyPatch) -> Watch:
     seen = Watch()
-    take, set_limit = Admission._take, Admission.set_limit
+    take, set_limit = StartLine._take, StartGate.set_limit
 
-    def checked_take(self: Admission, ticket: Ticket, now: float) -> None:
-        if self.running >= self.limit:
-            seen.over.append(f"a start with {self.running} running at a limit of {self.limit}")
+    def checked_take(self: StartLine, ticket: Ticket, now: float) -> None:
+        running, limit = self.book.running, self.gate.limit
+        if running >= limit:
+            seen.over.append(f"a start with {running} running at a limit of {limit}")
         take(self, ticket, now)
 
-    def recorded_set_limit(self: Admission, limit: int) -> None:
+    def recorded_set_limit(self: StartGate, limit: int) -> None:
         set_limit(self, limit)
         seen.limits.append(self.limit)
 
-    monkeypatch.setattr(Admission, "_take", checked_take)
-    monkeypatch.setattr(Admission, "set_limit", recorded_set_limit)
+    monkeypatch.setattr(StartLine, "_take", checked_take)
+    monkeypatch.setattr(StartGate, "set_limit", recorded_set_limit)
     return seen
 
 

@@ -171,7 +171,7 @@ def test_held_messages_never_exceed_concurrency_plus_prefetch_while_dlq_sends_ar
     """DLQ sends take 5 s: settling messages count toward the places held. Before, the bound
     added a settling room of max(concurrency, 50) on top: 100 held at concurrency 2 and
     prefetch 50, twice what a SIGKILL may strand by the documentation. A message whose copy
-    is in the DLQ and whose delete is sent gives its place back (admission.delete_sent):
+    is in the DLQ and whose delete is sent gives its place back (its line.delete_sent):
     those are bounded apart, by the prefetch."""
     most = {"held": 0, "places": 0}
 

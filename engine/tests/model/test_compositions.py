@@ -58,10 +58,12 @@ from sqs_worker_engine.doubles.memory import Fault, MemorySQS
 from sqs_worker_engine.handlers.job import Job
 from sqs_worker_engine.handlers.router import Router
 from sqs_worker_engine.process.worker import Worker
-from sqs_worker_engine.runtime import processes, reach
-from sqs_worker_engine.runtime.admission import Admission
-from sqs_worker_engine.runtime.delivery import State
-from sqs_worker_engine.runtime.throttle import StartWindow
+from sqs_worker_engine.runtime.admission.admission import Admission
+from sqs_worker_engine.runtime.admission.line import StartLine
+from sqs_worker_engine.runtime.handling import processes
+from sqs_worker_engine.runtime.protections import reach
+from sqs_worker_engine.runtime.protections.throttle import StartWindow
+from sqs_worker_engine.runtime.settling.delivery import State
 
 from . import life, vtime
 from .harness import Running, config
@@ -238,10 +240,12 @@ def play(c: Composition) -> None:
         **({"WORKER_MAX_JOBS": c.max_jobs} if c.max_jobs else {}),
         **life.env(c.events),
     }
-    take = Admission._take
+    take = StartLine._take
     watch = life.Watch()
 
-    def checked_take(admission: Admission, ticket: Any, now: float) -> None:
+    def checked_take(line: StartLine, ticket: Any, now: float) -> None:
+        admission = line.member
+        assert isinstance(admission, Admission)
         # A job cancelled past its timeout whose work goes on (a process cannot be stopped)
         # holds a slot of the concurrency, not of the limit in use (admission._slots_full).
         live = admission.running - admission.overdue_running
@@ -252,7 +256,7 @@ def play(c: Composition) -> None:
         watch.take(workers, admission)
         if c.events.processes:
             seen.starts.append(now)
-        take(admission, ticket, now)
+        take(line, ticket, now)
 
     async def scenario() -> None:
         sqs = MemorySQS()
@@ -331,7 +335,7 @@ def play(c: Composition) -> None:
             seen.completed.add(key)
 
     with (
-        mock.patch.object(Admission, "_take", checked_take),
+        mock.patch.object(StartLine, "_take", checked_take),
         life.fake_processes(ended_in_process),
         life.watched_receives(watch),
     ):
@@ -427,14 +431,14 @@ def test_the_probe_case_ends_as_it_should() -> None:
 def test_a_leaked_probe_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     """The check of the check: a probe that is never handed back when its job leaves
     without an answer wedges the queue, and the liveness check says so."""
-    close = Admission.close
+    close = StartLine.close
 
-    def leaky_close(self: Admission, ticket: Any) -> None:
-        probe = self._probe
+    def leaky_close(self: StartLine, ticket: Any) -> None:
+        probe = self.gate.probe
         close(self, ticket)
-        self._probe = probe  # the permit is not returned
+        self.gate.probe = probe  # the permit is not returned
 
-    monkeypatch.setattr(Admission, "close", leaky_close)
+    monkeypatch.setattr(StartLine, "close", leaky_close)
     # Nothing held ahead: the next probe must be received for the purpose, and the leaked
     # one stops that. (A prefetched message would start once the pause ran its time, and
     # its answer end the pause: the leak would go unseen.)

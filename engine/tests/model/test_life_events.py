@@ -21,8 +21,8 @@ from sqs_worker_engine.doubles.memory import Fault, MemorySQS
 from sqs_worker_engine.handlers.job import Job
 from sqs_worker_engine.handlers.router import Router
 from sqs_worker_engine.runtime import pool as pool_module
-from sqs_worker_engine.runtime.admission import Admission, Grant, Ticket
-from sqs_worker_engine.runtime.reach import PROBE_CAP
+from sqs_worker_engine.runtime.admission.admission import Admission, Grant, Ticket
+from sqs_worker_engine.runtime.protections.reach import PROBE_CAP
 
 from . import vtime
 from .harness import QUEUE, memory_queue, start, until

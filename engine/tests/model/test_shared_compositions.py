@@ -36,9 +36,10 @@ from sqs_worker_engine.handlers.job import Job
 from sqs_worker_engine.handlers.router import Router
 from sqs_worker_engine.process.settings import queue_env_key
 from sqs_worker_engine.process.worker import Worker
-from sqs_worker_engine.runtime.admission import Admission
-from sqs_worker_engine.runtime.budget import Member, SharedBudget
-from sqs_worker_engine.runtime.throttle import StartWindow
+from sqs_worker_engine.runtime.admission.admission import Admission
+from sqs_worker_engine.runtime.admission.line import StartLine
+from sqs_worker_engine.runtime.protections.budget import Member, SharedBudget
+from sqs_worker_engine.runtime.protections.throttle import StartWindow
 
 from . import life, vtime
 from .harness import Running, config
@@ -132,11 +133,12 @@ def play(s: Shared) -> None:
     workers: list[Worker] = []
     env = _env(s)
     watch = life.Watch()
-    take = Admission._take
+    take = StartLine._take
 
-    def watched_take(admission: Admission, ticket: Any, now: float) -> None:
-        watch.take(workers, admission)
-        take(admission, ticket, now)
+    def watched_take(line: StartLine, ticket: Any, now: float) -> None:
+        assert isinstance(line.member, Admission)
+        watch.take(workers, line.member)
+        take(line, ticket, now)
 
     async def scenario() -> None:
         sqs = MemorySQS()
@@ -224,7 +226,7 @@ def play(s: Shared) -> None:
             seen[queue].completed.add(key)
 
     with (
-        mock.patch.object(Admission, "_take", watched_take),
+        mock.patch.object(StartLine, "_take", watched_take),
         life.fake_processes(ended_in_process),
         life.watched_receives(watch),
     ):

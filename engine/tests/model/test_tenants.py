@@ -126,12 +126,12 @@ def test_parked_messages_are_given_back_at_shutdown_and_nothing_is_lost() -> Non
         worker = await start(sqs, seen.router(3.0), WORKER_CONCURRENCY="6", WORKER_GROUP_CONCURRENCY="2")
         assert await until(lambda: len(seen.done) >= 10, 600)
         pool = worker.worker.pools[0]
-        assert pool.admission.parked > 0, "some were parked when the stop came"
+        assert pool.admission.line.parked > 0, "some were parked when the stop came"
         await worker.stop()
         left = sqs.bodies(QUEUE)
         assert sorted(left + seen.done) == sorted(bodies), "every message done or still in the queue"
         assert max(seen.runs.values()) == 1
-        assert pool.admission.parked == 0 and pool.admission.tenants.get("a", 0) == 0
+        assert pool.admission.line.parked == 0 and pool.admission.tenants.get("a", 0) == 0
         assert pool.admission.in_use == 0 and pool.admission.held == 0
 
     vtime.run(scenario())

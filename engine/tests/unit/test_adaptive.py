@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sqs_worker_engine.handlers.outcomes import OUTCOMES, Outcome
-from sqs_worker_engine.runtime.adaptive import BASELINE_WINDOWS, MIN_WINDOW, Limit, worth_telling
-from sqs_worker_engine.runtime.admission import Admission, Ticket
+from sqs_worker_engine.runtime.admission.admission import Admission, Ticket
+from sqs_worker_engine.runtime.protections.adaptive import BASELINE_WINDOWS, MIN_WINDOW, Limit, worth_telling
 
 BASE = 0.05  # seconds a call takes while the downstream is within its capacity
 
@@ -286,13 +286,13 @@ def test_a_start_never_takes_a_slot_past_the_limit_and_nobody_startable_waits(
                 assert admission.limit == min(n, capacity)
             elif step == "arrive":
                 (ticket,) = admission.received(await admission.reserve(1), 1)
-                tasks[ticket] = asyncio.ensure_future(admission.start(ticket, never))
+                tasks[ticket] = asyncio.ensure_future(admission.line.start(ticket, never))
             else:
                 mine = [t for t in started if not t.closed]
                 if mine:
-                    admission.work_ended(mine[0])
-                    admission.decide(mine[0])
-                    admission.close(mine[0])
+                    admission.line.work_ended(mine[0])
+                    admission.line.decide(mine[0])
+                    admission.line.close(mine[0])
             for _ in range(5):
                 await asyncio.sleep(0)
             new = [t for t, task in tasks.items() if task.done() and task.result() and t not in started]
@@ -304,8 +304,8 @@ def test_a_start_never_takes_a_slot_past_the_limit_and_nobody_startable_waits(
             for _ in admission.tickets():
                 assert admission.running >= admission.limit, "a startable message waits"
         for ticket in list(tasks):
-            admission.work_ended(ticket)
-            admission.close(ticket)
+            admission.line.work_ended(ticket)
+            admission.line.close(ticket)
         await asyncio.sleep(0)
         assert (admission.held, admission.in_use, admission.running) == (0, 0, 0)
 

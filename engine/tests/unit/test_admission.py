@@ -12,10 +12,10 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from sqs_worker_engine.base import clock
-from sqs_worker_engine.runtime.admission import Admission, Grant, Ticket
-from sqs_worker_engine.runtime.throttle import SPACING_MARGIN, StartWindow
-from sqs_worker_engine.runtime.tickets import LEGAL, SIZED, TicketBook
-from sqs_worker_engine.runtime.waking import Ask
+from sqs_worker_engine.runtime.admission.admission import Admission, Grant, Ticket
+from sqs_worker_engine.runtime.admission.tickets import LEGAL, SIZED, TicketBook
+from sqs_worker_engine.runtime.admission.waking import Ask
+from sqs_worker_engine.runtime.protections.throttle import SPACING_MARGIN, StartWindow
 
 # One step: a message of group 0-2 arrives, a running job of it ends, a waiting one leaves.
 steps = st.lists(st.tuples(st.sampled_from(["arrive", "end", "leave"]), st.integers(0, 2)), max_size=60)
@@ -36,17 +36,17 @@ def test_starts_keep_every_bound_go_in_receive_order_and_every_ticket_gives_all_
             if step == "arrive":
                 (ticket,) = admission.received(await admission.reserve(1), 1)
                 ticket.group = group
-                tasks[ticket] = asyncio.ensure_future(admission.start(ticket, never))
+                tasks[ticket] = asyncio.ensure_future(admission.line.start(ticket, never))
             elif step == "end":
                 mine = [t for t in started if t.group == group and not t.closed]
                 if mine:
-                    admission.work_ended(mine[0])
-                    admission.decide(mine[0])
-                    admission.close(mine[0])
+                    admission.line.work_ended(mine[0])
+                    admission.line.decide(mine[0])
+                    admission.line.close(mine[0])
             elif step == "leave":
                 waiting = [t for t in tasks if not tasks[t].done()]
                 if waiting:
-                    admission.close(waiting[-1])
+                    admission.line.close(waiting[-1])
             for _ in range(5):  # the woken starts run to their end
                 await asyncio.sleep(0)
             for ticket, task in tasks.items():
@@ -59,10 +59,10 @@ def test_starts_keep_every_bound_go_in_receive_order_and_every_ticket_gives_all_
                 assert cap is None or n <= cap, f"{name} runs {n} over its cap {cap}"
             # Nobody waits who could start: a free slot, and its group below its cap.
             for ticket in admission.tickets():
-                assert admission.running == capacity or admission.at_cap(ticket), "a startable message waits"
+                assert admission.running == capacity or admission.line.at_cap(ticket), "a startable message waits"
         for ticket in list(tasks):
-            admission.work_ended(ticket)  # a handler's slot goes once its work has ended
-            admission.close(ticket)
+            admission.line.work_ended(ticket)  # a handler's slot goes once its work has ended
+            admission.line.close(ticket)
         await asyncio.sleep(0)
         assert (admission.held, admission.in_use, admission.running, admission.waiting) == (0, 0, 0, 0)
         assert admission.tenants == {}
@@ -78,15 +78,15 @@ def test_a_ticket_closed_as_the_probe_hands_the_probe_on() -> None:
         never: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         admission = Admission(2, 10)
         first, second = admission.received(await admission.reserve(2), 2)
-        assert await admission.start(first, never)
-        admission.trouble(first, clock.now(), 0.01)
+        assert await admission.line.start(first, never)
+        admission.line.trouble(first, clock.now(), 0.01)
         await asyncio.sleep(0.02)
-        assert await asyncio.wait_for(admission.start(second, never), 1), "the pause ran its time: a probe"
+        assert await asyncio.wait_for(admission.line.start(second, never), 1), "the pause ran its time: a probe"
         assert second.probe
         third_grant = Grant(0)
         assert admission.receivable(10, clock.now()) == 0, "one probe at a time"
-        admission.work_ended(second)
-        admission.close(second)  # left without an answer
+        admission.line.work_ended(second)
+        admission.line.close(second)  # left without an answer
         assert admission.receivable(10, clock.now()) == 1, "the next receive may probe"
         admission.received(third_grant, 0)
 
@@ -101,9 +101,9 @@ def test_a_leaked_probe_would_wedge_the_queue() -> None:
         never: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         admission = Admission(2, 10)
         (first,) = admission.received(await admission.reserve(1), 1)
-        assert await admission.start(first, never)
-        admission.trouble(first, clock.now(), 0.01)
-        admission._probe = Ticket(-1, None)  # leaked on purpose
+        assert await admission.line.start(first, never)
+        admission.line.trouble(first, clock.now(), 0.01)
+        admission.gate.probe = Ticket(-1, None)  # leaked on purpose
         await asyncio.sleep(0.05)
         assert admission.receivable(10, clock.now()) == 0
 
@@ -239,13 +239,13 @@ def test_a_freed_place_wakes_one_waiting_poller_not_all() -> None:
         admission = _Looks(10, 0)
         tickets = admission.received(await admission.reserve(10), 10)
         for ticket in tickets:
-            assert await admission.start(ticket, never)
+            assert await admission.line.start(ticket, never)
         pollers = [asyncio.ensure_future(admission.reserve(10)) for _ in range(20)]
         await asyncio.sleep(0.01)
         assert not any(p.done() for p in pollers)
         admission.looks = 0
-        admission.work_ended(tickets[0])
-        admission.decide(tickets[0])  # its place is free (it settles meanwhile)
+        admission.line.work_ended(tickets[0])
+        admission.line.decide(tickets[0])  # its place is free (it settles meanwhile)
         for _ in range(3):
             await asyncio.sleep(0)
         assert admission.looks <= 2, f"{admission.looks} looks for one freed place"
@@ -283,21 +283,21 @@ def test_a_freed_place_wakes_no_poller_that_would_only_wait_again() -> None:
         admission.prefetch = 10  # as measured
         tickets = admission.received(await admission.reserve(10), 10)
         for ticket in tickets:
-            assert await admission.start(ticket, never)
+            assert await admission.line.start(ticket, never)
         out = await admission.reserve(10)  # another receive is out: more are on their way
         poller = asyncio.ensure_future(admission.reserve(10))
         for ticket in tickets[:9]:
             await asyncio.sleep(0.01)
             assert not poller.done()
-            admission.work_ended(ticket)
-            admission.decide(ticket)
-            admission.close(ticket)
+            admission.line.work_ended(ticket)
+            admission.line.decide(ticket)
+            admission.line.close(ticket)
         await asyncio.sleep(0.01)
         assert admission.waits == 1, f"{admission.waits} waits for nine places freed one by one"
         assert not poller.done()
-        admission.work_ended(tickets[9])
-        admission.decide(tickets[9])
-        admission.close(tickets[9])
+        admission.line.work_ended(tickets[9])
+        admission.line.decide(tickets[9])
+        admission.line.close(tickets[9])
         assert (await asyncio.wait_for(poller, 5)).places == 10
         admission.received(out, 0)
         admission.stop()
@@ -343,10 +343,10 @@ def test_a_message_that_left_the_line_is_never_started_by_a_slot_freed_before_it
         admission.prefetch = 10
         never: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         first, second, third = admission.received(await admission.reserve(3), 3)
-        assert await admission.start(first, never)
+        assert await admission.line.start(first, never)
         lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        waiting = asyncio.ensure_future(admission.start(second, lost))
-        behind = asyncio.ensure_future(admission.start(third, never))
+        waiting = asyncio.ensure_future(admission.line.start(second, lost))
+        behind = asyncio.ensure_future(admission.line.start(third, never))
         await asyncio.sleep(0)
         assert [t.seq for t in admission.tickets()] == [second.seq, third.seq]
         if leaves == "lease_lost":
@@ -354,16 +354,16 @@ def test_a_message_that_left_the_line_is_never_started_by_a_slot_freed_before_it
         else:
             waiting.cancel()
         await asyncio.sleep(0)  # the lease's callback has run; the waiting task has not
-        admission.work_ended(first)
-        admission.decide(first)
-        admission.close(first)
+        admission.line.work_ended(first)
+        admission.line.decide(first)
+        admission.line.close(first)
         assert admission.running == 1 and third.running and not second.running
         if leaves == "lease_lost":
             assert await waiting is False
         else:
             with pytest.raises(asyncio.CancelledError):
                 await waiting
-        admission.close(second)
+        admission.line.close(second)
         assert await behind is True
         assert admission.running == 1 and list(admission.tickets()) == []
 
@@ -379,17 +379,17 @@ def test_a_life_cancelled_after_its_turn_came_gives_its_slot_back() -> None:
         admission.prefetch = 10
         never: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         first, second = admission.received(await admission.reserve(2), 2)
-        assert await admission.start(first, never)
-        waiting = asyncio.ensure_future(admission.start(second, never))
+        assert await admission.line.start(first, never)
+        waiting = asyncio.ensure_future(admission.line.start(second, never))
         await asyncio.sleep(0)
-        admission.work_ended(first)
-        admission.decide(first)
-        admission.close(first)
+        admission.line.work_ended(first)
+        admission.line.decide(first)
+        admission.line.close(first)
         assert second.running  # handed the slot; its task has not run yet
         waiting.cancel()
         with pytest.raises(asyncio.CancelledError):
             await waiting
-        admission.close(second)  # the life's finally (pool._forget)
+        admission.line.close(second)  # the life's finally (pool._forget)
         assert (admission.running, admission.held, admission.in_use) == (0, 0, 0)
 
     asyncio.run(play())

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from sqs_worker_engine.process.settings import ConfigError, load_settings
-from sqs_worker_engine.runtime.budget import COMING, NOTHING, WAITING, SharedBudget, Want, pick
+from sqs_worker_engine.runtime.protections.budget import COMING, NOTHING, WAITING, SharedBudget, Want, pick
 
 # -- the pick ---------------------------------------------------------------------------
 

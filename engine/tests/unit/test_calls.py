@@ -15,7 +15,7 @@ import pytest
 from sqs_worker_engine.base.telemetry.events import Events
 from sqs_worker_engine.base.telemetry.health import Health
 from sqs_worker_engine.handlers.router import HandlerSpec
-from sqs_worker_engine.runtime.calls import HandlerCalls
+from sqs_worker_engine.runtime.handling.calls import HandlerCalls
 from sqs_worker_engine.runtime.reporting import QueueReport
 
 EAGER = sys.version_info >= (3, 12)

@@ -8,8 +8,8 @@ import asyncio
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sqs_worker_engine.runtime.admission import Admission, Ticket
-from sqs_worker_engine.runtime.completion import UNLIMITED, Completion, idle_left, jobs_done, room, turn
+from sqs_worker_engine.runtime.admission.admission import Admission, Ticket
+from sqs_worker_engine.runtime.protections.completion import UNLIMITED, Completion, idle_left, jobs_done, room, turn
 
 
 def test_room_is_the_jobs_left_less_what_is_promised() -> None:
@@ -83,17 +83,17 @@ def test_admission_never_grants_more_than_the_jobs_left(
                 grant = await admission.reserve(most)
                 assert completion.promised + completion.started <= cap
                 for ticket in admission.received(grant, min(n, grant.places)):
-                    tasks.append(asyncio.ensure_future(admission.start(ticket, never)))
+                    tasks.append(asyncio.ensure_future(admission.line.start(ticket, never)))
                     held.append(ticket)
             elif step == "start":
                 fresh = [t for t in held if t.promised and t.running]
                 if fresh:
-                    admission.handler_called(fresh[0])
+                    admission.line.handler_called(fresh[0])
             elif held:
                 ticket = held.pop(n % len(held))
-                admission.work_ended(ticket)
-                admission.decide(ticket)
-                admission.close(ticket)
+                admission.line.work_ended(ticket)
+                admission.line.decide(ticket)
+                admission.line.close(ticket)
             for _ in range(3):  # the woken starts run
                 await asyncio.sleep(0)
             unstarted = sum(1 for t in held if t.promised)

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from sqs_worker_engine.formats.dlq import attributes_size, fit_to_size
-from sqs_worker_engine.runtime.decisions import (
+from sqs_worker_engine.runtime.settling.decisions import (
     DeadLetter,
     Delete,
     Facts,
@@ -23,7 +23,7 @@ from sqs_worker_engine.runtime.decisions import (
     plan,
     retry_delay,
 )
-from sqs_worker_engine.runtime.delivery import (
+from sqs_worker_engine.runtime.settling.delivery import (
     LEGAL,
     Delivery,
     IllegalTransitionError,

@@ -13,8 +13,8 @@ from botocore.exceptions import ClientError
 from sqs_worker_engine.base.limits import RECEIVE_ATTEMPT_SECONDS
 from sqs_worker_engine.doubles import vtime
 from sqs_worker_engine.doubles.memory import MemorySQS
+from sqs_worker_engine.runtime.admission.tickets import Grant
 from sqs_worker_engine.runtime.receiving import RETRY_WITHIN, Attempt, retried
-from sqs_worker_engine.runtime.tickets import Grant
 
 
 @pytest.mark.parametrize(

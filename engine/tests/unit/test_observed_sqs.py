@@ -18,7 +18,7 @@ from prometheus_client import REGISTRY
 
 from sqs_worker_engine.base.sqs import ObservedSqs, lease_client, observed
 from sqs_worker_engine.doubles.memory import MemorySQS
-from sqs_worker_engine.runtime.job_spans import error_type
+from sqs_worker_engine.runtime.handling.job_spans import error_type
 
 if TYPE_CHECKING:
     from types_aiobotocore_sqs.type_defs import DeleteMessageBatchRequestEntryTypeDef

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sqs_worker_engine.runtime.prefetch import Pace, prefetch_target
+from sqs_worker_engine.runtime.protections.prefetch import Pace, prefetch_target
 
 
 def test_little_s_law_plus_a_batch_within_the_cap() -> None:

@@ -25,7 +25,7 @@ from typing import TypeVar
 
 import pytest
 
-from sqs_worker_engine.runtime.processes import HandlerProcessDied, ProcessPool
+from sqs_worker_engine.runtime.handling.processes import HandlerProcessDied, ProcessPool
 
 T = TypeVar("T")
 HANG = 120.0  # seconds: a hang, not a slow machine

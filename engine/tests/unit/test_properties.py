@@ -27,7 +27,7 @@ from sqs_worker_engine.formats.dlq import (
 )
 from sqs_worker_engine.formats.payload import parse_payload
 from sqs_worker_engine.process.settings import _ALIASES, QUEUE_OVERRIDES, ConfigError, WorkerConfig, load_settings
-from sqs_worker_engine.runtime.delivery import extension_seconds
+from sqs_worker_engine.runtime.settling.delivery import extension_seconds
 
 # No deadline: the machine running the suite may be busy. No example database: a failure
 # prints its example (and how to replay it), and nothing is left in the project tree.

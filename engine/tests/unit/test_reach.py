@@ -11,10 +11,10 @@ import pytest
 from sqs_worker_engine.base.telemetry.health import Health
 from sqs_worker_engine.doubles import vtime
 from sqs_worker_engine.doubles.memory import MemorySQS
-from sqs_worker_engine.runtime.admission import Admission
-from sqs_worker_engine.runtime.delivery import LeaseBook
-from sqs_worker_engine.runtime.lease import LeaseKeeper
-from sqs_worker_engine.runtime.reach import PROBE_HANDLE, Kind, Reach, starts_held
+from sqs_worker_engine.runtime.admission.admission import Admission
+from sqs_worker_engine.runtime.protections.reach import PROBE_HANDLE, Kind, Reach, starts_held
+from sqs_worker_engine.runtime.settling.delivery import LeaseBook
+from sqs_worker_engine.runtime.settling.lease import LeaseKeeper
 
 
 @pytest.mark.parametrize(

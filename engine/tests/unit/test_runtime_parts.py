@@ -23,10 +23,10 @@ from sqs_worker_engine.base.telemetry.events import Events
 from sqs_worker_engine.base.telemetry.health import Health, check, check_file, progress_file, progress_files
 from sqs_worker_engine.formats.dlq import dead_letter_request
 from sqs_worker_engine.formats.payload import parse_payload
-from sqs_worker_engine.runtime import admission as slot_module
-from sqs_worker_engine.runtime.acker import ATTEMPTS, RETRY_SECONDS, keep_trying
-from sqs_worker_engine.runtime.admission import Admission, Grant
-from sqs_worker_engine.runtime.delivery import extension_seconds
+from sqs_worker_engine.runtime.admission import admission as slot_module
+from sqs_worker_engine.runtime.admission.admission import Admission, Grant
+from sqs_worker_engine.runtime.settling.acker import ATTEMPTS, RETRY_SECONDS, keep_trying
+from sqs_worker_engine.runtime.settling.delivery import extension_seconds
 
 
 def test_backoff_grows_with_jitter_and_is_capped() -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sqs_worker_engine.runtime.tenants import MAX_GIVE_BACK_SECONDS, Tenants, give_back_delay, when_capped
+from sqs_worker_engine.runtime.protections.tenants import MAX_GIVE_BACK_SECONDS, Tenants, give_back_delay, when_capped
 
 
 def test_fairness_spends_at_most_half_the_receives_and_only_when_the_park_is_full() -> None:

@@ -7,8 +7,8 @@ import pytest
 
 from sqs_worker_engine.base.errors import DownstreamUnavailable
 from sqs_worker_engine.handlers.outcomes import classify
-from sqs_worker_engine.runtime.decisions import DeadLetter, Facts, RetryAfter, RetryInPlace, RetryPolicy, plan
-from sqs_worker_engine.runtime.throttle import Breaker, parse_rate
+from sqs_worker_engine.runtime.protections.throttle import Breaker, parse_rate
+from sqs_worker_engine.runtime.settling.decisions import DeadLetter, Facts, RetryAfter, RetryInPlace, RetryPolicy, plan
 
 
 @pytest.mark.parametrize(

@@ -34,23 +34,23 @@ from ..formats.offload import PayloadStore
 from ..formats.signatures import SnsSignatures
 from ..handlers.router import HandlerSpec, Router
 from ..runtime import reporting
-from ..runtime.adaptive import Limit
-from ..runtime.admission import Admission
-from ..runtime.budget import SharedBudget
-from ..runtime.calls import HandlerCalls
-from ..runtime.completion import Completion
-from ..runtime.decisions import RetryPolicy
-from ..runtime.delivery import LeaseBook
-from ..runtime.lease import LeaseKeeper
+from ..runtime.admission.admission import Admission
+from ..runtime.handling.calls import HandlerCalls
+from ..runtime.handling.preparing import Preparer
+from ..runtime.handling.processes import ProcessPool
 from ..runtime.pool import PoolOptions, PoolParts, QueuePool
-from ..runtime.preparing import Preparer
-from ..runtime.processes import ProcessPool
-from ..runtime.reach import Kind
-from ..runtime.receiving import OnMessages, Receiver
+from ..runtime.protections.adaptive import Limit
+from ..runtime.protections.budget import SharedBudget
+from ..runtime.protections.completion import Completion
+from ..runtime.protections.reach import Kind
+from ..runtime.protections.tenants import Tenants
+from ..runtime.protections.throttle import Breaker, StartWindow
+from ..runtime.receiving import OnMessages, Polls, Receiver
 from ..runtime.reporting import QueueReport
-from ..runtime.settling import Polls, Settler
-from ..runtime.tenants import Tenants
-from ..runtime.throttle import Breaker, StartWindow
+from ..runtime.settling.decisions import RetryPolicy
+from ..runtime.settling.delivery import LeaseBook
+from ..runtime.settling.lease import LeaseKeeper
+from ..runtime.settling.settling import Settler
 from .server import make_app, start_server
 from .settings import QueueSettings, Settings, WorkerConfig
 

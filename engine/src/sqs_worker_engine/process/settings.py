@@ -41,10 +41,10 @@ from ..base.limits import (
     RESERVED_PREFIXES,
     SECRET_NAME_PATTERN,
 )
-from ..runtime.budget import PRIORITIES, Priority
-from ..runtime.lease import heartbeat_problem
-from ..runtime.prefetch import default_prefetch
-from ..runtime.throttle import parse_rate, window_of
+from ..runtime.protections.budget import PRIORITIES, Priority
+from ..runtime.protections.prefetch import default_prefetch
+from ..runtime.protections.throttle import parse_rate, window_of
+from ..runtime.settling.lease import heartbeat_problem
 from .loops import EventLoop, loop_problem, uvloop_installed
 from .otlp_metrics import exporter_problem, otlp_installed
 from .service_links import service_link

@@ -41,9 +41,9 @@ from ..formats.signatures import SnsSignatures
 from ..handlers import job
 from ..handlers.router import Router
 from ..runtime.backlog import BacklogSampler
-from ..runtime.completion import Completion
+from ..runtime.handling.processes import ProcessPool
 from ..runtime.pool import QueuePool
-from ..runtime.processes import ProcessPool
+from ..runtime.protections.completion import Completion
 from . import assembly, heap, signals
 from .assembly import StartupError as StartupError  # where it always was: cli.py and tests import it
 from .ecs import ScaleInProtection
@@ -64,7 +64,7 @@ SIGNAL_ECHO_SECONDS = 1.0
 LIFESPAN_CLOSE_SECONDS = 2.0
 LIFESPAN_CANCEL_GRACE = 0.5
 # After the drain, idle handler processes have this long to exit when asked; whatever still
-# runs then (a job the drain cut off and released) is killed (runtime/processes.py).
+# runs then (a job the drain cut off and released) is killed (runtime/handling/processes.py).
 PROCESS_EXIT_GRACE = 2.0
 
 

@@ -46,11 +46,16 @@ from ..base.telemetry.logs import bind_job
 from ..handlers.job import Job
 from ..handlers.outcomes import Ending, describe
 from ..handlers.router import HandlerSpec
-from . import job_spans
-from .admission import Admission, Ticket
+from .admission.admission import Admission, Ticket
 from .backlog import Received
-from .calls import HandlerCalls
-from .decisions import (
+from .handling import job_spans
+from .handling.calls import HandlerCalls
+from .handling.preparing import Payload, Preparer
+from .protections.prefetch import Pace, prefetch_target
+from .protections.tenants import Tenants, when_capped
+from .receiving import OnMessages, Polls, Receiver
+from .reporting import QueueReport
+from .settling.decisions import (
     DeadLetter,
     Facts,
     Release,
@@ -62,14 +67,9 @@ from .decisions import (
     group_goes_on,
     plan,
 )
-from .delivery import Delivery, LeaseBook, State
-from .lease import LeaseKeeper
-from .prefetch import Pace, prefetch_target
-from .preparing import Payload, Preparer
-from .receiving import OnMessages, Receiver
-from .reporting import QueueReport
-from .settling import Polls, Settler
-from .tenants import Tenants, when_capped
+from .settling.delivery import Delivery, LeaseBook, State
+from .settling.lease import LeaseKeeper
+from .settling.settling import Settler
 
 log = logging.getLogger("sqs_worker_engine.pool")
 
@@ -162,6 +162,7 @@ class QueuePool:
         self.info, self.name, self.spec, self.options = parts.info, parts.info.name, parts.spec, parts.options
         self.worker_id, self.health, self.report = parts.worker_id, parts.health, parts.report
         self.admission, self.book, self.keeper, self.settler = parts.admission, parts.book, parts.keeper, parts.settler
+        self.line = parts.admission.line  # each message's way to a slot, and what it gives back
         self.preparer, self.calls, self.retry, self.tenants = parts.preparer, parts.calls, parts.retry, parts.tenants
         self.pace = Pace()  # receive round trips and job durations, for the prefetch (written by the life)
         self.runs: set[Run] = set()  # the deliveries on their way through (written by _dispatch, _forget)
@@ -272,7 +273,7 @@ class QueuePool:
                 groups.setdefault(run.delivery.group, []).append(run)
             for members in groups.values():
                 for run in members[1:]:
-                    self.admission.behind_its_group(run.ticket)
+                    self.line.behind_its_group(run.ticket)
                 self._spawn(self._run_group(members), members)
         else:
             for run in runs:
@@ -319,14 +320,14 @@ class QueuePool:
             if self.tenants is not None and await self._given_back_for_its_tenant(run):
                 return Release()
             while True:
-                started = self.admission.start_at_once(run.ticket)
+                started = self.line.start_at_once(run.ticket)
                 if started is None:
-                    started = await self.admission.wait_to_start(run.ticket, run.delivery.lost())
+                    started = await self.line.wait_to_start(run.ticket, run.delivery.lost())
                 if not started:
                     reason = "shutdown" if self.stopping else "lease lost before it started"
                     await self._let_go([run], reason)
                     return Release()
-                ending = self.admission.ended(run.ticket, await self._attempt(run))
+                ending = self.line.ended(run.ticket, await self._attempt(run))
                 if ending.called:  # a job may take 0.0 s by the loop's clock (uvloop's ticks in ms)
                     self.pace.ran(ending.duration)  # also the fair tenants' line length
                     if self.options.prefetch:
@@ -354,7 +355,7 @@ class QueuePool:
                     error=ending.error,
                     pointer=run.payload.pointer,
                     trace=run.span.ids if run.span is not None else None,
-                    sent=lambda: self.admission.delete_sent(run.ticket),
+                    sent=lambda: self.line.delete_sent(run.ticket),
                 )
                 self._ended(run, settlement, ending, will_retry=isinstance(settlement, RetryAfter))
                 return settlement
@@ -366,10 +367,10 @@ class QueuePool:
         (it waits in admission's line, passed by the others) unless the park is full: then
         given back for about as long as its group's line takes. True if given back."""
         group = run.ticket.group
-        if self.tenants is None or group is None or not self.admission.at_cap(run.ticket):
+        if self.tenants is None or group is None or not self.line.at_cap(run.ticket):
             return False
         room = max(0, self.options.prefetch - MAX_RECEIVE_BATCH)  # leave places for other tenants
-        action = when_capped(self.admission.parked, room, run.delivery.receive_count, self.info.max_receive_count)
+        action = when_capped(self.line.parked, room, run.delivery.receive_count, self.info.max_receive_count)
         if action == "park":
             self.report.tenant_capped(action, group, self.tenants.cap, run.delivery.message_id, None)
             return False
@@ -398,14 +399,14 @@ class QueuePool:
             return await self._call(run, job)
         finally:
             if not invoked:
-                self.admission.work_ended(run.ticket)
+                self.line.work_ended(run.ticket)
 
     async def _call(self, run: Run, job: Job[Any]) -> Ending:
         """Run the handler until it ends, its timeout, its lease is lost or the shutdown cut."""
         if self.options.log_payloads:
             log.info("job payload", extra={"body": job.body})
         self.report.started(job.id)
-        self.admission.handler_called(run.ticket)
+        self.line.handler_called(run.ticket)
         if run.delivery.state is State.RECEIVED:
             self.book.start(run.delivery)
         return await self.calls.call(
@@ -415,8 +416,8 @@ class QueuePool:
             job_timeout=self.options.job_timeout,
             lease_gone=lambda: run.delivery.state is State.LOST,
             span=run.span,
-            on_ended=lambda: self.admission.work_ended(run.ticket),
-            on_overdue=lambda: self.admission.overdue(run.ticket),
+            on_ended=lambda: self.line.work_ended(run.ticket),
+            on_overdue=lambda: self.line.overdue(run.ticket),
         )
 
     def _start_span(self, run: Run) -> None:
@@ -475,5 +476,5 @@ class QueuePool:
 
     def _forget(self, run: Run) -> None:
         """The one place a message's hold on admission ends (its ticket is closed once)."""
-        self.admission.close(run.ticket)
+        self.line.close(run.ticket)
         self.runs.discard(run)

@@ -21,21 +21,22 @@ where admission would now grant none (a pause, deletes failing): it is not anoth
 from __future__ import annotations
 
 import asyncio
+import math
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..base import clock
 from ..base.backoff import Backoff
 from ..base.limits import MAX_RECEIVE_BATCH, RECEIVE_ATTEMPT_SECONDS
 from ..base.sqs import SqsApi
-from .admission import Admission, Grant, Ticket
-from .reach import Kind
+from .admission.admission import Admission, Grant, Ticket
+from .protections.reach import Kind
 from .reporting import QueueReport
-from .settling import Polls
 
 RESPONSE_ALLOWANCE = 1.0  # seconds a ReceiveMessage response may spend in transit
+POLL_END_ALLOWANCE = 2.0  # seconds past WaitTimeSeconds by which SQS has surely ended a poll
 # With WORKER_WAIT_TIME_SECONDS=0 an empty queue answers at once; a poller waits this long
 # before asking again (a long poll would wait up to 20 s on SQS's side instead).
 EMPTY_SHORT_POLL_PAUSE = 1.0
@@ -59,6 +60,31 @@ def retried(attempt: Attempt, now: float) -> bool:
     """Whether a receive that failed is sent again as it was (see above): on a FIFO queue,
     while SQS still knows its attempt id."""
     return attempt.attempt_id is not None and now - attempt.first_sent < RETRY_WITHIN
+
+
+@dataclass
+class Polls:
+    """The pool's long polls out: poller -> (when SQS ends it, when its client gives up).
+    Written by the pollers only; the settler reads it (settling.py: what is given back at
+    the stop waits for them)."""
+
+    wait_time: int
+    poll_timeout: float
+    out: dict[object, tuple[float, float]] = field(default_factory=dict)
+    abandoned: list[tuple[float, float]] = field(default_factory=list)  # cancelled while still out
+
+    def sent(self, poller: object, now: float) -> None:
+        self.out[poller] = (now + self.wait_time + POLL_END_ALLOWANCE, now + self.poll_timeout)
+
+    def answered(self, poller: object) -> None:
+        self.out.pop(poller, None)
+
+    def release_delay(self, now: float) -> int:
+        """0, or while a poll of ours is still out (past the release cap, or abandoned):
+        until that poll ends in SQS (or, if it is already late, until its client gives up
+        on it), so that not even an abandoned poll can take the message."""
+        ends = [sqs_end if now < sqs_end else hard for sqs_end, hard in [*self.out.values(), *self.abandoned]]
+        return max(0, math.ceil(max(ends, default=now) - now))
 
 
 class Receiver:

@@ -22,7 +22,7 @@ from ..base.telemetry import metrics
 from ..base.telemetry.events import Events
 from ..base.telemetry.health import Health
 from ..handlers.outcomes import OUTCOMES, Ending, describe
-from .adaptive import Limit, worth_telling
+from .protections.adaptive import Limit, worth_telling
 
 log = logging.getLogger("sqs_worker_engine.pool")
 

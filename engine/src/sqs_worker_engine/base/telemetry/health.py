@@ -106,7 +106,7 @@ class Health:
     def sqs_result(self, ok: bool, queue: str | None = None) -> None:
         """Whether SQS answered: the worker's own call, or `queue`'s pool, which says whether
         SQS answers every kind of call it makes (its receives, its lease extensions and
-        visibility changes, its deletes: runtime/reach.py)."""
+        visibility changes, its deletes: runtime/protections/reach.py)."""
         if queue is None:
             self._sqs = ok
         else:

@@ -28,16 +28,18 @@ Every protection that limits what is received or started answers here, from one 
   else blocks it; receiving asks only for the slots the budget may give it.
 
 Whatever a message holds from admission is one `Ticket` (tickets.py), in one phase: its
-place, its handler slot, its rate-window entry, its tenant turn, the probe. `close()` gives
-all of it back, once, whichever way the message leaves; the pool calls it in one `finally`.
-The handler slot and the tenant turn go back earlier, once the handler's work has really
-ended and its ending was read (RUNNING -> RETURNED or DECIDED -> SETTLING), so the next job
-starts while this one settles. What is running, held, arriving or in use is counted by
-the ticket book from the phases.
+place, its handler slot, its rate-window entry, its tenant turn, the probe. Its way from
+there is the start line's (line.py, `Admission.line`): it starts in receive order, and
+`close()` gives all it holds back, once, whichever way the message leaves; the pool calls
+it in one `finally`. The handler slot and the tenant turn go back earlier, once the
+handler's work has really ended and its ending was read (RUNNING -> RETURNED or DECIDED ->
+SETTLING), so the next job starts while this one settles. What is running, held, arriving
+or in use is counted by the ticket book from the phases; this class holds the receive
+side, the queue's signals and the wake-ups.
 
-The decisions are made by `_blocked` from the state alone; the pause and the rate limit
-each say in one function when the next start may happen (`pause_wait`, `rate_wait`), and
-the receive side, the start side and the wake-up timer ask them. The waits only wait for
+The decisions are made by the start gate's rules from the state alone (gate.py); the pause
+and the rate limit each say in one function when the next start may happen (`pause_wait`,
+`rate_wait`), and the receive side, the start side and the wake-up timer ask them. The waits only wait for
 the state to change (a ticket closed or returned, a pause that ends, a rate window that
 moves on, SQS answering again: waking.py).
 """
@@ -45,19 +47,17 @@ moves on, SQS answering again: waking.py).
 from __future__ import annotations
 
 import asyncio
-import dataclasses
+from collections.abc import Iterator
 
-from ..base import clock
-from ..base.errors import DownstreamUnavailable
-from ..handlers.outcomes import Ending
-from .adaptive import Limit
-from .budget import COMING, NOTHING, WAITING, SharedBudget, Want
-from .completion import Completion
+from ...base import clock
+from ..protections.adaptive import Limit
+from ..protections.budget import COMING, NOTHING, WAITING, SharedBudget, Want
+from ..protections.completion import Completion
+from ..protections.reach import Kind, Reach
+from ..protections.throttle import Breaker, StartWindow
+from ..reporting import QueueReport
 from .gate import Block, StartGate, pause_wait, rate_wait
 from .line import StartLine
-from .reach import Kind
-from .reporting import QueueReport
-from .throttle import Breaker, StartWindow
 from .tickets import Grant, Ticket, TicketBook
 from .waking import Ask, Waker
 
@@ -66,7 +66,11 @@ __all__ = ["BATCH_WAIT", "Admission", "Block", "Grant", "Ticket", "pause_wait", 
 BATCH_WAIT = 0.002  # seconds a poller waits for a fuller batch of free places (see reserve)
 
 
-class Admission(StartLine):
+class Admission:
+    """One queue's admission: how many each poller may ask for, what an attempt's end
+    says of the downstream, the limit, the prefetch and the stop, and the wake-ups, over
+    one state; its `line` starts the messages (line.py)."""
+
     def __init__(
         self,
         concurrency: int,
@@ -104,8 +108,120 @@ class Admission(StartLine):
         self.waker = Waker(self._kick, self._goes_on)
         self.budget = budget
         self.full_receive = False  # the latest receive brought all it asked for (budget.py; by received)
+        self.line = StartLine(
+            self.book,
+            self.gate,
+            self.waker,
+            self._kick,
+            member=self,
+            sent_limit=prefetch_cap,
+            report=report,
+            completion=completion,
+            budget=budget,
+        )
         if budget is not None:
             budget.join(self, weight)
+
+    # -- what the book counts, and the gate's state -------------------------------------
+
+    @property
+    def held_limit(self) -> int:
+        """Places: what the pool may hold of this queue, settling included, but for the
+        deletes sent (`sent_limit`): concurrency + prefetch cap."""
+        return self.capacity + self.prefetch_cap
+
+    @property
+    def sent_limit(self) -> int:
+        """Most deletes sent and not yet answered whose places were given back: the prefetch
+        cap (none without prefetch: then a place comes back once its message is settled)."""
+        return self.prefetch_cap
+
+    @property
+    def strand_limit(self) -> int:
+        """What a worker may hold of this queue, and strand on SIGKILL: its places, and the
+        deletes sent that SQS has not answered (concurrency + twice the prefetch cap)."""
+        return self.held_limit + self.sent_limit
+
+    @property
+    def capacity(self) -> int:  # the configured concurrency
+        return self.gate.capacity
+
+    @property
+    def limit(self) -> int:  # handler slots in use now
+        return self.gate.limit
+
+    @property
+    def adaptive(self) -> Limit | None:  # WORKER_ADAPTIVE_CONCURRENCY
+        return self.gate.adaptive
+
+    @property
+    def breaker(self) -> Breaker:  # the pause
+        return self.gate.breaker
+
+    @property
+    def stopping(self) -> bool:  # no more receives or starts
+        return self.gate.stopping
+
+    @property
+    def reach(self) -> Reach:  # the kinds of SQS call that fail now (reach.py)
+        return self.gate.reach
+
+    @property
+    def sqs_ok(self) -> bool:  # SQS answers the calls a start needs: its deletes
+        return not self.gate.reach.starts_held
+
+    @property
+    def running(self) -> int:  # handler slots taken
+        return self.book.running
+
+    @property
+    def overdue_running(self) -> int:  # of them, held by work cancelled that goes on
+        return len(self.book.late)
+
+    @property
+    def in_use(self) -> int:  # places reserved, waiting or running: the prefetch bound's
+        return self.book.in_use
+
+    @property
+    def held(self) -> int:  # places held, settling included: the hard bound's
+        return self.book.held
+
+    @property
+    def sent(self) -> int:  # deletes sent, unanswered, whose places went back
+        return self.book.sent
+
+    @property
+    def arriving(self) -> int:  # received, their tasks about to ask to start
+        return self.book.arriving
+
+    @property
+    def reserved(self) -> int:  # places of receives still out
+        return self.book.reserved
+
+    @property
+    def waiting(self) -> int:  # received and waiting to start
+        return len(self.book.line)
+
+    @property
+    def tenants(self) -> dict[str, int]:  # group -> jobs of it holding a slot
+        return self.book.tenants
+
+    def tickets(self) -> Iterator[Ticket]:
+        return iter(self.book)
+
+    def resting(self, backing_off: bool = False) -> bool:
+        """Waiting by design, not stuck (health.py): stopping, or a slot is free and a
+        poller waits for admission's word (a pause, the rate limit, the shared budget, SQS
+        unreachable, nothing to receive) or, `backing_off`, to ask SQS again after a
+        failed receive. Every slot held is the case liveness is for: then only a job's end
+        is progress."""
+        return self.stopping or (self.slot_free() and (bool(self.waker.pollers) or backing_off))
+
+    def slot_free(self) -> bool:
+        """A handler slot is free: a poll's answer is then progress (health.py). With every
+        slot held it is not: the pollers go on filling the prefetch, and answering while a
+        job that will not end holds each slot (an idle queue answers every long poll)."""
+        return not self.gate.slots_full()
 
     # -- 1. how many may a poller ask for --------------------------------------------
 
@@ -189,43 +305,7 @@ class Admission(StartLine):
         if self.gate.tenant_cap is not None:
             ticket.group = group
 
-    # -- signals ----------------------------------------------------------------------
-
-    def ended(self, ticket: Ticket, ending: Ending) -> Ending:
-        """Its attempt ended: what that says about the downstream (the pause) is heard, and
-        the slot may go (`decide`). Trouble pauses the queue, and the message waits out the
-        whole pause and then as long again as asked (the returned ending's delay): the probe
-        that ends the pause is then another message, not this one once more (each receive
-        counts toward its maxReceiveCount). An answer from a job started after the pause
-        began ends it."""
-        error = ending.error
-        if isinstance(error, DownstreamUnavailable):
-            now = clock.now()
-            if self.trouble(ticket, now, error.seconds) and self.report is not None:
-                self.report.paused(self.breaker.until - now, error)
-            ending = dataclasses.replace(ending, requested_delay=self.breaker.until - now + error.seconds)
-        elif (
-            # Only a handler that ran to an end answers for the downstream: not a message
-            # that never reached it (a body that does not parse), released or lost.
-            self.answered(ticket, handled=ending.called and ending.outcome not in ("released", "lease_lost"))
-            and self.report is not None
-        ):
-            self.report.resumed()
-        self.decide(ticket, ending.duration if ending.called else None, ending.outcome)
-        return ending
-
-    def trouble(self, ticket: Ticket, now: float, seconds: float) -> bool:
-        """Its handler said the downstream is unavailable. True when a pause began."""
-        began = self.gate.trouble(ticket, now, seconds)
-        self._kick()
-        return began
-
-    def answered(self, ticket: Ticket, handled: bool) -> bool:
-        """Its handler ended otherwise. True when this ended a pause."""
-        ended, changed = self.gate.answered(ticket, handled)
-        if changed:  # else nothing changed: every job's end comes here
-            self._kick()
-        return ended
+    # -- signals ---------------------------------------------------------------------
 
     def sqs_answered(self, kind: Kind, ok: bool) -> None:
         """SQS answered a call of `kind` (`ok`), or did not (reach.py)."""
@@ -258,7 +338,7 @@ class Admission(StartLine):
             self.budget.stopping = True
         self.gate.stop()
         for ticket in list(self.book.line):
-            self._leave_line(ticket)
+            self.line.leave(ticket)
         self._kick()
         self.waker.every()
 
@@ -276,7 +356,7 @@ class Admission(StartLine):
         """Start whoever in this queue may start; wake a poller of it to look again (the
         shared budget leaves them asleep when what they may receive cannot have grown)."""
         if self.book.line:  # the clock only when someone waits: after most jobs nobody does
-            self._admit_line(clock.now())
+            self.line.admit(clock.now())
         if pollers:
             self.waker.one()
         if self.book.line and (delay := self.gate.wake_at(clock.now())) is not None:

@@ -29,9 +29,9 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from ..base.backoff import backoff_delay
-from ..base.limits import MAX_VISIBILITY_SECONDS
-from ..handlers.outcomes import Outcome
+from ...base.backoff import backoff_delay
+from ...base.limits import MAX_VISIBILITY_SECONDS
+from ...handlers.outcomes import Outcome
 
 
 @dataclass(frozen=True)

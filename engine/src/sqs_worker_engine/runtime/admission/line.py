@@ -1,23 +1,26 @@
 """The start line of one queue's admission (admission.py): a received message's way to a
 handler slot, in receive order, and what it gives back as its attempt ends, read from
-the ticket book (tickets.py) and the start gate's rules (gate.py). `Admission` is this
-line with its receive side, its signals and its wake-ups."""
+the ticket book (tickets.py) and the start gate's rules (gate.py).
+
+Admission owns the line, beside its receive side and the queue's signals, over the same
+book and gate; the pool calls the line for each message (start, its handler called, its
+attempt's end and what that says of the downstream, its work ended, its delete sent,
+close), and the line calls `kick` whenever what it changed may let a waiting message start
+or a poller receive."""
 
 from __future__ import annotations
 
 import asyncio
-from abc import ABC, abstractmethod
-from collections.abc import Iterator
+import dataclasses
+from collections.abc import Callable
 
-from ..base import clock
-from ..handlers.outcomes import Outcome
-from .adaptive import Limit
-from .budget import SharedBudget, Want
-from .completion import Completion
+from ...base import clock
+from ...base.errors import DownstreamUnavailable
+from ...handlers.outcomes import Ending, Outcome
+from ..protections.budget import Member, SharedBudget
+from ..protections.completion import Completion
+from ..reporting import QueueReport
 from .gate import Block, StartGate
-from .reach import Reach
-from .reporting import QueueReport
-from .throttle import Breaker
 from .tickets import SLOT, Phase, Ticket, TicketBook
 from .waking import Waker
 
@@ -26,131 +29,37 @@ ON_WORK_ENDED = {Phase.RUNNING: Phase.RETURNED, Phase.DECIDED: Phase.SETTLING, P
 ON_DECIDED = {Phase.RUNNING: Phase.DECIDED, Phase.RETURNED: Phase.SETTLING}
 
 
-class StartLine(ABC):
-    """Starts and their endings; what a ticket holds, counted by the book (set up by `Admission`)."""
+class StartLine:
+    """Starts in receive order and what each ticket gives back; one per queue, its
+    admission's `line`."""
 
-    book: TicketBook  # every ticket by phase: what runs, waits, is held
-    gate: StartGate  # the rules a start answers to
-    waker: Waker
-    report: QueueReport | None
-    completion: Completion | None
-    budget: SharedBudget | None
-    prefetch_cap: int
-
-    @abstractmethod
-    def _kick(self) -> None: ...  # the state changed: look at it again
-
-    @abstractmethod
-    def set_limit(self, limit: int) -> None: ...
-
-    @abstractmethod
-    def wants(self, now: float) -> Want: ...  # with refresh and shared_report: a budget's Member
-
-    @abstractmethod
-    def refresh(self, pollers: bool = True) -> None: ...
-
-    @abstractmethod
-    def shared_report(self, in_use: int, given: bool) -> None: ...
-
-    # -- what the book counts, and the gate's state -------------------------------------
-
-    @property
-    def held_limit(self) -> int:
-        """Places: what the pool may hold of this queue, settling included, but for the
-        deletes sent (`sent_limit`): concurrency + prefetch cap."""
-        return self.capacity + self.prefetch_cap
-
-    @property
-    def sent_limit(self) -> int:
-        """Most deletes sent and not yet answered whose places were given back: the prefetch
-        cap (none without prefetch: then a place comes back once its message is settled)."""
-        return self.prefetch_cap
-
-    @property
-    def strand_limit(self) -> int:
-        """What a worker may hold of this queue, and strand on SIGKILL: its places, and the
-        deletes sent that SQS has not answered (concurrency + twice the prefetch cap)."""
-        return self.held_limit + self.sent_limit
-
-    @property
-    def capacity(self) -> int:  # the configured concurrency
-        return self.gate.capacity
-
-    @property
-    def limit(self) -> int:  # handler slots in use now
-        return self.gate.limit
-
-    @property
-    def adaptive(self) -> Limit | None:  # WORKER_ADAPTIVE_CONCURRENCY
-        return self.gate.adaptive
-
-    @property
-    def breaker(self) -> Breaker:  # the pause
-        return self.gate.breaker
-
-    @property
-    def stopping(self) -> bool:  # no more receives or starts
-        return self.gate.stopping
-
-    @property
-    def reach(self) -> Reach:  # the kinds of SQS call that fail now (reach.py)
-        return self.gate.reach
-
-    @property
-    def sqs_ok(self) -> bool:  # SQS answers the calls a start needs: its deletes
-        return not self.gate.reach.starts_held
-
-    @property
-    def running(self) -> int:  # handler slots taken
-        return self.book.running
-
-    @property
-    def overdue_running(self) -> int:  # of them, held by work cancelled that goes on
-        return len(self.book.late)
-
-    @property
-    def in_use(self) -> int:  # places reserved, waiting or running: the prefetch bound's
-        return self.book.in_use
-
-    @property
-    def held(self) -> int:  # places held, settling included: the hard bound's
-        return self.book.held
-
-    @property
-    def sent(self) -> int:  # deletes sent, unanswered, whose places went back
-        return self.book.sent
-
-    @property
-    def arriving(self) -> int:  # received, their tasks about to ask to start
-        return self.book.arriving
-
-    @property
-    def reserved(self) -> int:  # places of receives still out
-        return self.book.reserved
-
-    @property
-    def waiting(self) -> int:  # received and waiting to start
-        return len(self.book.line)
-
-    @property
-    def tenants(self) -> dict[str, int]:  # group -> jobs of it holding a slot
-        return self.book.tenants
-
-    @property
-    def _probe(self) -> Ticket | None:  # the probe that runs now (the gate's)
-        return self.gate.probe
-
-    @_probe.setter
-    def _probe(self, ticket: Ticket | None) -> None:
-        self.gate.probe = ticket
+    def __init__(
+        self,
+        book: TicketBook,
+        gate: StartGate,
+        waker: Waker,
+        kick: Callable[[], None],
+        *,
+        member: Member,
+        sent_limit: int,
+        report: QueueReport | None = None,
+        completion: Completion | None = None,
+        budget: SharedBudget | None = None,
+    ) -> None:
+        self.book = book  # admission's: every ticket by phase
+        self.gate = gate  # admission's: the rules a start answers to
+        self.waker = waker
+        self._kick = kick  # the state changed: admission looks at it again
+        self.member = member  # this queue on the shared budget: its admission
+        self.sent_limit = sent_limit  # most deletes sent whose places went back (Admission.sent_limit)
+        self.report = report
+        self.completion = completion
+        self.budget = budget
 
     @property
     def parked(self) -> int:
         """Waiting messages whose tenant runs its cap."""
         return sum(1 for t in self.book.line if self.gate.tenant_full(t.group))
-
-    def tickets(self) -> Iterator[Ticket]:
-        return iter(self.book)
 
     # -- 2. may this message start -----------------------------------------------------
 
@@ -163,25 +72,11 @@ class StartLine(ABC):
     def at_cap(self, ticket: Ticket) -> bool:
         return self.gate.tenant_full(ticket.group)
 
-    def resting(self, backing_off: bool = False) -> bool:
-        """Waiting by design, not stuck (health.py): stopping, or a slot is free and a
-        poller waits for admission's word (a pause, the rate limit, the shared budget, SQS
-        unreachable, nothing to receive) or, `backing_off`, to ask SQS again after a
-        failed receive. Every slot held is the case liveness is for: then only a job's end
-        is progress."""
-        return self.stopping or (self.slot_free() and (bool(self.waker.pollers) or backing_off))
-
-    def slot_free(self) -> bool:
-        """A handler slot is free: a poll's answer is then progress (health.py). With every
-        slot held it is not: the pollers go on filling the prefetch, and answering while a
-        job that will not end holds each slot (an idle queue answers every long poll)."""
-        return not self.gate.slots_full()
-
     def _blocked(self, ticket: Ticket, now: float) -> Block | None:
         """Why `ticket` may not start now, or None: the gate's rules, then the shared
         budget, asked last, once nothing else blocks it."""
         block = self.gate.blocked(ticket, now)
-        if block is None and self.budget is not None and not self.budget.may_start(self, now):
+        if block is None and self.budget is not None and not self.budget.may_start(self.member, now):
             return "budget"
         return block
 
@@ -190,7 +85,7 @@ class StartLine(ABC):
         self.gate.take(ticket, now)
         self._show_tenants()
         if self.budget is not None:
-            self.budget.took(self)
+            self.budget.took(self.member)
 
     async def start(self, ticket: Ticket, lost: asyncio.Future[None]) -> bool:
         """Wait until `ticket` may start and take what it needs; False if it may not after
@@ -212,7 +107,7 @@ class StartLine(ABC):
         if not self.book.line and self._blocked(ticket, now) is None:
             self._take(ticket, now)
             if self.budget is not None:
-                self.budget.changed(self)  # at its cap or its rate now, it may leave the free slots to others
+                self.budget.changed(self.member)  # at its cap or its rate now, it may leave the free slots to others
             return True
         return None
 
@@ -230,7 +125,7 @@ class StartLine(ABC):
 
             def lease_lost(_: object) -> None:
                 if ticket._turn is turn:  # out of line now: a slot freed before its task runs is not its
-                    self._leave_line(ticket)
+                    self.leave(ticket)
 
             lost.add_done_callback(lease_lost)
             try:
@@ -247,10 +142,12 @@ class StartLine(ABC):
             self.work_ended(ticket)  # handed a slot as its lease went: it goes on
             self.decide(ticket)
             return False
-        self._leave_line(ticket)
+        self.leave(ticket)
         return False
 
-    def _leave_line(self, ticket: Ticket) -> None:
+    def leave(self, ticket: Ticket) -> None:
+        """Out of the line without a start (its lease went, the pool stops, its task was
+        cancelled): its place goes back, or to settling if it had lent it."""
         if ticket._turn is not None:
             if not ticket._turn.done():
                 ticket._turn.set_result(False)
@@ -259,7 +156,7 @@ class StartLine(ABC):
             self.book.move(ticket, Phase.READY if ticket.phase is Phase.WAITING else Phase.SETTLING)
             self._kick()
 
-    def _admit_line(self, now: float) -> None:
+    def admit(self, now: float) -> None:
         """Start whoever in the line may start now, in receive order; a message whose tenant
         runs its cap is passed over, anything else that blocks one blocks the rest."""
         for ticket in list(self.book.line):
@@ -285,6 +182,60 @@ class StartLine(ABC):
         if ticket.rate_pending and self.gate.called(ticket, clock.now()):
             self._kick()  # the window's next opening is a time now: the line's timer follows it
 
+    # -- what an attempt's end says of the downstream --------------------------------
+
+    def ended(self, ticket: Ticket, ending: Ending) -> Ending:
+        """Its attempt ended: what that says about the downstream (the pause, the adaptive
+        limit) is heard, and the slot may go (`decide`). Trouble pauses the queue, and the message waits out the
+        whole pause and then as long again as asked (the returned ending's delay): the probe
+        that ends the pause is then another message, not this one once more (each receive
+        counts toward its maxReceiveCount). An answer from a job started after the pause
+        began ends it."""
+        error = ending.error
+        if isinstance(error, DownstreamUnavailable):
+            now = clock.now()
+            if self.trouble(ticket, now, error.seconds) and self.report is not None:
+                self.report.paused(self.gate.breaker.until - now, error)
+            ending = dataclasses.replace(ending, requested_delay=self.gate.breaker.until - now + error.seconds)
+        elif (
+            # Only a handler that ran to an end answers for the downstream: not a message
+            # that never reached it (a body that does not parse), released or lost.
+            self.answered(ticket, handled=ending.called and ending.outcome not in ("released", "lease_lost"))
+            and self.report is not None
+        ):
+            self.report.resumed()
+        if ending.called:
+            self._adapt(ending.duration, ending.outcome)
+        self.decide(ticket)
+        return ending
+
+    def _adapt(self, duration: float, outcome: Outcome) -> None:
+        """A handler that ran (`duration`, 0.0 for one shorter than the loop clock's tick)
+        tells the adaptive limit, before its slot may go: a shrunken limit holds this very
+        slot back."""
+        # The gate's fields read directly, not through the properties: this runs every message.
+        adaptive = self.gate.adaptive
+        if adaptive is not None:
+            limit = adaptive.sample(duration, outcome, clock.now(), self.book.running)
+            if limit != self.gate.limit:
+                self.gate.set_limit(limit)  # as Admission.set_limit
+                self._kick()
+                if self.report is not None:
+                    self.report.concurrency_limit(adaptive)
+
+    def trouble(self, ticket: Ticket, now: float, seconds: float) -> bool:
+        """Its handler said the downstream is unavailable. True when a pause began."""
+        began = self.gate.trouble(ticket, now, seconds)
+        self._kick()
+        return began
+
+    def answered(self, ticket: Ticket, handled: bool) -> bool:
+        """Its handler ended otherwise. True when this ended a pause."""
+        ended, changed = self.gate.answered(ticket, handled)
+        if changed:  # else nothing changed: every job's end comes here
+            self._kick()
+        return ended
+
     # -- 3. what a ticket gives back --------------------------------------------------
 
     def work_ended(self, ticket: Ticket) -> None:
@@ -299,19 +250,9 @@ class StartLine(ABC):
         if self.book.overdue(ticket):
             self._kick()
 
-    def decide(self, ticket: Ticket, duration: float | None = None, outcome: Outcome | None = None) -> None:
-        """Its ending was read (the pause's decisions made): the slot may go once its work
-        ended. A handler that ran (`duration`, 0.0 for one shorter than the loop clock's
-        tick) tells the adaptive limit first, so that a shrunken limit holds this very slot
-        back."""
-        # The gate's fields read directly, not through the properties: decide runs twice a message.
-        adaptive = self.gate.adaptive
-        if adaptive is not None and duration is not None and outcome is not None:
-            limit = adaptive.sample(duration, outcome, clock.now(), self.running)
-            if limit != self.gate.limit:
-                self.set_limit(limit)
-                if self.report is not None:
-                    self.report.concurrency_limit(adaptive)
+    def decide(self, ticket: Ticket) -> None:
+        """Its ending was read (the pause's and the adaptive limit's decisions made:
+        `ended`): the slot may go once its work ended."""
         to = ON_DECIDED.get(ticket.phase)
         if to is not None:
             self._move_slot(ticket, to)
@@ -348,7 +289,7 @@ class StartLine(ABC):
         # no look at the state (one per job is enough).
         changed = ticket.phase is not Phase.SENT or self.gate.probe is ticket
         self.behind_its_group(ticket)  # no longer arriving
-        self._leave_line(ticket)
+        self.leave(ticket)
         self.gate.let_go(ticket)  # it said nothing about the downstream: the next may probe
         self.decide(ticket)
         self.book.move(ticket, Phase.CUT if ticket.phase in SLOT else Phase.CLOSED)

@@ -24,12 +24,12 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from ..base import clock
-from ..base.backoff import Backoff
-from ..base.limits import MAX_RECEIVE_BATCH
-from ..base.sqs import SqsApi, entry_gone, error_code, lease_client
+from ...base import clock
+from ...base.backoff import Backoff
+from ...base.limits import MAX_RECEIVE_BATCH
+from ...base.sqs import SqsApi, entry_gone, error_code, lease_client
+from ..protections.reach import OPERATIONS, PROBE_BASE, PROBE_CAP, PROBE_HANDLE, PROBED, Kind
 from .delivery import Delivery, LeaseBook, extension_seconds, lease_timing
-from .reach import OPERATIONS, PROBE_BASE, PROBE_CAP, PROBE_HANDLE, PROBED, Kind
 
 log = logging.getLogger("sqs_worker_engine.lease")
 CALL_TIMEOUT = 5.0  # seconds an extension call may take at most, however far its deadline

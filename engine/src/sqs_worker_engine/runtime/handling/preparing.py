@@ -14,16 +14,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..base.errors import PayloadError
-from ..base.telemetry.logs import get_logger
-from ..formats.dlq import original_attributes
-from ..formats.envelopes import ControlMessage, read_payload
-from ..formats.offload import PayloadStore, S3Pointer, pointer_of, pointer_problem
-from ..formats.signatures import SnsSignatures
-from ..handlers.job import Job
-from ..handlers.outcomes import Ending
-from ..handlers.router import HandlerSpec
-from .delivery import Delivery, State
+from ...base.errors import PayloadError
+from ...base.telemetry.logs import get_logger
+from ...formats.dlq import original_attributes
+from ...formats.envelopes import ControlMessage, read_payload
+from ...formats.offload import PayloadStore, S3Pointer, pointer_of, pointer_problem
+from ...formats.signatures import SnsSignatures
+from ...handlers.job import Job
+from ...handlers.outcomes import Ending
+from ...handlers.router import HandlerSpec
+from ..settling.delivery import Delivery, State
 
 
 class LeaseLostError(Exception):

@@ -11,9 +11,9 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import Link, NonRecordingSpan, Span, SpanKind, Status, StatusCode
 
-from ..base.telemetry.tracing import VENDOR, producer_context, tracer
-from ..handlers.outcomes import Ending
-from .decisions import DeadLetter, Release, RetryAfter, RetryInPlace, Settlement
+from ...base.telemetry.tracing import VENDOR, producer_context, tracer
+from ...handlers.outcomes import Ending
+from ..settling.decisions import DeadLetter, Release, RetryAfter, RetryInPlace, Settlement
 
 # A job's endings that are failures of its processing (error.type, status ERROR).
 FAILED = frozenset({"retry", "dead_letter", "timeout", "lease_lost", "deferred"})

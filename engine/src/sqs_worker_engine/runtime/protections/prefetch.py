@@ -31,7 +31,7 @@ from __future__ import annotations
 
 # The sizing itself (the default cap, the target) is in base/limits.py, beside the facts it
 # rests on: the templates size their scaling targets on what a busy replica holds.
-from ..base.limits import default_prefetch, prefetch_target
+from ...base.limits import default_prefetch, prefetch_target
 
 __all__ = ["SMOOTHING", "SPREAD_DEVIATIONS", "Pace", "default_prefetch", "prefetch_target"]
 

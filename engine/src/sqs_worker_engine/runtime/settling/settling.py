@@ -11,7 +11,8 @@ Shutdown. A long poll already out cannot be taken back: cancelling it would not 
 inside SQS, where it still takes the next visible message and hides it for a whole
 visibility timeout. So while a poll of ours is out, what is given back waits for it (at
 most until the release cap), its lease kept meanwhile; past that, it is made visible only
-once the poll has surely ended in SQS. `Polls` is that record of polls out.
+once the poll has surely ended in SQS. The receiver keeps the record of its polls out
+(receiving.Polls); settling reads it.
 """
 
 from __future__ import annotations
@@ -19,46 +20,30 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import math
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from typing import Protocol
 
-from ..base import clock
-from ..base.sqs import QueueInfo, SqsApi
-from ..formats.dlq import dead_letter_request, fit_to_size
-from ..formats.offload import PayloadStore, S3Pointer
+from ...base import clock
+from ...base.sqs import QueueInfo, SqsApi
+from ...formats.dlq import dead_letter_request, fit_to_size
+from ...formats.offload import PayloadStore, S3Pointer
+from ..protections.reach import Kind
+from ..reporting import QueueReport
 from .acker import Acker
 from .decisions import DeadLetter, Delete, Release, RetryAfter, RetryPolicy, Settlement, Untouched, retry_delay
 from .delivery import Delivery, LeaseBook
-from .reach import Kind
-from .reporting import QueueReport
 
 log = logging.getLogger("sqs_worker_engine.pool")
-POLL_END_ALLOWANCE = 2.0  # seconds past WaitTimeSeconds by which SQS has surely ended a poll
 
 
-@dataclass
-class Polls:
-    """The pool's long polls out: poller -> (when SQS ends it, when its client gives up).
-    Written by the receiver only (receiving.py); the settler reads it."""
+class PollsOut(Protocol):
+    """What settling reads of the pool's long polls out: the receiver's `Polls`
+    (receiving.py), written by the pollers alone."""
 
-    wait_time: int
-    poll_timeout: float
-    out: dict[object, tuple[float, float]] = field(default_factory=dict)
-    abandoned: list[tuple[float, float]] = field(default_factory=list)  # cancelled while still out
+    @property
+    def out(self) -> Mapping[object, tuple[float, float]]: ...  # poller -> (SQS ends it, its client gives up)
 
-    def sent(self, poller: object, now: float) -> None:
-        self.out[poller] = (now + self.wait_time + POLL_END_ALLOWANCE, now + self.poll_timeout)
-
-    def answered(self, poller: object) -> None:
-        self.out.pop(poller, None)
-
-    def release_delay(self, now: float) -> int:
-        """0, or while a poll of ours is still out (past the release cap, or abandoned):
-        until that poll ends in SQS (or, if it is already late, until its client gives up
-        on it), so that not even an abandoned poll can take the message."""
-        ends = [sqs_end if now < sqs_end else hard for sqs_end, hard in [*self.out.values(), *self.abandoned]]
-        return max(0, math.ceil(max(ends, default=now) - now))
+    def release_delay(self, now: float) -> int: ...
 
 
 def _pass_on(to: asyncio.Future[bool], result: asyncio.Future[bool]) -> None:
@@ -73,7 +58,7 @@ class Settler:
         book: LeaseBook,
         info: QueueInfo,
         report: QueueReport,
-        polls: Polls,
+        polls: PollsOut,
         *,
         retry: RetryPolicy,
         ack_flush: float,

@@ -29,7 +29,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..base import clock
+from ...base import clock
 
 log = logging.getLogger("sqs_worker_engine.completion")
 MAX_JOBS_REACHED = "max jobs reached"

@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Literal
 
-from ..base.limits import MAX_VISIBILITY_SECONDS
-from ..base.telemetry import metrics
+from ...base.limits import MAX_VISIBILITY_SECONDS
+from ...base.telemetry import metrics
 
 log = logging.getLogger("sqs_worker_engine.delivery")
 SettleAction = Literal["delete", "visibility"]

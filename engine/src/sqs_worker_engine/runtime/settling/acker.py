@@ -19,14 +19,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..base import clock
-from ..base.backoff import backoff_delay
-from ..base.limits import MAX_RECEIVE_BATCH
-from ..base.sqs import SqsApi, entry_gone, error_code
-from ..base.telemetry import metrics
+from ...base import clock
+from ...base.backoff import backoff_delay
+from ...base.limits import MAX_RECEIVE_BATCH
+from ...base.sqs import SqsApi, entry_gone, error_code
+from ...base.telemetry import metrics
+from ..protections.reach import Kind
 from .delivery import Delivery, LeaseBook, SettleAction
 from .lease import CALL_TIMEOUT
-from .reach import Kind
 
 log = logging.getLogger("sqs_worker_engine.acker")
 # A failed entry gets at least ATTEMPTS calls, and more until RETRY_SECONDS after it was
@@ -75,7 +75,7 @@ class Acker:
 
     def delete(self, delivery: Delivery, sent: Callable[[], None] | None = None) -> asyncio.Future[bool]:
         """Delete the message; the future says whether SQS confirmed it. `sent()`: its
-        batch call goes out (admission gives its place back then: admission.delete_sent)."""
+        batch call goes out (admission gives its place back then: StartLine.delete_sent)."""
         return self._add(delivery, "delete", 0, sent)
 
     def change_visibility(self, delivery: Delivery, seconds: int) -> asyncio.Future[bool]:

@@ -19,10 +19,10 @@ import asyncio
 import math
 from typing import Literal
 
-from .adaptive import Limit
-from .budget import SharedBudget
-from .reach import Reach
-from .throttle import Breaker, StartWindow
+from ..protections.adaptive import Limit
+from ..protections.budget import SharedBudget
+from ..protections.reach import Reach
+from ..protections.throttle import Breaker, StartWindow
 from .tickets import Ticket, TicketBook
 
 Block = Literal["stopping", "slots", "sqs", "tenant", "paused", "rate", "budget"]

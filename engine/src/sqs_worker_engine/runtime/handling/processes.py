@@ -58,7 +58,7 @@ from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import Any, Literal
 
-from ..base import clock
+from ...base import clock
 
 log = logging.getLogger("sqs_worker_engine.processes")
 # After killing what still runs, how long `stop` waits for the pools' threads to end.

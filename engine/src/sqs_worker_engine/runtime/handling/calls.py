@@ -17,15 +17,15 @@ import types
 from collections.abc import Callable
 from typing import Any
 
-from ..base import clock
-from ..base.errors import RetryLater
-from ..handlers.batches import Collector
-from ..handlers.job import Job
-from ..handlers.outcomes import Ending, classify
-from ..handlers.router import HandlerSpec, call_sync
+from ...base import clock
+from ...base.errors import RetryLater
+from ...handlers.batches import Collector
+from ...handlers.job import Job
+from ...handlers.outcomes import Ending, classify
+from ...handlers.router import HandlerSpec, call_sync
+from ..reporting import QueueReport
 from .job_spans import JobSpan
 from .processes import ProcessPool
-from .reporting import QueueReport
 
 CUT_GRACE = 0.5  # seconds a job cut off at the shutdown deadline gets to react to its cancellation
 Started = tuple[asyncio.Future[Any], asyncio.Future[None]]  # (its result, its work has ended)

@@ -42,7 +42,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from ..handlers.outcomes import Outcome
+from ...handlers.outcomes import Outcome
 
 TOLERANCE = 1.25  # a window within 25% of the baseline counts as the downstream unloaded
 MIN_GRADIENT = 0.5  # one window shrinks the limit to half at most

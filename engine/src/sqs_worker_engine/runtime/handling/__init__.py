@@ -1,0 +1,1 @@
+"""Running a handler: the message prepared as a job, the handler called in its executor (the process pool among them), the job's span."""

@@ -1,0 +1,1 @@
+"""The protections admission answers to, each a decision of its own: adaptive concurrency, the shared budget, run to completion, SQS answering, tenant caps, the rate limit and the pause, the prefetch."""
