@@ -1,5 +1,5 @@
 """What the collector's pacing costs in memory, beside what it saves in CPU (engine
-process/heap.py): the worker's peak RSS and CPU a message, for jobs that hold a buffer of
+process/host/heap.py): the worker's peak RSS and CPU a message, for jobs that hold a buffer of
 1, 4 or 8 MiB, with and without a reference cycle holding it (a caught exception kept in a
 local), under three settings side by side in one run:
 
@@ -38,7 +38,7 @@ def one_row(size_mib: int, cycle: bool, setting: str, jobs: int) -> dict[str, An
     """In this process: run `jobs` messages through a worker; its peak RSS and CPU."""
     from sqs_worker_engine import Job, Router, Worker
     from sqs_worker_engine.doubles.memory import MemorySQS
-    from sqs_worker_engine.process import heap
+    from sqs_worker_engine.process.host import heap
     from sqs_worker_engine.process.settings import ServiceDefaults, load_settings
 
     if setting == "cpython":

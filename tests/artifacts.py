@@ -24,7 +24,8 @@ import jinja2
 import yaml
 from conftest import run
 from matrix import COOKIECUTTER, LIMITS, SUPPORTED, names
-from sqs_worker_engine.process.settings import _ALIASES, ServiceDefaults, load_settings
+from sqs_worker_engine.process.settings import ServiceDefaults, load_settings
+from sqs_worker_engine.process.settings.fields import ALIASES
 from validators import (
     PLACEHOLDER_ACCOUNT,
     api_shape,
@@ -210,7 +211,7 @@ class Answers:
     def variables(self) -> set[str]:
         """Every environment variable the worker reads (its owner's secrets among them)."""
         return (
-            set(_ALIASES)
+            set(ALIASES)
             | set(self.secrets)
             | SDK_VARIABLES
             | (IDEMPOTENCY_VARIABLES if self.idempotency else set())

@@ -24,7 +24,7 @@ REPORT = ROOT / ".test-reports" / "bakes.jsonl"
 SERVICE_MODULES = {"__init__.py", "__main__.py", "service.py", "handlers.py", "idempotency.py"}
 HEAP_PROBE = (
     "import gc\n"
-    "from sqs_worker_engine.process import heap\n"
+    "from sqs_worker_engine.process.host import heap\n"
     "gc.collect()  # on 3.12, it moves every immortal object it meets to the permanent generation\n"
     "print(heap.hold().frozen)\n"
 )
@@ -76,7 +76,7 @@ def test_generated_project_passes_its_own_checks(name: str, tmp_path: Path, loca
         assert (project / "simulation" / "report.md").is_file() and (project / "simulation" / "drip.png").is_file()
 
     # On the interpreter the service runs, the worker keeps its start-up heap out of the
-    # collector's full passes (engine: process/heap.py). CPython 3.12's collector parks
+    # collector's full passes (engine: process/host/heap.py). CPython 3.12's collector parks
     # immortal objects in the permanent generation, which the worker once read as a heap
     # frozen by its owner: on 3.12, the template's default, it froze nothing.
     probe = run(["uv", "run", "--quiet", "python", "-c", HEAP_PROBE], project)

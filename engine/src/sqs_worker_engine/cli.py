@@ -32,8 +32,8 @@ from typing import TYPE_CHECKING, Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from .base.telemetry.health import check
-from .process import signals
-from .process.loops import EventLoop, new_loop
+from .process.host import signals
+from .process.host.loops import EventLoop, new_loop
 from .process.settings import ConfigError, ServiceDefaults, WorkerConfig, load_settings
 
 if TYPE_CHECKING:
@@ -224,7 +224,7 @@ def _dlq_command(dlq_sub: argparse._SubParsersAction[_Parser], name: str, help: 
 
 def cmd_run(config: WorkerConfig, args: argparse.Namespace) -> int:
     from .base.telemetry import logs, tracing
-    from .process import otlp_metrics
+    from .process.platform import otlp_metrics
     from .process.worker import StartupError, Worker, load_router
 
     handlers = _handlers(config)
@@ -409,7 +409,7 @@ def cmd_config(config: WorkerConfig, args: argparse.Namespace) -> int:
     check_handlers(config, load_router(_handlers(config)))
     print(json.dumps(config.describe(), indent=2, sort_keys=True))
     if config.settings.metrics_exporter != "prometheus":
-        from .process.otlp_metrics import INTERVAL_VARIABLE, export_interval
+        from .process.platform.otlp_metrics import INTERVAL_VARIABLE, export_interval
 
         # OpenTelemetry's own variable: a bad value is ignored with a warning, by `run` too.
         _, warning = export_interval(os.environ.get(INTERVAL_VARIABLE))

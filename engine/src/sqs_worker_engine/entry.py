@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from .process.signals import keep_stop_signals
+from .process.host.signals import keep_stop_signals
 
 if TYPE_CHECKING:
     from .process.settings import ServiceDefaults

@@ -28,7 +28,8 @@ from pydantic import BaseModel
 
 from sqs_worker_engine import Job, Router
 from sqs_worker_engine.formats.dlq import original_attributes
-from sqs_worker_engine.process.settings import _ALIASES, ConfigError, load_settings
+from sqs_worker_engine.process.settings import ConfigError, load_settings
+from sqs_worker_engine.process.settings.fields import ALIASES
 
 from ..chaos import report
 from ..support import PACKAGE, PROJECT_ROOT, REGION, Sqs, env_for, running_worker, wait_for
@@ -344,7 +345,7 @@ def every_bad_value() -> list[tuple[str, str, str]]:
 
 
 def test_every_setting_is_covered() -> None:
-    assert set(BAD) | set(FREE_FORM) == set(_ALIASES), "a new setting needs its bad values listed here"
+    assert set(BAD) | set(FREE_FORM) == set(ALIASES), "a new setting needs its bad values listed here"
 
 
 @pytest.mark.parametrize(("var", "kind", "value"), every_bad_value(), ids=lambda v: str(v)[:20])
@@ -362,7 +363,7 @@ def test_bad_per_queue_url_is_refused(value: str) -> None:
 
 
 def cli(command: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    keep = {k: v for k, v in os.environ.items() if k not in _ALIASES and not k.startswith("WORKER_")}
+    keep = {k: v for k, v in os.environ.items() if k not in ALIASES and not k.startswith("WORKER_")}
     return subprocess.run(
         [sys.executable, "-m", PACKAGE, command],
         env={**keep, **env},

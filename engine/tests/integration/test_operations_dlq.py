@@ -36,7 +36,7 @@ def dead_letter(sqs: Sqs, queue: Queue, router: Router, endpoint: str, health_fi
     """Runs a worker on `queue` until `count` messages are in its DLQ.
 
     WORKER_DRAIN_POLLS: the worker's last long poll must not linger in SQS and take one of the
-    messages a redrive brings back (see WORKER_DRAIN_POLLS in settings.py)."""
+    messages a redrive brings back (see WORKER_DRAIN_POLLS in settings/fields.py)."""
 
     async def run() -> None:
         env = env_for(endpoint, queue.name, health_file, WORKER_DRAIN_POLLS="true", WORKER_WAIT_TIME_SECONDS=2)

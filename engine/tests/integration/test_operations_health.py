@@ -20,7 +20,7 @@ from sqs_worker_engine import DownstreamUnavailable, Job, NonRetryableError, Rou
 from sqs_worker_engine.base.telemetry.health import progress_files
 from sqs_worker_engine.base.telemetry.metrics import set_db_pool_in_use
 from sqs_worker_engine.doubles.emulators import free_port
-from sqs_worker_engine.process import ecs as ecs_module
+from sqs_worker_engine.process.platform import ecs as ecs_module
 
 from ..support import (
     Sqs,

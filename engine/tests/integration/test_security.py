@@ -21,7 +21,7 @@ import pytest
 
 from sqs_worker_engine.base.telemetry.health import Health
 from sqs_worker_engine.doubles.emulators import free_port
-from sqs_worker_engine.process.server import make_app, start_server
+from sqs_worker_engine.process.platform.server import make_app, start_server
 from sqs_worker_engine.process.settings import load_settings
 
 from ..support import PACKAGE, PROJECT_ROOT, REGION, Sqs, env_for, worker_process

@@ -1,4 +1,4 @@
-"""The collector while the worker runs (process/heap.py): the start-up heap kept out of its
+"""The collector while the worker runs (process/host/heap.py): the start-up heap kept out of its
 full passes, the youngest generation collected less often while its garbage holds little
 memory and at CPython's pace when it holds much, an owner's threshold kept, and the
 process left as the worker found it."""
@@ -13,7 +13,7 @@ import pytest
 
 from sqs_worker_engine.doubles.memory import MemorySQS
 from sqs_worker_engine.handlers.job import Job
-from sqs_worker_engine.process import heap
+from sqs_worker_engine.process.host import heap
 
 from . import vtime
 from .harness import QUEUE, memory_queue, start, until

@@ -94,7 +94,7 @@ def test_no_module_imports_one_that_imports_it_back() -> None:
 
 
 def test_the_layer_folders_import_nothing_themselves() -> None:
-    """A folder's __init__ is a docstring: importing sqs_worker_engine.process.signals (what
+    """A folder's __init__ is a docstring: importing sqs_worker_engine.process.host.signals (what
     entry.py does before SIGTERM is handled) must not load the rest of the process layer."""
     for path in PACKAGE.glob("*/__init__.py"):
         if path.parent.name == "fleet":
@@ -106,10 +106,10 @@ def test_the_layer_folders_import_nothing_themselves() -> None:
 def test_the_entry_point_and_signals_stay_light() -> None:
     """entry.py keeps SIGTERM before anything heavy loads: at import it may use signals only."""
     graph = imports()
-    assert graph["sqs_worker_engine.process.signals"] == set()
+    assert graph["sqs_worker_engine.process.host.signals"] == set()
     tree = ast.parse((PACKAGE / "entry.py").read_text())
     top: set[str] = set()
     for node in tree.body:
         if isinstance(node, ast.ImportFrom) and node.level:
             top.add(f"{node.module}")
-    assert top <= {"process.signals", "process"}, top
+    assert top <= {"process.host.signals", "process.host", "process"}, top

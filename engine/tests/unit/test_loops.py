@@ -11,7 +11,7 @@ import pytest
 from sqs_worker_engine import Job, Router
 from sqs_worker_engine.cli import run_until_stopped
 from sqs_worker_engine.doubles.memory import MemorySQS
-from sqs_worker_engine.process import loops
+from sqs_worker_engine.process.host import loops
 from sqs_worker_engine.process.settings import ServiceDefaults, load_settings
 from sqs_worker_engine.process.worker import Worker
 

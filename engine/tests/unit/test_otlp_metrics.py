@@ -7,8 +7,8 @@ import logging
 
 import pytest
 
-from sqs_worker_engine.process import otlp_metrics
-from sqs_worker_engine.process.otlp_metrics import export_interval, exporter_problem
+from sqs_worker_engine.process.platform import otlp_metrics
+from sqs_worker_engine.process.platform.otlp_metrics import export_interval, exporter_problem
 
 INTERVALS = [
     # (the variable's value, the interval in seconds, ignored with a warning)

@@ -12,7 +12,8 @@ from pydantic import AliasChoices, Field, HttpUrl, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from sqs_worker_engine import cli
-from sqs_worker_engine.process.settings import ConfigError, ServiceDefaults, WorkerConfig, load_settings, own_variables
+from sqs_worker_engine.process.settings import ConfigError, ServiceDefaults, WorkerConfig, load_settings
+from sqs_worker_engine.process.settings.fields import own_variables
 
 
 class Partner(BaseSettings):

@@ -26,7 +26,9 @@ from sqs_worker_engine.formats.dlq import (
     original_attributes,
 )
 from sqs_worker_engine.formats.payload import parse_payload
-from sqs_worker_engine.process.settings import _ALIASES, QUEUE_OVERRIDES, ConfigError, WorkerConfig, load_settings
+from sqs_worker_engine.process.settings import ConfigError, WorkerConfig, load_settings
+from sqs_worker_engine.process.settings.fields import ALIASES
+from sqs_worker_engine.process.settings.queues import QUEUE_OVERRIDES
 from sqs_worker_engine.runtime.settling.delivery import extension_seconds
 
 # No deadline: the machine running the suite may be busy. No example database: a failure
@@ -131,7 +133,7 @@ VALUES = st.one_of(
         ]
     ),
 )
-ENVIRONMENTS = st.dictionaries(st.sampled_from(sorted(_ALIASES) + OVERRIDE_VARS), VALUES, max_size=8)
+ENVIRONMENTS = st.dictionaries(st.sampled_from(sorted(ALIASES) + OVERRIDE_VARS), VALUES, max_size=8)
 
 
 @PROPERTY
@@ -145,7 +147,7 @@ def test_settings_refuse_only_with_config_error_naming_real_variables(env: dict[
         problems = []
     if problems:
         for var, message in problems:
-            assert var in _ALIASES or (var.startswith("WORKER_QUEUE_") and var in env), var
+            assert var in ALIASES or (var.startswith("WORKER_QUEUE_") and var in env), var
             assert message.strip(), var
         return
     # Whatever boots can be printed (`config`, and the start and stop log lines).

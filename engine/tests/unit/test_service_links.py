@@ -14,7 +14,9 @@ import re
 
 import pytest
 
-from sqs_worker_engine.process.settings import _ALIASES, QUEUE_OVERRIDES, load_settings, queue_env_key
+from sqs_worker_engine.process.settings import load_settings, queue_env_key
+from sqs_worker_engine.process.settings.fields import ALIASES
+from sqs_worker_engine.process.settings.queues import QUEUE_OVERRIDES
 
 from .test_settings import SERVICE
 
@@ -71,7 +73,7 @@ QUEUES = "orders-service-port,receipts"
 PER_QUEUE = [f"WORKER_QUEUE_{queue_env_key(q)}_{s}" for q in QUEUES.split(",") for s in QUEUE_OVERRIDES]
 
 
-@pytest.mark.parametrize("variable", sorted(_ALIASES) + PER_QUEUE)
+@pytest.mark.parametrize("variable", sorted(ALIASES) + PER_QUEUE)
 def test_no_setting_is_read_from_a_service_link_of_its_name(variable: str) -> None:
     base = {"WORKER_QUEUES": QUEUES}
     expected = load_settings(base, SERVICE).describe()
@@ -83,7 +85,7 @@ def test_no_setting_is_read_from_a_service_link_of_its_name(variable: str) -> No
 def test_the_names_kubelet_can_write_are_found() -> None:
     """The test above tries something: WORKER_METRICS_PORT (a Service `worker-metrics`) and
     a per-queue setting after SERVICE_PORT are names kubelet writes; most names are not."""
-    writable = {v for v in sorted(_ALIASES) + PER_QUEUE if services_writing(v)}
+    writable = {v for v in sorted(ALIASES) + PER_QUEUE if services_writing(v)}
     assert {"WORKER_METRICS_PORT", "WORKER_QUEUE_ORDERS_SERVICE_PORT_CONCURRENCY"} <= writable, writable
     assert "WORKER_CONCURRENCY" not in writable and "WORKER_QUEUE_RECEIPTS_CONCURRENCY" not in writable
     (links, _) = services_writing("WORKER_METRICS_PORT")

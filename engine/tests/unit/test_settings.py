@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from sqs_worker_engine.process.settings import ConfigError, ServiceDefaults, load_settings, redact_url
+from sqs_worker_engine.process.settings import ConfigError, ServiceDefaults, load_settings
+from sqs_worker_engine.process.settings.redaction import redact_url
 
 # A service as a generated one passes itself in: its answers are the defaults.
 SERVICE = ServiceDefaults(
@@ -427,12 +428,12 @@ def test_run_to_completion_is_off_unless_asked_for_and_one_value_for_the_process
 def test_the_event_loop_is_auto_by_default_and_a_bad_choice_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
     """WORKER_EVENT_LOOP: auto unless set; a value that is none of the three, or uvloop
     where it is not installed, refuses to boot naming the variable (and the extra)."""
-    from sqs_worker_engine.process import settings
+    from sqs_worker_engine.process.settings import fields
 
     assert load_settings({}, SERVICE).settings.event_loop == "auto"
     assert load_settings({"WORKER_EVENT_LOOP": "asyncio"}, SERVICE).settings.event_loop == "asyncio"
     assert "WORKER_EVENT_LOOP" in problems({"WORKER_EVENT_LOOP": "libuv"})
-    monkeypatch.setattr(settings, "uvloop_installed", lambda: False)
+    monkeypatch.setattr(fields, "uvloop_installed", lambda: False)
     assert "sqs-worker-engine[uvloop]" in problems({"WORKER_EVENT_LOOP": "uvloop"})["WORKER_EVENT_LOOP"]
     assert load_settings({"WORKER_EVENT_LOOP": "auto"}, SERVICE).settings.event_loop == "auto"
 
@@ -636,9 +637,9 @@ def test_pushing_metrics_over_otlp_without_the_otlp_extra_refuses_to_boot(monkey
 def test_the_unprefixed_settings_limits_names_are_the_engines() -> None:
     """limits.py lists them for the template's hooks, which cannot import the settings."""
     from sqs_worker_engine.base.limits import RESERVED_PREFIXES, UNPREFIXED_SETTINGS
-    from sqs_worker_engine.process.settings import _ALIASES
+    from sqs_worker_engine.process.settings.fields import ALIASES
 
-    unprefixed = {name for name in _ALIASES if not name.startswith(RESERVED_PREFIXES)} - {"DATABASE_URL"}
+    unprefixed = {name for name in ALIASES if not name.startswith(RESERVED_PREFIXES)} - {"DATABASE_URL"}
     assert unprefixed == set(UNPREFIXED_SETTINGS)
 
 

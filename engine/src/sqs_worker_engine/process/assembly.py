@@ -51,7 +51,7 @@ from ..runtime.settling.decisions import RetryPolicy
 from ..runtime.settling.delivery import LeaseBook
 from ..runtime.settling.lease import LeaseKeeper
 from ..runtime.settling.settling import Settler
-from .server import make_app, start_server
+from .platform.server import make_app, start_server
 from .settings import QueueSettings, Settings, WorkerConfig
 
 log = logging.getLogger("sqs_worker_engine.worker")
@@ -185,6 +185,14 @@ def shared_parts(config: WorkerConfig, router: Router, stop: Callable[[str], Non
     if s.shared_concurrency is not None and config.priority is not None:
         budget = SharedBudget(s.shared_concurrency, config.priority)
         reporting.shared_budget(s.shared_concurrency)
+        for q in config.queues:
+            if q.concurrency > budget.total:
+                log.info(
+                    "queue %s: concurrency %d above the shared budget of %d: it may take the whole budget, never more",
+                    q.name,
+                    q.concurrency,
+                    budget.total,
+                )
     return Shared(process_pool, completion, budget)
 
 

@@ -12,7 +12,7 @@ SIGNAL_ECHO_SECONDS is one signal, see `is_echo`):
    is cancelled and released, so another worker takes it immediately;
 4. pending deletes and visibility changes are flushed; polls still waiting on an empty
    queue are cancelled (with WORKER_DRAIN_POLLS=true they are waited out instead, see
-   settings.py), and the process exits 0.
+   settings/fields.py), and the process exits 0.
 
 Run to completion (completion.py): with WORKER_MAX_JOBS or WORKER_IDLE_EXIT_SECONDS the
 worker asks itself to stop (`stop("max jobs reached")`, `stop("idle")`) once nothing is
@@ -44,9 +44,10 @@ from ..runtime.backlog import BacklogSampler
 from ..runtime.handling.processes import ProcessPool
 from ..runtime.pool import QueuePool
 from ..runtime.protections.completion import Completion
-from . import assembly, heap, signals
+from . import assembly
 from .assembly import StartupError as StartupError  # where it always was: cli.py and tests import it
-from .ecs import ScaleInProtection
+from .host import heap, signals
+from .platform.ecs import ScaleInProtection
 from .settings import ConfigError, WorkerConfig
 
 log = logging.getLogger("sqs_worker_engine.worker")
@@ -316,13 +317,6 @@ class Worker:
         if self._process_pool is not None:
             self._process_pool.start()  # its processes import the handlers while the queues are resolved
         for q in self.config.queues:
-            if shared.budget is not None and q.concurrency > shared.budget.total:
-                log.info(
-                    "queue %s: concurrency %d above the shared budget of %d: it may take the whole budget, never more",
-                    q.name,
-                    q.concurrency,
-                    shared.budget.total,
-                )
             info = await assembly.describe(control_client, q.name, q.url, self.health, s)
             spec = self.router.get(q.name)
             assert spec is not None

@@ -11,7 +11,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 from prometheus_client.openmetrics import exposition as openmetrics
 
-from ..base.telemetry.health import Health
+from ...base.telemetry.health import Health
 
 log = logging.getLogger("sqs_worker_engine.server")
 ReadyCheck = tuple[str, Callable[[], Awaitable[bool]]]

@@ -14,7 +14,7 @@ Read as OpenTelemetry's specification says for its numeric variables (`export_in
 a value that is not a whole number of milliseconds (`15s`), or one out of range (0 or
 less: no pause between exports, a busy loop), is ignored with a warning, as if unset. Both
 exporters that push need the SDK and its OTLP/HTTP exporter (the engine's `otlp` extra):
-without them settings.py refuses to boot (`exporter_problem`), rather than run without
+without them the settings refuse to boot (`exporter_problem`), rather than run without
 metrics.
 
 Names are exactly the Prometheus ones: a counter is its `..._total` series (a cumulative
@@ -70,7 +70,7 @@ def convert(families: Iterable[Family], resource: Mapping[str, str], now_ns: int
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
-    from ..base._version import ENGINE_VERSION
+    from ...base._version import ENGINE_VERSION
 
     now = now_ns if now_ns is not None else time.time_ns()
     cumulative = AggregationTemporality.CUMULATIVE

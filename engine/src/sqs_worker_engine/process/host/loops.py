@@ -6,8 +6,8 @@ it when it is installed and the standard loop otherwise; `uvloop` insists on it 
 at start-up when it is missing), `asyncio` never uses it. What it saved, measured side by
 side against a raw receive/delete loop, is in the README ("Event loop").
 
-Decisions as pure functions: `loop_problem` says what is wrong with a choice (settings.py
-refuses to boot on it), `resolve` which loop a choice means here, `new_loop` makes it.
+Decisions as pure functions: `loop_problem` says what is wrong with a choice (the settings
+refuse to boot on it), `resolve` which loop a choice means here, `new_loop` makes it.
 """
 
 from __future__ import annotations

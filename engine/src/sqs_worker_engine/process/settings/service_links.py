@@ -5,7 +5,7 @@ settings by name and value together.
 A Service's links are named after it, so a Service whose name starts like a setting
 (`worker-metrics`, `worker-queue`) gives variables of the engine's own prefixes, and one
 of them may even be a setting's name (`WORKER_METRICS_PORT=tcp://10.0.0.11:9102`).
-settings.py drops every link before it reads any of the engine's settings; a variable of
+loading.py drops every link before it reads any of the engine's settings; a variable of
 a link's name whose value is not a link's is left to be read, or refused, as a setting.
 """
 

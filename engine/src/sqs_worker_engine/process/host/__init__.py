@@ -1,0 +1,1 @@
+"""What the process asks of its interpreter and its OS: the garbage collector's pace, the event loop, the stop signals."""
