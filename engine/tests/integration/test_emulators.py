@@ -59,7 +59,7 @@ def test_an_endpoint_that_answers_as_no_emulator_is_refused(monkeypatch: pytest.
         s.bind(("127.0.0.1", 0))
         nothing = f"http://127.0.0.1:{s.getsockname()[1]}"
     monkeypatch.setenv("AWS_ENDPOINT_URL", nothing)
-    monkeypatch.setattr(emulators, "_wait_identified", lambda endpoint, service, timeout: emulators.identify(endpoint))
+    monkeypatch.setattr(emulators, "wait_identified", lambda endpoint, service, timeout: emulators.identify(endpoint))
     with pytest.raises(emulators.EmulatorError, match=r"answers neither as LocalStack .* nor as moto's server"):
         emulators.ensure()
 
@@ -185,7 +185,7 @@ def test_a_start_that_loses_the_race_for_its_port_stops_its_own_and_refuses(
         monkeypatch.delenv("SQS_EMULATOR", raising=False)
         # As both saw it: nothing answering yet, the port free.
         monkeypatch.setattr(emulators, "identify", lambda *args, **kwargs: None)
-        monkeypatch.setattr(emulators, "_port_free", lambda port: True)
+        monkeypatch.setattr(emulators, "port_free", lambda port: True)
         with pytest.raises(emulators.EmulatorError, match=rf"another process took port {port} while LocalStack"):
             emulators.start()
         assert not emulators.state_file(port).exists(), "nothing kept for a stop to find"
@@ -224,7 +224,7 @@ def test_a_localstack_on_the_default_port_without_a_needed_service_is_passed_ove
         monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
         monkeypatch.delenv("SQS_EMULATOR", raising=False)
         monkeypatch.setenv("LOCALSTACK_PORT", str(server.server_address[1]))
-        monkeypatch.setattr(emulators, "_docker_available", lambda: False)
+        monkeypatch.setattr(emulators, "docker_available", lambda: False)
 
         def start_private(services: str, timeout: float, port: int) -> emulators.Emulator:
             started.append((services, port))

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from sqs_worker_engine.doubles import emulators, pythons
+from sqs_worker_engine.doubles import machine as this_machine
 
 
 def script(path: Path, text: str) -> Path:
@@ -135,7 +136,7 @@ def test_a_cached_runtime_built_on_312_is_built_again_on_313(
         if cmd[1] == "venv":  # what `uv venv` leaves behind
             cached_runtime(venv, "3.13")
 
-    monkeypatch.setattr(emulators, "_run", run)
+    monkeypatch.setattr(emulators, "run", run)
     assert emulators.host_python() == str(venv / "bin" / "python")
     assert ran[0] == ["uv", "venv", "--quiet", "--python", str(base), str(venv)]
     assert ran[1][:4] == ["uv", "pip", "install", "--quiet"] and emulators.HOST_PACKAGES[0] in ran[1]
@@ -174,6 +175,6 @@ def test_a_port_the_system_picks_twice_is_given_once(monkeypatch: pytest.MonkeyP
     def bound(port: int) -> Iterator[Probe]:
         yield Probe(port or next(picks))
 
-    monkeypatch.setattr(emulators, "_bound", bound)
-    monkeypatch.setattr(emulators, "_PICKED", set(), raising=False)  # none picked before this test
+    monkeypatch.setattr(this_machine, "bound", bound)
+    monkeypatch.setattr(this_machine, "_PICKED", set(), raising=False)  # none picked before this test
     assert [emulators.free_port(), emulators.free_port()] == [40941, 40942]

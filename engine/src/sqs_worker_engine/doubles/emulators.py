@@ -28,43 +28,64 @@ started (moto's server too, when it is set). Order:
 Python 3.13 (`from warnings import deprecated`): on 3.12 it starts, answers its health check,
 and fails every CreateQueue.
 
-Also a command line for Makefiles (`sqs_worker_engine.localstack` is the same, under its old name):
-    python -m sqs_worker_engine.emulators run -- pytest ...   # ensure, run, stop what we started
-    python -m sqs_worker_engine.emulators start | stop       # keep one running for `make dev`
+Also a command line for Makefiles (`sqs_worker_engine.emulators` and `.localstack`, the
+paths services baked before 0.6 call, run it too):
+    python -m sqs_worker_engine.doubles.emulators run -- pytest ...   # ensure, run, stop what we started
+    python -m sqs_worker_engine.doubles.emulators start | stop       # keep one running for `make dev`
 
 `start` keeps what it started in a state file of its own per project (the directory it runs
 in) and port, so `stop` stops only what this project started on that port: never an emulator
 it found answering, nor another project's. A start that loses a race for the port to
 another emulator stops its own and refuses, rather than hand out the other's endpoint.
+
+What answers at an endpoint, ports and the processes started here are machine.py's.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import importlib.util
 import json
 import os
 import re
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import pythons
+from .machine import LOCALSTACK as LOCALSTACK
+from .machine import MOTO as MOTO
+from .machine import EmulatorError as EmulatorError
+from .machine import LocalStackError as LocalStackError
+from .machine import PortTakenError as PortTakenError
+from .machine import (
+    docker_available,
+    end_group,
+    file_lock,
+    missing_services,
+    port_free,
+    read_from,
+    run,
+    runs_emulator,
+    say,
+    spawn,
+    wait_healthy,
+    wait_identified,
+)
+from .machine import free_port as free_port
+from .machine import healthy as healthy
+from .machine import identify as identify
+from .machine import local_url as local_url
+from .machine import moto_healthy as moto_healthy
 from .pythons import python_version
 
 # The switch, and the names it takes.
 SWITCH = "SQS_EMULATOR"
-LOCALSTACK = "localstack"
-MOTO = "moto"
 KINDS = (LOCALSTACK, MOTO)
 # Where LocalStack is looked for and started on this machine (127.0.0.1).
 PORT_VARIABLE = "LOCALSTACK_PORT"
@@ -92,17 +113,6 @@ DEFAULT_URL = f"http://127.0.0.1:{DEFAULT_PORT}"
 # (it then stays up, saying "Ready.", while another process answers on the port).
 _READY = "Ready."
 _PORT_IN_USE = re.compile(r"CannotListenError|Address already in use|Couldn't listen")
-
-
-class EmulatorError(RuntimeError):
-    """No emulator could be found or started; the message says what to do."""
-
-
-LocalStackError = EmulatorError  # the name before moto's server joined
-
-
-class PortTakenError(EmulatorError):
-    """Another process took the port while an emulator was starting on it."""
 
 
 # SQS and what feeds queues in the wild (SNS, S3 notifications and large payloads,
@@ -136,8 +146,8 @@ class Emulator:
     def stop(self) -> None:
         if self.mode == "docker" and self.container:
             subprocess.run(["docker", "rm", "-f", self.container], capture_output=True, check=False)
-        elif self.mode == "host" and self.pid and (self._proc is not None or _runs_emulator(self.pid)):
-            _end_group(self.pid, self._proc)  # ours: a child, or an earlier `start`'s not reused since
+        elif self.mode == "host" and self.pid and (self._proc is not None or runs_emulator(self.pid)):
+            end_group(self.pid, self._proc)  # ours: a child, or an earlier `start`'s not reused since
         if self.workdir and self.mode == "host":
             shutil.rmtree(self.workdir, ignore_errors=True)
 
@@ -147,13 +157,13 @@ class Emulator:
             return True
         if self._proc is not None:
             return self._proc.poll() is None
-        return _runs_emulator(self.pid)
+        return runs_emulator(self.pid)
 
     def restart(self, timeout: float = 120) -> None:
         """Stop and start again on the same port (persistence keeps queues when enabled)."""
         if self.mode != "host" or self.kind != LOCALSTACK:
             raise EmulatorError("restart is only supported for a LocalStack started on the host")
-        _end_group(self.pid or 0, self._proc)
+        end_group(self.pid or 0, self._proc)
         port = int(self.endpoint.rsplit(":", 1)[1])
         assert self.workdir is not None
         fresh = _start_host(port, self.workdir, self.services, persist=True, timeout=timeout)
@@ -162,7 +172,7 @@ class Emulator:
     def kill(self) -> None:
         """Stop without cleaning up its state directory (to simulate an outage)."""
         if self.mode == "host" and self.pid:
-            _end_group(self.pid, self._proc)
+            end_group(self.pid, self._proc)
         elif self.mode == "docker" and self.container:
             subprocess.run(["docker", "stop", self.container], capture_output=True, check=False)
 
@@ -194,39 +204,6 @@ def chosen_port(environ: Mapping[str, str] | None = None) -> int:
     return int(raw)
 
 
-def local_url(port: int) -> str:
-    return f"http://127.0.0.1:{port}"
-
-
-def healthy(endpoint: str, service: str = "sqs", timeout: float = 2.0) -> bool:
-    """LocalStack answers, with `service` up."""
-    try:
-        with urllib.request.urlopen(f"{endpoint.rstrip('/')}/_localstack/health", timeout=timeout) as r:
-            data = json.load(r)
-    except (OSError, ValueError):
-        return False
-    return data.get("services", {}).get(service) in ("available", "running")
-
-
-def moto_healthy(endpoint: str, timeout: float = 2.0) -> bool:
-    """moto's server answers (its own API: a JSON dump of what it holds)."""
-    try:
-        with urllib.request.urlopen(f"{endpoint.rstrip('/')}/moto-api/data.json", timeout=timeout) as r:
-            json.load(r)
-    except (OSError, ValueError):
-        return False
-    return True
-
-
-def identify(endpoint: str, service: str = "sqs", timeout: float = 2.0) -> str | None:
-    """Which emulator answers at `endpoint` ("localstack", "moto"), None if neither does."""
-    if healthy(endpoint, service, timeout):
-        return LOCALSTACK
-    if moto_healthy(endpoint, timeout):
-        return MOTO
-    return None
-
-
 def ensure(services: str = SOURCES, timeout: float = 180, emulator: str | None = None) -> Emulator:
     """Return a reachable emulator, starting one if none answers.
 
@@ -240,7 +217,7 @@ def ensure(services: str = SOURCES, timeout: float = 180, emulator: str | None =
     configured = os.environ.get("AWS_ENDPOINT_URL")
     first = services.split(",")[0]
     if configured:
-        kind = _wait_identified(configured, first, 30)
+        kind = wait_identified(configured, first, 30)
         if kind is None:
             raise EmulatorError(
                 f"AWS_ENDPOINT_URL={configured} answers neither as LocalStack (/_localstack/health for {first}) "
@@ -257,13 +234,13 @@ def ensure(services: str = SOURCES, timeout: float = 180, emulator: str | None =
         return start_moto(timeout=min(timeout, 60), port=port if os.environ.get(PORT_VARIABLE) else 0)
     url = local_url(port)
     if healthy(url, first):
-        missing = _missing(url, services)
+        missing = missing_services(url, services)
         if not missing:
-            _say(f"LocalStack already answers at {url}: using it (not started here, so not stopped here)")
+            say(f"LocalStack already answers at {url}: using it (not started here, so not stopped here)")
             return Emulator(url, "external", services=services)
         # A LocalStack started for something smaller (SERVICES=sqs): leave it to its owner.
-        _say(f"LocalStack at {url} runs without {', '.join(missing)}: starting one with {services}")
-    if _docker_available():
+        say(f"LocalStack at {url} runs without {', '.join(missing)}: starting one with {services}")
+    if docker_available():
         return _start_docker(services, timeout, port)
     return start_private(services=services, timeout=timeout, port=port)
 
@@ -281,7 +258,7 @@ def start_moto(timeout: float = 60, port: int = 0) -> Emulator:
     env = {k: v for k, v in os.environ.items() if k not in ("AWS_ENDPOINT_URL", "PYTHONPATH")}
     for _ in range(3):  # a free port can be taken between the look and the bind: try another
         listen = free_port(port)
-        proc = _spawn(
+        proc = spawn(
             [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(listen)], env, workdir, log_path
         )
         endpoint = local_url(listen)
@@ -295,20 +272,11 @@ def start_moto(timeout: float = 60, port: int = 0) -> Emulator:
                     endpoint, "host", pid=proc.pid, workdir=workdir, log_path=log_path, kind=MOTO, _proc=proc
                 )
             time.sleep(0.2)
-        _end_group(proc.pid, proc)
+        end_group(proc.pid, proc)
         port = 0
     tail = Path(log_path).read_text(errors="replace")[-3000:]
     shutil.rmtree(workdir, ignore_errors=True)
     raise EmulatorError(f"moto's server did not start:\n{tail}")
-
-
-def _spawn(argv: list[str], env: Mapping[str, str], workdir: str, log_path: str) -> subprocess.Popen[bytes]:
-    """An emulator's process, in a session of its own (so that its whole group can be ended)
-    and writing to the end of its log."""
-    with open(log_path, "ab") as log:
-        return subprocess.Popen(
-            argv, env=env, cwd=workdir, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-        )
 
 
 def start_private(services: str = SOURCES, persist: bool = False, timeout: float = 180, port: int = 0) -> Emulator:
@@ -350,15 +318,15 @@ def _start_host(port: int, workdir: str, services: str, persist: bool, timeout: 
         env.pop(var, None)
     log_path = os.path.join(workdir, "localstack.log")
     offset = os.path.getsize(log_path) if os.path.exists(log_path) else 0  # a restart appends
-    proc = _spawn([python, "-m", "localstack.runtime.main"], env, workdir, log_path)
+    proc = spawn([python, "-m", "localstack.runtime.main"], env, workdir, log_path)
     endpoint = local_url(port)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and proc.poll() is None:
-        said = _read_from(log_path, offset)
+        said = read_from(log_path, offset)
         if _PORT_IN_USE.search(said):
             # It says "Ready." all the same and stays up, while whoever holds the port answers
             # every health check: that one is not ours, and this one serves nothing.
-            _end_group(proc.pid, proc, grace=2)  # TERM is not enough then
+            end_group(proc.pid, proc, grace=2)  # TERM is not enough then
             raise PortTakenError(f"port {port} was taken by another process while LocalStack started on it")
         # Ours once its own log says its gateway is up (the bind comes before) and it answers.
         if _READY in said and healthy(endpoint, services.split(",")[0], timeout=1):
@@ -366,8 +334,8 @@ def _start_host(port: int, workdir: str, services: str, persist: bool, timeout: 
                 endpoint, "host", pid=proc.pid, workdir=workdir, log_path=log_path, services=services, _proc=proc
             )
         time.sleep(0.3)
-    _end_group(proc.pid, proc)
-    tail = _read_from(log_path, offset)[-3000:]
+    end_group(proc.pid, proc)
+    tail = read_from(log_path, offset)[-3000:]
     raise EmulatorError(f"LocalStack on the host did not become healthy on {endpoint}:\n{tail}")
 
 
@@ -382,7 +350,7 @@ def _start_docker(services: str, timeout: float, port: int, exact: bool = False)
     if out.returncode != 0:
         raise EmulatorError(f"docker run {IMAGE} failed: {out.stderr.strip()}")
     ls = Emulator(local_url(port), "docker", container=out.stdout.strip(), services=services)
-    if not _wait_healthy(ls.endpoint, services.split(",")[0], timeout):
+    if not wait_healthy(ls.endpoint, services.split(",")[0], timeout):
         ls.stop()
         raise EmulatorError(f"the {IMAGE} container did not become healthy on {ls.endpoint}")
     return ls
@@ -397,22 +365,22 @@ def host_python() -> str:
     if _venv_ready(venv):
         return str(python)
     venv.parent.mkdir(parents=True, exist_ok=True)
-    with _file_lock(venv.parent / f".{venv.name}.lock"):
+    with file_lock(venv.parent / f".{venv.name}.lock"):
         if _venv_ready(venv):
             return str(python)
         base = find_host_python()
-        _say(f"installing LocalStack {VERSION}'s runtime on Python {HOST_PYTHON} into {venv} (once)")
+        say(f"installing LocalStack {VERSION}'s runtime on Python {HOST_PYTHON} into {venv} (once)")
         shutil.rmtree(venv, ignore_errors=True)
         uv = pythons.uv_command()
         # From the cache's directory: a project's own uv settings (its .python-version, a
         # [tool.uv] that forbids downloads) are not LocalStack's.
         where = str(venv.parent)
         if uv:
-            _run([uv, "venv", "--quiet", "--python", base, str(venv)], where)
-            _run([uv, "pip", "install", "--quiet", "--python", str(python), *HOST_PACKAGES], where)
+            run([uv, "venv", "--quiet", "--python", base, str(venv)], where)
+            run([uv, "pip", "install", "--quiet", "--python", str(python), *HOST_PACKAGES], where)
         else:
-            _run([base, "-m", "venv", str(venv)], where)
-            _run([str(python), "-m", "pip", "install", "--quiet", *HOST_PACKAGES], where)
+            run([base, "-m", "venv", str(venv)], where)
+            run([str(python), "-m", "pip", "install", "--quiet", *HOST_PACKAGES], where)
         (venv / ".installed").write_text(" ".join(HOST_PACKAGES))
     return str(python)
 
@@ -447,7 +415,7 @@ def find_host_python() -> str:
     uv = pythons.uv_command()
     installed = ""
     if uv:
-        _say(
+        say(
             f"no Python {HOST_PYTHON} found for LocalStack's runtime: installing one with uv python install {HOST_PYTHON}"
         )
         done = subprocess.run(
@@ -469,157 +437,6 @@ def find_host_python() -> str:
         "to one; or start an emulator yourself and set AWS_ENDPOINT_URL; or use moto's server, which needs "
         f"neither: {SWITCH}=moto."
     )
-
-
-def _docker_available() -> bool:
-    if not shutil.which("docker") or os.environ.get("LOCALSTACK_NO_DOCKER"):
-        return False
-    try:
-        return subprocess.run(["docker", "info"], capture_output=True, timeout=15, check=False).returncode == 0
-    except subprocess.TimeoutExpired:
-        return False
-
-
-def _wait_healthy(endpoint: str, service: str, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if healthy(endpoint, service):
-            return True
-        time.sleep(0.5)
-    return False
-
-
-def _wait_identified(endpoint: str, service: str, timeout: float) -> str | None:
-    deadline = time.monotonic() + timeout
-    while True:
-        kind = identify(endpoint, service)
-        if kind is not None or time.monotonic() > deadline:
-            return kind
-        time.sleep(0.5)
-
-
-def _missing(endpoint: str, services: str) -> list[str]:
-    return [s for s in services.split(",")[1:] if not healthy(endpoint, s)]
-
-
-# Ports free_port picked in this process. The system may pick one again as soon as the
-# probe closes it, before its first user binds it: two workers started one after the other
-# were given the same metrics port, and the second could not start.
-_PICKED: set[int] = set()
-PICK_ATTEMPTS = 100
-
-
-def free_port(preferred: int = 0) -> int:
-    """`preferred` if it is free on 127.0.0.1, else one the system picks that this process
-    was not given before (which may still be taken by another process before its user binds
-    it: callers that can, retry)."""
-    if preferred and _port_free(preferred):
-        return preferred
-    for _ in range(PICK_ATTEMPTS):
-        try:
-            with _bound(0) as s:
-                port = int(s.getsockname()[1])
-        except OSError as exc:
-            raise EmulatorError(f"no free port: {exc}") from None
-        if port not in _PICKED:
-            _PICKED.add(port)
-            return port
-    raise EmulatorError(f"no free port this process was not given before, in {PICK_ATTEMPTS} tries")
-
-
-def _port_free(port: int) -> bool:
-    """Nothing listens on `port` of 127.0.0.1. As servers bind (SO_REUSEADDR): the connections
-    of one stopped a moment ago, still in TIME_WAIT, do not hold the port."""
-    try:
-        with _bound(port):
-            return True
-    except OSError:
-        return False
-
-
-@contextlib.contextmanager
-def _bound(port: int) -> Iterator[socket.socket]:
-    with socket.socket() as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        s.bind(("127.0.0.1", port))
-        yield s
-
-
-def _end_group(pid: int, proc: subprocess.Popen[bytes] | None, grace: float = 30) -> None:
-    """Stop the process group `pid` leads: SIGTERM, then SIGKILL after `grace` seconds (a
-    LocalStack that could not bind its port ignores SIGTERM)."""
-    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 10.0)):
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pid, sig)
-        if _wait_gone(pid, proc, wait):
-            return
-
-
-def _wait_gone(pid: int, proc: subprocess.Popen[bytes] | None, timeout: float) -> bool:
-    if proc is not None:  # our child: reaped, so that its pid is gone
-        try:
-            proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            return False
-        return True
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return True
-        except PermissionError:
-            return True  # the pid is someone else's now: ours is gone
-        time.sleep(0.1)
-    return False
-
-
-def _runs_emulator(pid: int) -> bool:
-    """`pid` is alive and runs an emulator (not a process that got the number since)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return False  # another user's process: never ours
-    try:
-        command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:  # no /proc (macOS): ps says
-        command = subprocess.run(
-            ["ps", "-o", "command=", "-p", str(pid)], capture_output=True, text=True, check=False
-        ).stdout
-    return "localstack.runtime.main" in command or "moto.server" in command
-
-
-def _read_from(path: str, offset: int) -> str:
-    try:
-        with open(path, "rb") as handle:
-            handle.seek(offset)
-            return handle.read().decode(errors="replace")
-    except OSError:
-        return ""
-
-
-def _run(cmd: list[str], cwd: str | None = None) -> None:
-    result = subprocess.run(cmd, capture_output=True, text=True, check=False, cwd=cwd)
-    if result.returncode != 0:
-        raise EmulatorError(f"{' '.join(cmd)} failed:\n{result.stdout}{result.stderr}")
-
-
-def _say(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
-
-
-@contextlib.contextmanager
-def _file_lock(path: Path) -> Iterator[None]:
-    import fcntl
-
-    with open(path, "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 # -- `start` and `stop`: one emulator kept per project and port ------------------------------
@@ -679,7 +496,7 @@ def start() -> str:
                 raise EmulatorError(
                     f"this project's {mine.name} runs at {mine.endpoint}: stop it first to start {_name(kind)}"
                 )
-            _say(f"{mine.name} at {mine.endpoint}: started earlier for this project, still running")
+            say(f"{mine.name} at {mine.endpoint}: started earlier for this project, still running")
             return mine.endpoint
         mine.stop()  # what is left of one that no longer answers
         state_file(port).unlink(missing_ok=True)
@@ -689,7 +506,7 @@ def start() -> str:
     if em.started_here:
         _keep(em, port)
     elif os.environ.get("AWS_ENDPOINT_URL"):
-        _say(f"{em.name} at AWS_ENDPOINT_URL={em.endpoint}: using it (not started here, so not stopped here)")
+        say(f"{em.name} at AWS_ENDPOINT_URL={em.endpoint}: using it (not started here, so not stopped here)")
     return em.endpoint
 
 
@@ -697,17 +514,17 @@ def _start_localstack(port: int) -> Emulator:
     """LocalStack on exactly `port`: the one answering there (said so), or one started there."""
     url = local_url(port)
     found = identify(url)
-    taken = found is None and not _port_free(port)
+    taken = found is None and not port_free(port)
     if taken:  # an emulator starting there (another project's start) answers within seconds
-        found = _wait_identified(url, "sqs", 10)
+        found = wait_identified(url, "sqs", 10)
     if found == LOCALSTACK:
-        missing = _missing(url, SOURCES)
+        missing = missing_services(url, SOURCES)
         if missing:
             raise EmulatorError(
                 f"LocalStack at {url} runs without {', '.join(missing)}, which this service may need: "
                 f"stop it, or choose another port with {PORT_VARIABLE}=<port>"
             )
-        _say(f"LocalStack already answers at {url}, not started by this project: using it (stop leaves it running)")
+        say(f"LocalStack already answers at {url}, not started by this project: using it (stop leaves it running)")
         return Emulator(url, "external")
     if found == MOTO:
         raise EmulatorError(
@@ -720,7 +537,7 @@ def _start_localstack(port: int) -> Emulator:
             f"choose a free port with {PORT_VARIABLE}=<port>"
         )
     try:
-        if _docker_available():
+        if docker_available():
             return _start_docker(SOURCES, 180, port, exact=True)
         return start_host(port)
     except PortTakenError:
@@ -757,7 +574,7 @@ def _command(command: str, argv: list[str]) -> int:
     if command == "run":
         cmd = argv[argv.index("--") + 1 :] if "--" in argv else []
         if not cmd:
-            print("usage: python -m sqs_worker_engine.emulators run -- COMMAND...", file=sys.stderr)
+            print("usage: python -m sqs_worker_engine.doubles.emulators run -- COMMAND...", file=sys.stderr)
             return 2
         em = ensure()
         print(f"{em.name} ({em.mode}) at {em.endpoint}", file=sys.stderr)
@@ -769,7 +586,7 @@ def _command(command: str, argv: list[str]) -> int:
         print(start())
         return 0
     if command == "stop":
-        _say(stop())
+        say(stop())
         return 0
     print(f"unknown command {command!r}; use run, start or stop", file=sys.stderr)
     return 2
