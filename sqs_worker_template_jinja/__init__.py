@@ -14,5 +14,5 @@ By job, each module importing only those before it:
   (cookiecutter.json's `_extensions`; local_extensions.py at the root re-exports it for
   replay files that name it there).
 
-A docstring only: importing one module loads no other.
+A docstring only: importing the package loads none of its modules.
 """
