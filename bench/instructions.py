@@ -47,7 +47,7 @@ from typing import Any
 import boto3
 import run  # bench/run.py (its directory is first on sys.path)
 import versions
-from sqs_worker_engine import localstack
+from sqs_worker_engine.doubles import emulators
 
 NOW = versions.NOW
 WORKER = Path(__file__).with_name("instructions_worker.py")
@@ -226,7 +226,7 @@ def measure(
     started = time.monotonic()
     with contextlib.ExitStack() as stack:
         scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="sqs-bench-instructions-")))
-        ls = localstack.ensure()
+        ls = emulators.ensure()
         stack.callback(ls.stop)  # stops it only if it was started here
         log("baking the service whose environment every version runs in")
         project = run.bake(scratch / "bake")

@@ -7,8 +7,8 @@
 
 It bakes the default service, installs it (its worker is the engine, engine/, which the
 baked service depends on by path), finds or starts LocalStack as the suites do
-(sqs_worker_engine.localstack), and runs every contender as its own process against fresh
-queues, behind one counting proxy (the engine's tests/faultproxy.py) that every SQS request
+(sqs_worker_engine.doubles.emulators), and runs every contender as its own process against
+fresh queues, behind one counting proxy (the engine's tests/faultproxy.py) that every SQS request
 goes through. Contenders take turns within each scenario, so drift on a shared
 machine hits them all alike. Every throughput scenario runs twice: at the emulator's own
 latency, and with a round trip added to every SQS request at the proxy (--added-latency,
@@ -63,7 +63,7 @@ sys.path.insert(0, str(HERE))
 # From bench/ and bench/contenders/, put on the path above.
 import report
 from common import RECORD_BYTES, parse_handler
-from sqs_worker_engine import localstack
+from sqs_worker_engine.doubles import emulators
 from sqs_worker_engine.runtime.protections.prefetch import default_prefetch
 
 REGION = "us-east-1"
@@ -1163,7 +1163,7 @@ def run(
             project = bake(scratch)
         package = package_name(project)
         faultproxy = load_module("bench_faultproxy", ENGINE / "tests" / "faultproxy.py")
-        ls = localstack.ensure()
+        ls = emulators.ensure()
         stack.callback(ls.stop)  # stops it only if it was started here
         log(f"LocalStack ({ls.mode}) ready")
         work = scratch / "runs"

@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 import run  # bench/run.py: the bench itself (its directory is first on sys.path)
-from sqs_worker_engine import localstack
+from sqs_worker_engine.doubles import emulators
 
 NOW = "now"
 CASES = (("noop", 8), ("noop", 50), ("io10ms", 50), ("io10ms", 100))
@@ -196,7 +196,7 @@ def measure(
         scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="sqs-bench-versions-")))
         benches: dict[str, run.Bench] = {}
         versions = []
-        ls = localstack.ensure()
+        ls = emulators.ensure()
         stack.callback(ls.stop)  # stops it only if it was started here
         faultproxy = run.load_module("bench_faultproxy", run.ENGINE / "tests" / "faultproxy.py")
         for i, ref in enumerate([*refs, NOW]):

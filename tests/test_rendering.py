@@ -6,7 +6,6 @@ invalid answers are tests/test_hooks.py's business."""
 
 from __future__ import annotations
 
-import ast
 import json
 import re
 import tomllib
@@ -15,7 +14,7 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import ROOT, TEMPLATE, bake_cli
+from conftest import TEMPLATE, bake_cli
 from matrix import SUPPORTED
 
 # `{{ cookiecutter.x }}`, `{% if cookiecutter... %}` or `cookiecutter.x }}` left in a file.
@@ -113,16 +112,11 @@ def test_supported_answers_generate_a_project_whose_files_parse(name: str, tmp_p
 
 
 def deprecated_engine_modules() -> set[str]:
-    """The engine's old module paths (`sqs_worker_engine.tracing` for `...base.tracing`): a
-    top-level module that imports the moved one as `_moved` and warns, as the engine's own
-    tests/unit/test_deprecated_paths.py recognises them."""
-    package = ROOT / "engine" / "src" / "sqs_worker_engine"
-    return {
-        path.stem
-        for path in package.glob("*.py")
-        for node in ast.parse(path.read_text(encoding="utf-8")).body
-        if isinstance(node, ast.ImportFrom) and node.names[0].asname == "_moved"
-    }
+    """The engine's old module paths (`sqs_worker_engine.tracing` for
+    `...base.telemetry.tracing`): the names its alias table serves, with a warning."""
+    import sqs_worker_engine
+
+    return set(sqs_worker_engine.MOVED)
 
 
 def test_no_generated_file_imports_an_engine_path_the_engine_deprecates() -> None:

@@ -65,9 +65,9 @@ def test_an_endpoint_that_answers_as_no_emulator_is_refused(monkeypatch: pytest.
 
 
 def command(*args: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    """`python -m sqs_worker_engine.emulators ...` as a project's Makefile runs it (in its directory)."""
+    """`python -m sqs_worker_engine.doubles.emulators ...` as a project's Makefile runs it (in its directory)."""
     return subprocess.run(
-        [sys.executable, "-m", "sqs_worker_engine.emulators", *args],
+        [sys.executable, "-m", "sqs_worker_engine.doubles.emulators", *args],
         env=env,
         cwd=cwd,
         capture_output=True,

@@ -16,9 +16,10 @@ import pytest
 from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
-from sqs_worker_engine import DownstreamUnavailable, Job, NonRetryableError, Router, localstack
+from sqs_worker_engine import DownstreamUnavailable, Job, NonRetryableError, Router
 from sqs_worker_engine.base.telemetry.health import progress_files
 from sqs_worker_engine.base.telemetry.metrics import set_db_pool_in_use
+from sqs_worker_engine.doubles import emulators
 from sqs_worker_engine.doubles.emulators import free_port
 from sqs_worker_engine.process.platform import ecs as ecs_module
 
@@ -285,7 +286,7 @@ async def scrape_until(port: int, condition: Any, what: str, timeout: float = 60
 
 def test_readiness_follows_sqs_while_liveness_stays_healthy(health_file: str) -> None:
     """Stop the SQS emulator itself: not ready, still live; start it again: ready."""
-    ls = localstack.start_private()
+    ls = emulators.start_private()
     try:
         sqs = Sqs(ls.endpoint)
         queue = sqs.create(max_receive=None)

@@ -28,8 +28,8 @@ started (moto's server too, when it is set). Order:
 Python 3.13 (`from warnings import deprecated`): on 3.12 it starts, answers its health check,
 and fails every CreateQueue.
 
-Also a command line for Makefiles (`sqs_worker_engine.emulators` and `.localstack`, the
-paths services baked before 0.6 call, run it too):
+Also a command line for Makefiles (the old paths that services baked before 0.6 call run it
+too: the package's alias table):
     python -m sqs_worker_engine.doubles.emulators run -- pytest ...   # ensure, run, stop what we started
     python -m sqs_worker_engine.doubles.emulators start | stop       # keep one running for `make dev`
 
