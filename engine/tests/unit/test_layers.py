@@ -1,6 +1,6 @@
-"""The engine's folders are its layers, and imports only point down: each folder can be read,
-and tested, on top of the ones below it. No module imports one that imports it back
-(function-level and type-checking imports included)."""
+"""The engine's folders are its layers, and so are the folders within them; imports only
+point down: each layer can be read, and tested, on top of the ones below it. No module
+imports one that imports it back (function-level and type-checking imports included)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,33 @@ import sqs_worker_engine
 
 PACKAGE = Path(sqs_worker_engine.__file__).parent
 
-# Highest first. A module may import its own folder and any folder after it in this list,
-# never one before it. The package's top level is its public face: the paths generated
-# services import (and the deprecated aliases of modules that moved).
-LAYERS = ("", "fleet", "doubles", "ops", "process", "runtime", "handlers", "formats", "base")
+# Highest first. A module may import its own layer and any layer after it in this list,
+# never one before it. A layer is a folder ("runtime"), a folder within one
+# ("runtime.admission"), or a module that sits below the rest of its folder
+# ("runtime.reporting", what the runtime's folders report through; "base.sqs", the client
+# seam that telemetry observes): a module is in the longest of these its name starts with.
+# The package's top level is its public face: the paths services import.
+LAYERS = (
+    "",
+    "fleet",
+    "doubles",
+    "ops",
+    "process",
+    "process.settings",
+    "process.platform",
+    "process.host",
+    "runtime",
+    "runtime.admission",
+    "runtime.handling",
+    "runtime.settling",
+    "runtime.reporting",
+    "runtime.protections",
+    "handlers",
+    "formats",
+    "base.sqs",
+    "base.telemetry",
+    "base",
+)
 RANK = {name: rank for rank, name in enumerate(LAYERS)}
 
 
@@ -26,9 +49,11 @@ def module_name(path: Path) -> str:
 
 
 def layer(module: str) -> str:
-    """sqs_worker_engine.runtime.pool -> runtime; sqs_worker_engine.cli -> "" (the face)."""
-    parts = module.split(".")
-    return parts[1] if len(parts) > 2 or (len(parts) == 2 and parts[1] in RANK) else ""
+    """sqs_worker_engine.runtime.pool -> runtime; ...runtime.admission.gate ->
+    runtime.admission; ...runtime.reporting -> runtime.reporting; sqs_worker_engine.cli ->
+    "" (the face)."""
+    name = module.removeprefix("sqs_worker_engine").removeprefix(".")
+    return max((entry for entry in LAYERS if name == entry or name.startswith(entry + ".")), key=len, default="")
 
 
 def imports() -> dict[str, set[str]]:
@@ -56,9 +81,16 @@ def imports() -> dict[str, set[str]]:
 
 
 def test_the_engine_has_its_layers() -> None:
-    """Every module sits in a known folder; the test would pass vacuously otherwise."""
+    """Every layer holds a module; the test would pass vacuously otherwise."""
     folders = {layer(name) for name in imports()}
     assert folders == set(LAYERS), folders ^ set(LAYERS)
+
+
+def test_every_folder_is_a_layer_of_its_own() -> None:
+    """A new folder is named in LAYERS, where its imports say it belongs: otherwise its
+    modules would count as its parent's, and an import between them would go unchecked."""
+    folders = {module_name(path).removeprefix("sqs_worker_engine.") for path in PACKAGE.rglob("*/__init__.py")}
+    assert folders <= set(LAYERS), sorted(folders - set(LAYERS))
 
 
 def test_no_import_climbs_to_a_higher_layer() -> None:
@@ -72,9 +104,15 @@ def test_no_import_climbs_to_a_higher_layer() -> None:
 
 
 def test_the_layer_check_sees_an_upward_import() -> None:
-    """The check of the check: base importing the runtime is caught."""
+    """The check of the check: base importing the runtime is caught, and within the runtime
+    the protections importing admission, or reporting importing settling."""
     assert RANK[layer("sqs_worker_engine.runtime.pool")] < RANK[layer("sqs_worker_engine.base.clock")]
     assert layer("sqs_worker_engine.cli") == "" and layer("sqs_worker_engine.fleet.cli") == "fleet"
+    assert layer("sqs_worker_engine.runtime.admission.gate") == "runtime.admission"
+    assert RANK["runtime.admission"] < RANK[layer("sqs_worker_engine.runtime.protections.throttle")]
+    assert RANK[layer("sqs_worker_engine.runtime.settling.acker")] < RANK[layer("sqs_worker_engine.runtime.reporting")]
+    assert layer("sqs_worker_engine.runtime.reporting") == "runtime.reporting"
+    assert layer("sqs_worker_engine.runtime.reportings") == "runtime", "a name that only begins like a layer's"
 
 
 def test_no_module_imports_one_that_imports_it_back() -> None:
@@ -94,10 +132,11 @@ def test_no_module_imports_one_that_imports_it_back() -> None:
 
 
 def test_the_layer_folders_import_nothing_themselves() -> None:
-    """A folder's __init__ is a docstring: importing sqs_worker_engine.process.host.signals (what
-    entry.py does before SIGTERM is handled) must not load the rest of the process layer."""
-    for path in PACKAGE.glob("*/__init__.py"):
-        if path.parent.name == "fleet":
+    """A folder's __init__ is a docstring: importing sqs_worker_engine.process.host.signals
+    (what entry.py does before SIGTERM is handled) must not load the rest of the process
+    layer. The settings are a package whose face is `load_settings` and its types."""
+    for path in PACKAGE.rglob("*/__init__.py"):
+        if path.parent == PACKAGE / "process" / "settings":
             continue
         tree = ast.parse(path.read_text())
         assert not [n for n in tree.body if isinstance(n, ast.Import | ast.ImportFrom)], path
