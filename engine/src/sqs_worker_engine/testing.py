@@ -46,6 +46,14 @@ boot, say: an API's URL, a stand-in token). For an HTTP API a handler calls,
 `with stand_in_http({"POST /v1/orders": (201, {...})}) as partner:` serves one on 127.0.0.1
 for the block: give the service `env={"PARTNER_API_URL": partner.url}`, and read what it
 was asked in `partner.requests` (doubles/http.py).
+
+A test of the worker as a whole, without AWS, runs the real Worker against the in-memory
+SQS (`doubles.memory.MemorySQS`): `memory_sqs("jobs", messages=100)` seeds it,
+`memory_worker(sqs, router, "jobs", WORKER_CONCURRENCY="8")` starts the worker on the
+running loop with the settings of a worker off the network (QUIET, under the test's own),
+and `await running.stop()` stops it as SIGTERM does. On `doubles.vtime.run` its sleeps take
+no wall-clock time; any loop works. The engine's model tests, the bench and
+scripts/measure_engine.py all set their workers up this way.
 """
 
 from __future__ import annotations
@@ -55,12 +63,13 @@ import contextlib
 import json
 import logging
 import uuid
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
+from .base import clock
 from .base.errors import PayloadError, RetryLater
 from .doubles.http import stand_in_http
 from .formats.envelopes import ControlMessage, Envelope, read_payload
@@ -71,13 +80,22 @@ from .handlers.router import Router, call_sync
 
 if TYPE_CHECKING:
     from .doubles.end_to_end import check_service
+    from .doubles.memory import MemorySQS
+    from .process.settings import WorkerConfig
+    from .process.worker import Worker
 
 __all__ = [
     "FROM_LIFESPAN",
+    "MEMORY_QUEUE",
+    "QUIET",
     "HandlerResult",
     "OtherLoopError",
+    "RunningWorker",
     "check_service",
     "make_job",
+    "memory_config",
+    "memory_sqs",
+    "memory_worker",
     "run_batch",
     "run_batch_async",
     "run_handler",
@@ -357,6 +375,81 @@ def run_batch(router: Router, queue: str, messages: Sequence[Any], **options: An
     results = asyncio.run(run_batch_async(router, queue, messages, **options))
     _same_loop(results, options.get("resources", FROM_LIFESPAN))
     return results
+
+
+# -- a memory worker: the real Worker against the in-memory SQS --------------------------
+# The worker's modules (its SQS clients among them) load when a worker is made, as the
+# end-to-end check's do below: a handler's unit tests never load them.
+
+MEMORY_QUEUE = "jobs"  # the queue, when a caller names none
+QUIET = {
+    "AWS_REGION": "us-east-1",  # the clients' region: the in-memory SQS answers in any
+    "WORKER_METRICS_PORT": "0",  # no /metrics server: many workers run in one process
+    "WORKER_BACKLOG_SAMPLE_SECONDS": "3600",  # no backlog sampling among the calls the worker makes
+}
+
+
+def memory_sqs(
+    *queues: str,
+    messages: int = 0,
+    body: Callable[[int], str] = "m-{}".format,
+    dlq_after: int | None = None,
+    attributes: Mapping[str, str] | None = None,
+) -> MemorySQS:
+    """An in-memory SQS with each of `queues` (default MEMORY_QUEUE) on it, and `messages`
+    waiting on each, the i-th with the body `body(i)` (`m-0`, `m-1`, ...). Made on the
+    running loop, whose time the in-memory SQS keeps.
+
+    `dlq_after`: each queue gets its DLQ (`<queue>-dlq`), which takes a message at that
+    many receives. `attributes`: each queue's own (VisibilityTimeout, ...)."""
+    from .doubles.memory import MemorySQS
+
+    sqs = MemorySQS()
+    for queue in queues or (MEMORY_QUEUE,):
+        if dlq_after is None:
+            sqs.create_queue(queue, **(attributes or {}))
+        else:
+            sqs.create_queue_with_dlq(queue, max_receive_count=dlq_after, **(attributes or {}))
+        for i in range(messages):
+            sqs.put(queue, body(i))
+    return sqs
+
+
+def memory_config(*queues: str, name: str = "memory", **env: str) -> WorkerConfig:
+    """The settings of a worker consuming `queues` (default MEMORY_QUEUE) off the network:
+    QUIET, then the caller's `env` (WORKER_CONCURRENCY="8", ...), validated as
+    `load_settings` validates the environment. `name`: the service's (its logs, its health
+    file)."""
+    from .process.settings import ServiceDefaults, load_settings
+
+    settings = {**QUIET, "WORKER_QUEUES": ",".join(queues or (MEMORY_QUEUE,)), **env}
+    return load_settings(settings, ServiceDefaults(name=name))
+
+
+class RunningWorker:
+    """A worker started as a task on the running loop; `stop()` is what SIGTERM does.
+    `stopped_at`: the loop's time when its run ended, once it has."""
+
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+        self.task = asyncio.create_task(worker.run())
+        self.stopped_at: float | None = None
+        self.task.add_done_callback(lambda _task: setattr(self, "stopped_at", clock.now()))
+
+    async def stop(self, reason: str = "SIGTERM") -> float:
+        """Stop the worker as `reason` would and wait for its run to end; how long that took."""
+        began = clock.now()
+        self.worker.stop(reason)
+        await self.task
+        return clock.now() - began
+
+
+def memory_worker(sqs: MemorySQS, router: Router, *queues: str, name: str = "memory", **env: str) -> RunningWorker:
+    """The real Worker against `sqs`, with `memory_config`'s settings, started on the running
+    loop: it receives once the caller next awaits."""
+    from .process.worker import Worker
+
+    return RunningWorker(Worker(memory_config(*queues, name=name, **env), router, client=sqs))
 
 
 def __getattr__(name: str) -> Any:

@@ -1,4 +1,6 @@
-"""Runs the real worker against the in-memory SQS model on virtual time."""
+"""Runs the real worker against the in-memory SQS model on virtual time: the set-up is
+sqs_worker_engine.testing's memory worker; here, the model's settings, its waits and its
+record of what handlers did."""
 
 from __future__ import annotations
 
@@ -9,14 +11,15 @@ from dataclasses import dataclass, field
 from sqs_worker_engine.base import clock
 from sqs_worker_engine.doubles.memory import MemorySQS
 from sqs_worker_engine.handlers.router import Router
-from sqs_worker_engine.process.settings import ServiceDefaults, WorkerConfig, load_settings
-from sqs_worker_engine.process.worker import Worker
+from sqs_worker_engine.process.settings import WorkerConfig
+from sqs_worker_engine.testing import MEMORY_QUEUE as QUEUE
+from sqs_worker_engine.testing import RunningWorker as Running
+from sqs_worker_engine.testing import memory_config, memory_sqs, memory_worker
 
-QUEUE = "jobs"
-BASE_ENV = {
-    "AWS_REGION": "us-east-1",
-    "WORKER_METRICS_PORT": "0",
-    "WORKER_BACKLOG_SAMPLE_SECONDS": "3600",
+__all__ = ["QUEUE", "Recorder", "Running", "config", "memory_queue", "start", "until"]
+
+# The model's settings, under the test's own (the set-up itself: sqs_worker_engine.testing).
+MODEL_ENV = {
     "WORKER_CONCURRENCY": "4",
     "WORKER_VISIBILITY_TIMEOUT_SECONDS": "30",
     "WORKER_JOB_TIMEOUT_MS": "120000",
@@ -25,7 +28,7 @@ BASE_ENV = {
 
 
 def config(queue: str = QUEUE, **env: str) -> WorkerConfig:
-    return load_settings({**BASE_ENV, "WORKER_QUEUES": queue, **env}, ServiceDefaults(name="model"))
+    return memory_config(queue, name="model", **{**MODEL_ENV, **env})
 
 
 @dataclass
@@ -51,23 +54,6 @@ class Recorder:
             self.finished.append(body)
 
 
-class Running:
-    """A started worker; `stop()` is what SIGTERM does."""
-
-    def __init__(self, worker: Worker) -> None:
-        self.worker = worker
-        self.task = asyncio.create_task(worker.run())
-        self.stopped_at: float | None = None
-        self.task.add_done_callback(lambda _t: setattr(self, "stopped_at", clock.now()))
-
-    async def stop(self) -> float:
-        """SIGTERM, then wait for the worker to exit; returns how long that took."""
-        began = clock.now()
-        self.worker.stop("SIGTERM")
-        await self.task
-        return clock.now() - began
-
-
 def memory_queue(
     queue: str = QUEUE, *, dlq_after: int | None = None, messages: int = 0, **attributes: str
 ) -> tuple[MemorySQS, Router]:
@@ -76,18 +62,12 @@ def memory_queue(
     `dlq_after`: the queue gets its DLQ (`<queue>-dlq`), which takes a message at that many
     receives. `messages`: that many are waiting on the queue, with bodies `m-0`, `m-1`, ...
     `attributes`: the queue's own (VisibilityTimeout, ...)."""
-    sqs = MemorySQS()
-    if dlq_after is None:
-        sqs.create_queue(queue, **attributes)
-    else:
-        sqs.create_queue_with_dlq(queue, max_receive_count=dlq_after, **attributes)
-    for i in range(messages):
-        sqs.put(queue, f"m-{i}")
-    return sqs, Router()
+    return memory_sqs(queue, messages=messages, dlq_after=dlq_after, attributes=attributes), Router()
 
 
 async def start(sqs: MemorySQS, router: Router, queue: str = QUEUE, **env: str) -> Running:
-    running = Running(Worker(config(queue, **env), router, client=sqs))
+    """The worker started, once its pools exist (or it has already exited)."""
+    running = memory_worker(sqs, router, queue, name="model", **{**MODEL_ENV, **env})
     await until(lambda: running.worker.pools != [] or running.task.done(), 60)
     return running
 

@@ -10,10 +10,8 @@ import pytest
 
 from sqs_worker_engine import Job, Router
 from sqs_worker_engine.cli import run_until_stopped
-from sqs_worker_engine.doubles.memory import MemorySQS
 from sqs_worker_engine.process.host import loops
-from sqs_worker_engine.process.settings import ServiceDefaults, load_settings
-from sqs_worker_engine.process.worker import Worker
+from sqs_worker_engine.testing import memory_sqs, memory_worker
 
 
 @pytest.mark.parametrize(
@@ -41,10 +39,7 @@ def test_the_worker_runs_its_jobs_on_the_loop_chosen(choice: loops.EventLoop) ->
     seen: dict[str, Any] = {}
 
     async def main() -> None:
-        sqs = MemorySQS()
-        sqs.create_queue("jobs")
-        for i in range(30):
-            sqs.put("jobs", json.dumps({"n": i}))
+        sqs = memory_sqs("jobs", messages=30, body=lambda i: json.dumps({"n": i}))
         router = Router()
         done = asyncio.Event()
 
@@ -55,18 +50,9 @@ def test_the_worker_runs_its_jobs_on_the_loop_chosen(choice: loops.EventLoop) ->
             if seen["count"] == 30:
                 done.set()
 
-        env = {
-            "WORKER_QUEUES": "jobs",
-            "AWS_REGION": "us-east-1",
-            "WORKER_METRICS_PORT": "0",
-            "WORKER_CONCURRENCY": "4",
-            "WORKER_BACKLOG_SAMPLE_SECONDS": "3600",
-        }
-        worker = Worker(load_settings(env, ServiceDefaults(name="loops")), router, client=sqs)
-        task = asyncio.create_task(worker.run())
+        running = memory_worker(sqs, router, "jobs", name="loops", WORKER_CONCURRENCY="4")
         await asyncio.wait_for(done.wait(), 30)
-        worker.stop("done")
-        await task
+        await running.stop("done")
         seen["loop"] = type(asyncio.get_running_loop()).__module__
         seen["left"] = sqs.bodies("jobs")
 

@@ -250,18 +250,40 @@ def test_the_worker_clients_skip_the_parameter_check_and_others_keep_it(monkeypa
     assert asyncio.run(refused(validate=False)) is EndpointConnectionError
 
 
+@pytest.mark.parametrize(
+    ("env", "pollers", "connections"),
+    [
+        ({"WORKER_QUEUES": "a", "WORKER_CONCURRENCY": "8"}, [6], 16),  # prefetch 50: (8 + 50) / 10 pollers
+        ({"WORKER_QUEUES": "a", "WORKER_CONCURRENCY": "8", "WORKER_PREFETCH": "0"}, [1], 11),
+        ({"WORKER_QUEUES": "a", "WORKER_CONCURRENCY": "50"}, [20], 30),
+        ({"WORKER_QUEUES": "a", "WORKER_CONCURRENCY": "100"}, [30], 40),
+        ({"WORKER_QUEUES": "a,b", "WORKER_CONCURRENCY": "50", "WORKER_QUEUE_B_POLLERS": "2"}, [20, 2], 42),
+    ],
+)
+def test_the_control_client_has_a_connection_for_each_poller_and_ten_a_queue(
+    env: dict[str, str], pollers: list[int], connections: int
+) -> None:
+    """WorkerConfig.control_connections: the size the worker gives its control client, and
+    the figure the bench reads (one place for it)."""
+    from sqs_worker_engine.process.settings import load_settings
+
+    config = load_settings(env)
+    assert [q.pollers for q in config.queues] == pollers, "the pollers the connections are counted from"
+    assert config.control_connections == connections, f"{pollers} pollers and 10 a queue"
+
+
 def test_the_control_client_can_have_a_delete_out_for_every_pollers_receive(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every poller's receive brings up to 10 messages, and every 10 settled need a
-    DeleteMessageBatch of about the same round trip (assembly.control_connections). An SQS
+    DeleteMessageBatch of about the same round trip (WorkerConfig.control_connections). An SQS
     that answers only once it holds that many calls at once, the queue's pollers plus the
-    CONTROL_PER_QUEUE its heartbeats keep: the control client gets them all out together.
+    10 its heartbeats keep: the control client gets them all out together.
     With the fixed 10 connections it had before, the 11th waited for a connection, and at
     +20 ms a request that held short jobs to about 3,300 a second."""
     from contextlib import AsyncExitStack
 
     from aiohttp import web
 
-    from sqs_worker_engine.process.assembly import CONTROL_PER_QUEUE, CONTROL_READ_TIMEOUT, open_clients
+    from sqs_worker_engine.process.assembly import CONTROL_READ_TIMEOUT, open_clients
     from sqs_worker_engine.process.settings import load_settings
 
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "test")
@@ -298,8 +320,7 @@ def test_the_control_client_can_have_a_delete_out_for_every_pollers_receive(monk
         port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
         endpoint = f"http://127.0.0.1:{port}"
         config = load_settings({"WORKER_QUEUES": "q", "WORKER_CONCURRENCY": "50", "AWS_ENDPOINT_URL": endpoint})
-        (queue,) = config.queues
-        wanted = queue.pollers + CONTROL_PER_QUEUE
+        wanted = config.control_connections
         try:
             async with AsyncExitStack() as stack:
                 _, control = await open_clients(stack, config, None)
@@ -315,5 +336,5 @@ def test_the_control_client_can_have_a_delete_out_for_every_pollers_receive(monk
         return most, wanted
 
     most, wanted = asyncio.run(scenario())
-    assert wanted == 20 + CONTROL_PER_QUEUE  # concurrency 50, prefetch 150: 20 pollers
+    assert wanted == 20 + 10  # concurrency 50, prefetch 150: 20 pollers, and 10 for the queue
     assert most == wanted

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import Any
@@ -57,9 +57,6 @@ from .settings import QueueSettings, Settings, WorkerConfig
 log = logging.getLogger("sqs_worker_engine.worker")
 POLL_READ_MARGIN = 10  # seconds past WaitTimeSeconds before the client gives up on a poll
 CONTROL_READ_TIMEOUT = 10.0  # heartbeats, deletes, DLQ sends: also bounded by each lease
-# Control connections a queue has beside one for each of its pollers: for its lease
-# extensions, visibility changes and DLQ sends (the whole pool, before it grew with the pollers).
-CONTROL_PER_QUEUE = 10
 
 
 class StartupError(Exception):
@@ -134,7 +131,7 @@ async def open_clients(
         create_client(
             s.aws_region,
             s.aws_endpoint_url,
-            control_connections(config.queues),
+            config.control_connections,
             read_timeout=CONTROL_READ_TIMEOUT,
             attempts=1,
             validate=False,
@@ -144,19 +141,6 @@ async def open_clients(
         if on_client is not None:
             on_client(aws)
     return polls, control
-
-
-def control_connections(queues: Sequence[QueueSettings]) -> int:
-    """The control client's pool: one connection for each poller, and CONTROL_PER_QUEUE
-    more for each queue.
-
-    Little's law, as for the prefetch: every receive brings up to 10 messages and every 10
-    settled need one DeleteMessageBatch, whose round trip is about a receive's. So as many
-    delete calls are out at once as receives are, at full speed: one for each poller. With
-    a fixed 10 a queue, a delete call waited for a connection whenever more than 10 were
-    out: at a 30 ms round trip a queue's deletes were held to about 3,300 messages a second
-    whatever its concurrency (engine/CHANGELOG.md has what the benchmark measured)."""
-    return sum(q.pollers + CONTROL_PER_QUEUE for q in queues)
 
 
 @dataclass
