@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 from sqs_worker_engine.base.limits import MAX_RECEIVE_BATCH
-from sqs_worker_engine.process.assembly import control_connections
 from sqs_worker_engine.process.settings import load_settings
 from sqs_worker_engine.runtime.protections.prefetch import default_prefetch
 
@@ -691,8 +690,7 @@ def why_missed(results: dict[str, Any]) -> str:
 def worker_connections(concurrency: int) -> int:
     """The control client's connections of a one-queue worker at `concurrency`, its other
     settings the defaults the bench runs with, as the engine sizes them."""
-    config = load_settings({"WORKER_QUEUES": "bench", "WORKER_CONCURRENCY": str(concurrency)})
-    return control_connections(config.queues)
+    return load_settings({"WORKER_QUEUES": "bench", "WORKER_CONCURRENCY": str(concurrency)}).control_connections
 
 
 def prefetch_section(results: dict[str, Any]) -> str:
