@@ -5,10 +5,11 @@ Each handler calls a simulated downstream of capacity 6: a call takes 50 ms whil
 6 calls are in flight, 50 ms x (in flight / 6)^2 beyond (counted as the call starts,
 itself included), so throughput peaks at 6 in flight (120 calls/s) and falls past it
 (15/s at 48). The real Worker runs a backlog against the engine's in-memory SQS on a
-loop with virtual time (the engine's model tests' `vtime.py`; each receive takes 20 ms,
-as SQS in-region): the figures are exact and the same on every run, whatever else the
-machine does. Reported: messages per second over the run (from the worker's start to
-the last completion), the most calls in flight, and the adaptive limit's path.
+loop with virtual time (`testing.memory_worker` on `doubles.vtime`, as the model tests
+run; each receive takes 20 ms, as SQS in-region): the figures are exact and the same on
+every run, whatever else the machine does. Reported: messages per second over the run
+(from the worker's start to the last completion), the most calls in flight, and the
+adaptive limit's path (the worker's own gauge, `worker_concurrency_limit`).
 
     make bench-adaptive                     # docs/benchmarks-adaptive.{md,json} (seconds)
     python bench/adaptive.py [--messages N] [--knee 6] [--ceiling 48] [--out DIR]
@@ -22,38 +23,24 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib.util
 import json
 import logging
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
-from sqs_worker_engine import Job, Router
-from sqs_worker_engine.base import clock
-from sqs_worker_engine.doubles.memory import MemorySQS
-from sqs_worker_engine.process.settings import ServiceDefaults, load_settings
-from sqs_worker_engine.process.worker import Worker
+from prometheus_client import REGISTRY
+from sqs_worker_engine import Job, Router, WorkerState
+from sqs_worker_engine.doubles import vtime
+from sqs_worker_engine.testing import memory_sqs, memory_worker
 
-ROOT = Path(__file__).resolve().parent.parent
 QUEUE = "knee"
 CALL_SECONDS = 0.05  # one call's time while the downstream is within its capacity
 RECEIVE_SECONDS = 0.02  # each ReceiveMessage's round trip
 SHORT = 1200  # messages in the short run (the test's)
 BEST_SHARE = 0.75  # targets: adaptive >= this share of the best possible rate...
 OVER_FIXED = 3.0  # ... and >= this many times fixed concurrency at the ceiling
-
-
-def _vtime() -> ModuleType:
-    """The virtual-time loop of the engine's model tests (one file, no test dependencies)."""
-    path = ROOT / "engine" / "tests" / "model" / "vtime.py"
-    spec = importlib.util.spec_from_file_location("bench_vtime", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @dataclass
@@ -90,47 +77,50 @@ class Result:
     limits: list[int] = field(default_factory=list)  # the adaptive limit, sampled every 0.5 s
 
 
+def now() -> float:
+    """The loop's clock: virtual seconds here, as the worker reads them."""
+    return asyncio.get_running_loop().time()
+
+
+def limit() -> int:
+    """The adaptive limit (or the concurrency) as the worker's gauge has it now."""
+    return int(REGISTRY.get_sample_value("worker_concurrency_limit", {"queue": QUEUE}) or 0)
+
+
 def run_one(name: str, concurrency: int, adaptive: bool, messages: int, knee: int) -> Result:
-    vtime = _vtime()
     downstream = Downstream(knee)
     done: list[float] = []
     limits: list[int] = []
     began: list[float] = []
 
     async def scenario() -> None:
-        sqs = MemorySQS()
-        sqs.create_queue(QUEUE)
-        for i in range(messages):
-            sqs.put(QUEUE, f"m-{i}")
+        sqs = memory_sqs(QUEUE, messages=messages)
         sqs.slow("ReceiveMessage", before=RECEIVE_SECONDS)
         router = Router()
 
         @router.handler(QUEUE, payload=str)
         async def handle(job: Job[str]) -> None:
             await downstream.call()
-            done.append(clock.now())
+            done.append(now())
 
-        env = {
-            "AWS_REGION": "us-east-1",
-            "WORKER_QUEUES": QUEUE,
-            "WORKER_METRICS_PORT": "0",
-            "WORKER_BACKLOG_SAMPLE_SECONDS": "3600",
-            "WORKER_CONCURRENCY": str(concurrency),
-            "WORKER_ADAPTIVE_CONCURRENCY": "true" if adaptive else "false",
-            "WORKER_VISIBILITY_TIMEOUT_SECONDS": "60",
-            "WORKER_JOB_TIMEOUT_MS": "30000",
-        }
-        worker = Worker(load_settings(env, ServiceDefaults(name="bench-adaptive")), router, client=sqs)
-        began.append(clock.now())
-        task = asyncio.create_task(worker.run())
+        began.append(now())
+        running = memory_worker(
+            sqs,
+            router,
+            QUEUE,
+            name="bench-adaptive",
+            WORKER_CONCURRENCY=str(concurrency),
+            WORKER_ADAPTIVE_CONCURRENCY="true" if adaptive else "false",
+            WORKER_VISIBILITY_TIMEOUT_SECONDS="60",
+            WORKER_JOB_TIMEOUT_MS="30000",
+        )
         while len(done) < messages:
-            if task.done():
+            if running.task.done():
                 raise RuntimeError(f"the worker exited with {len(done)} of {messages} done")
-            if worker.pools:
-                limits.append(worker.pools[0].admission.limit)
+            if running.worker.state is WorkerState.RUNNING:
+                limits.append(limit())
             await asyncio.sleep(0.5)
-        worker.stop("SIGTERM")
-        await task
+        await running.stop()
 
     vtime.run(scenario())
     seconds = max(done) - began[0]

@@ -1,7 +1,8 @@
 """The worker that bench/instructions.py counts: the engine's real Worker with its own
 aiobotocore clients, consuming MESSAGES messages of QUEUE at ENDPOINT, then stopping as
 SIGTERM would. Prints one JSON line: the messages handled and the SQS requests made, by
-operation (the worker's own counter)."""
+operation (the worker's own counter, `sqs_api_calls_total`). It imports only the engine's
+public face, which every version bench/instructions.py puts first on the path has."""
 
 from __future__ import annotations
 
@@ -11,10 +12,8 @@ import logging
 import os
 
 import uvloop
-from sqs_worker_engine import Job, Router
-from sqs_worker_engine.base.telemetry import metrics
-from sqs_worker_engine.process.settings import ServiceDefaults, load_settings
-from sqs_worker_engine.process.worker import Worker
+from prometheus_client import REGISTRY
+from sqs_worker_engine import Job, Router, ServiceDefaults, Worker, load_settings
 
 logging.disable(logging.INFO)  # a log line a message would be counted as the engine's work
 MESSAGES = int(os.environ["MESSAGES"])
@@ -55,9 +54,9 @@ async def main() -> None:
 
 uvloop.run(main())
 requests: dict[str, float] = {}
-for family in metrics.SQS_CALLS.collect():
+for family in REGISTRY.collect():
     for sample in family.samples:
-        if sample.name.endswith("_total"):
+        if sample.name == "sqs_api_calls_total":
             operation = sample.labels["operation"]
             requests[operation] = requests.get(operation, 0.0) + sample.value
 print(json.dumps({"handled": handled, "requests": requests}))

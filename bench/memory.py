@@ -5,7 +5,8 @@ local), under three settings side by side in one run:
 
 - `engine`: the worker's own pacing (the young threshold between CPython's and 10,000, by
   the bytes each pass frees);
-- `cpython`: CPython's own threshold, fixed (the worker's ceiling set to it);
+- `cpython`: CPython's own threshold, fixed (set one above it before the worker starts: an
+  owner's threshold, which the worker leaves as it found it);
 - `fixed-10000`: the threshold the engine set before the pacing, fixed (as an owner's).
 
 Each row runs in a process of its own (peak RSS is a process's), a thread handler at
@@ -36,15 +37,14 @@ CONCURRENCY = 8
 
 def one_row(size_mib: int, cycle: bool, setting: str, jobs: int) -> dict[str, Any]:
     """In this process: run `jobs` messages through a worker; its peak RSS and CPU."""
-    from sqs_worker_engine import Job, Router, Worker
-    from sqs_worker_engine.doubles.memory import MemorySQS
-    from sqs_worker_engine.process.host import heap
-    from sqs_worker_engine.process.settings import ServiceDefaults, load_settings
+    from sqs_worker_engine import Job, Router
+    from sqs_worker_engine.testing import memory_sqs, memory_worker
 
+    young, *older = gc.get_threshold()  # CPython's own, in this fresh process
     if setting == "cpython":
-        heap.YOUNG_THRESHOLD = heap.CPYTHON_THRESHOLD
+        gc.set_threshold(young + 1, *older)  # one above: an owner's threshold, left as found, not paced
     elif setting == "fixed-10000":
-        gc.set_threshold(10_000, *gc.get_threshold()[1:])
+        gc.set_threshold(10_000, *older)
 
     def handler(job: Job[str]) -> None:
         buffer = bytearray(size_mib * 2**20)
@@ -57,27 +57,15 @@ def one_row(size_mib: int, cycle: bool, setting: str, jobs: int) -> dict[str, An
             assert kept
 
     async def run() -> float:
-        sqs = MemorySQS()
-        sqs.create_queue("jobs", VisibilityTimeout="60")
-        for i in range(jobs):
-            sqs.put("jobs", f"m-{i}")
+        sqs = memory_sqs("jobs", messages=jobs, attributes={"VisibilityTimeout": "60"})
         router = Router()
         router.handler("jobs", payload=str, executor="thread")(handler)
-        env = {
-            "AWS_REGION": "us-east-1",
-            "WORKER_QUEUES": "jobs",
-            "WORKER_METRICS_PORT": "0",
-            "WORKER_BACKLOG_SAMPLE_SECONDS": "3600",
-            "WORKER_CONCURRENCY": str(CONCURRENCY),
-        }
-        worker = Worker(load_settings(env, ServiceDefaults(name="memory-bench")), router, client=sqs)
-        running = asyncio.create_task(worker.run())
+        running = memory_worker(sqs, router, "jobs", name="memory-bench", WORKER_CONCURRENCY=str(CONCURRENCY))
         began = time.process_time()
         while sqs.bodies("jobs"):
             await asyncio.sleep(0.02)
         cpu = time.process_time() - began
-        worker.stop()
-        await running
+        await running.stop("requested")
         return cpu
 
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

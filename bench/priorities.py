@@ -1,9 +1,9 @@
 """Priorities on one budget, side by side in one run: which queue the first completions
 come from when two backlogged queues share WORKER_SHARED_CONCURRENCY slots.
 
-The real Worker against the engine's in-memory SQS on the model's virtual time
-(`engine/tests/model/vtime.py`: sleeps take no wall-clock time, the same run always plays
-the same way), so the figures are the engine's decisions, not the machine's speed. Two
+The real Worker against the engine's in-memory SQS on virtual time (`testing.memory_worker`
+on `doubles.vtime`, as the model tests run: sleeps take no wall-clock time, the same run
+always plays the same way), so the figures are the engine's decisions, not the machine's speed. Two
 queues, `high` (listed first) and `low`, each seeded with a backlog; 1 s jobs (and, in the
 `jittered` rows, durations spread over 0.5-1.5 s); a budget of 4. Each row reports the
 share of the first 80 and the first 100 completions that came from `high`, their ratio,
@@ -17,20 +17,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib.util
 import json
 import logging
-import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 from sqs_worker_engine import Job, Router
-from sqs_worker_engine.doubles.memory import MemorySQS
-from sqs_worker_engine.process.settings import ServiceDefaults, load_settings
-from sqs_worker_engine.process.worker import Worker
+from sqs_worker_engine.doubles import vtime
+from sqs_worker_engine.testing import memory_sqs, memory_worker
 
-ROOT = Path(__file__).resolve().parent.parent
 HIGH, LOW = "high", "low"
 BACKLOG = 200  # messages seeded into each queue
 BUDGET = 4
@@ -45,27 +40,13 @@ ROWS: list[tuple[str, dict[str, str]]] = [
 ]
 
 
-def load_vtime() -> ModuleType:
-    path = ROOT / "engine" / "tests" / "model" / "vtime.py"
-    spec = importlib.util.spec_from_file_location("bench_vtime", path)
-    assert spec and spec.loader, path
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_vtime"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 def duration(n: int, jittered: bool) -> float:
     """1 s, or a fixed spread over 0.5-1.5 s (the same for every row)."""
     return 0.5 + ((n * 7919) % 101) / 100 if jittered else 1.0
 
 
 async def completions(env: dict[str, str], jittered: bool, first: int) -> list[str]:
-    sqs = MemorySQS()
-    for queue in (HIGH, LOW):
-        sqs.create_queue(queue)
-        for i in range(BACKLOG):
-            sqs.put(queue, json.dumps({"n": i}))
+    sqs = memory_sqs(HIGH, LOW, messages=BACKLOG, body=lambda i: json.dumps({"n": i}))
     completed: list[str] = []
     enough = asyncio.Event()
     router = Router()
@@ -78,23 +59,13 @@ async def completions(env: dict[str, str], jittered: bool, first: int) -> list[s
             if len(completed) >= first:
                 enough.set()
 
-    settings = {
-        "WORKER_QUEUES": f"{HIGH},{LOW}",
-        "AWS_REGION": "us-east-1",
-        "WORKER_METRICS_PORT": "0",
-        "WORKER_BACKLOG_SAMPLE_SECONDS": "3600",
-        "WORKER_JOB_TIMEOUT_MS": "60000",
-        **env,
-    }
-    worker = Worker(load_settings(settings, ServiceDefaults(name="bench")), router, client=sqs)
-    task = asyncio.create_task(worker.run())
+    running = memory_worker(sqs, router, HIGH, LOW, name="bench", **{"WORKER_JOB_TIMEOUT_MS": "60000", **env})
     await asyncio.wait_for(enough.wait(), timeout=3600)
-    worker.stop("bench done")
-    await task
+    await running.stop("bench done")
     return completed[:first]
 
 
-def row(name: str, env: dict[str, str], jittered: bool, vtime: ModuleType) -> dict[str, Any]:
+def row(name: str, env: dict[str, str], jittered: bool) -> dict[str, Any]:
     first = vtime.run(completions(env, jittered, 100))
     high80, high100 = first[:80].count(HIGH), first.count(HIGH)
     low100 = 100 - high100
@@ -135,8 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help="write benchmarks-priorities.{md,json} here (default: print only)")
     args = parser.parse_args(argv)
     logging.getLogger("sqs_worker_engine").setLevel(logging.ERROR)  # the queues have no DLQ: said once per row
-    vtime = load_vtime()
-    rows = [row(name, env, jittered, vtime) for jittered in (False, True) for name, env in ROWS]
+    rows = [row(name, env, jittered) for jittered in (False, True) for name, env in ROWS]
     text = markdown(rows)
     print(text)
     if args.out is not None:

@@ -27,10 +27,8 @@ from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.util._once import Once
-from sqs_worker_engine import Job, Router
-from sqs_worker_engine.doubles.memory import MemorySQS
-from sqs_worker_engine.process.settings import ServiceDefaults, load_settings
-from sqs_worker_engine.process.worker import Worker
+from sqs_worker_engine import Job, Router, Worker
+from sqs_worker_engine.testing import RunningWorker, memory_config, memory_sqs
 
 QUEUE = "bench-tracing"
 
@@ -58,10 +56,7 @@ def _install(provider: TracerProvider | None) -> None:
 
 async def one_round(messages: int, concurrency: int) -> float:
     """CPU seconds the process spent to run `messages` no-op jobs."""
-    sqs = MemorySQS()
-    sqs.create_queue(QUEUE)
-    for i in range(messages):
-        sqs.put(QUEUE, json.dumps({"n": i}))
+    sqs = memory_sqs(QUEUE, messages=messages, body=lambda i: json.dumps({"n": i}))
     done = asyncio.Event()
     count = 0
     router = Router()
@@ -73,20 +68,12 @@ async def one_round(messages: int, concurrency: int) -> float:
         if count == messages:
             done.set()
 
-    env = {
-        "WORKER_QUEUES": QUEUE,
-        "AWS_REGION": "us-east-1",
-        "WORKER_METRICS_PORT": "0",
-        "WORKER_CONCURRENCY": str(concurrency),
-        "WORKER_BACKLOG_SAMPLE_SECONDS": "3600",
-        "WORKER_ACK_FLUSH_MS": "5",
-    }
-    worker = Worker(load_settings(env, ServiceDefaults(name="bench")), router, client=sqs)
-    started = time.process_time()
-    task = asyncio.create_task(worker.run())
+    config = memory_config(QUEUE, name="bench", WORKER_CONCURRENCY=str(concurrency), WORKER_ACK_FLUSH_MS="5")
+    worker = Worker(config, router, client=sqs)
+    started = time.process_time()  # the worker's run only: its settings are read before
+    running = RunningWorker(worker)
     await asyncio.wait_for(done.wait(), timeout=600)
-    worker.stop("bench done")
-    await task
+    await running.stop("bench done")
     return time.process_time() - started
 
 

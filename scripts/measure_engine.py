@@ -297,82 +297,98 @@ def long_test_files() -> list[Sized]:
 # -- one message's way -----------------------------------------------------------------
 
 
-def message_way() -> list[str]:
-    """module.function for each call into an engine module that is handed the message (or
-    an object carrying it), in order, from the ReceiveMessage that hands it out to the
-    DeleteMessageBatch that settles it.
-    The real Worker on the in-memory SQS, on virtual time; the SQS model itself and the
-    virtual clock are the world around the engine, not stops on the way."""
-    sys.path.insert(0, str(PACKAGE.parent))
-    from sqs_worker_engine.doubles import vtime
-    from sqs_worker_engine.doubles.memory import MemorySQS
-    from sqs_worker_engine.handlers.router import Router
-    from sqs_worker_engine.process.settings import ServiceDefaults, load_settings
-    from sqs_worker_engine.process.worker import Worker
+class Way:
+    """What holds the message, and the engine's calls it is handed to: the stops.
 
-    outside = {"sqs_worker_engine.doubles.memory", "sqs_worker_engine.doubles.vtime"}
-    stops: list[str] = []
-    recording = False
-    # What holds the message: its dict as SQS answered it, and every engine object found
-    # holding one of these (its delivery, ticket, job, the pool's run of it...). A stop is a
-    # call that is handed one of them: the message's hand-offs, not every helper called
-    # meanwhile (the clock, a metric, the next poll's bookkeeping).
-    carriers: dict[int, object] = {}
+    What holds the message: its dict as SQS answered it, and every engine object found
+    holding one of these (its delivery, ticket, job, the pool's run of it...). A stop is a
+    call that is handed one of them: the message's hand-offs, not every helper called
+    meanwhile (the clock, a metric, the next poll's bookkeeping)."""
 
-    message_ids: set[str] = set()
+    # The world around the engine, not stops on the way: the SQS model, the virtual clock,
+    # and the memory worker's set-up.
+    OUTSIDE = frozenset(
+        {"sqs_worker_engine.doubles.memory", "sqs_worker_engine.doubles.vtime", "sqs_worker_engine.testing"}
+    )
 
-    def is_the_message(value: object) -> bool:
+    def __init__(self) -> None:
+        self.stops: list[str] = []
+        self.recording = False
+        self.carriers: dict[int, object] = {}
+        self.message_ids: set[str] = set()
+
+    def received(self, answer: dict[str, Any]) -> None:
+        """SQS's answer to a receive: the first message handed out is the one followed."""
+        if answer.get("Messages") and not self.message_ids:
+            for message in answer["Messages"]:
+                self.carriers[id(message)] = message
+                self.message_ids.add(message["MessageId"])
+            self.recording = True
+
+    def is_the_message(self, value: object) -> bool:
         """The message's dict, or a copy of it (the poller keeps a copy of SQS's answer)."""
-        return isinstance(value, dict) and value.get("MessageId") in message_ids
+        return isinstance(value, dict) and value.get("MessageId") in self.message_ids
 
-    def holds(value: object) -> bool:
-        if id(value) in carriers or is_the_message(value):
+    def holds(self, value: object) -> bool:
+        if id(value) in self.carriers or self.is_the_message(value):
             return True
         if isinstance(value, list | tuple):
-            return any(id(item) in carriers or is_the_message(item) for item in value)
+            return any(id(item) in self.carriers or self.is_the_message(item) for item in value)
         attributes = getattr(value, "__dict__", None)
         if attributes is None and hasattr(type(value), "__slots__"):
             attributes = {n: getattr(value, n, None) for n in getattr(type(value), "__slots__", ())}
-        return bool(attributes) and any(id(v) in carriers for v in attributes.values())
+        return bool(attributes) and any(id(v) in self.carriers for v in attributes.values())
 
-    def profile(frame: FrameType, event: str, _arg: Any) -> None:
-        if event != "call" or not recording:
+    def profile(self, frame: FrameType, event: str, _arg: Any) -> None:
+        """sys.setprofile's hook: a call into the engine handed what holds the message."""
+        if event != "call" or not self.recording:
             return
         module = frame.f_globals.get("__name__", "")
-        if not module.startswith("sqs_worker_engine.") or module in outside:
+        if not module.startswith("sqs_worker_engine.") or module in self.OUTSIDE:
             return
         code = frame.f_code
         arguments = code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]
         handed = [frame.f_locals.get(name) for name in arguments if name != "self"]
-        carried = [value for value in handed if value is not None and holds(value)]
+        carried = [value for value in handed if value is not None and self.holds(value)]
         if carried:
             for value in carried:
-                carriers[id(value)] = value
-            stops.append(f"{module.removeprefix('sqs_worker_engine.')}.{code.co_name}")
+                self.carriers[id(value)] = value
+            self.stops.append(f"{module.removeprefix('sqs_worker_engine.')}.{code.co_name}")
+
+
+def message_way() -> list[str]:
+    """module.function for each call into an engine module that is handed the message (or
+    an object carrying it), in order, from the ReceiveMessage that hands it out to the
+    DeleteMessageBatch that settles it (`Way`).
+    The real Worker on the in-memory SQS, on virtual time (testing.memory_worker)."""
+    sys.path.insert(0, str(PACKAGE.parent))
+    from sqs_worker_engine import Router
+    from sqs_worker_engine.doubles import vtime
+    from sqs_worker_engine.doubles.memory import MemorySQS
+    from sqs_worker_engine.testing import memory_worker
+
+    way = Way()
 
     class Watched(MemorySQS):
+        """Hands the receive's answer to `way`; the first delete ends the recording."""
+
+        def __init__(self, settled: asyncio.Event) -> None:
+            super().__init__()
+            self.settled = settled
+
         async def receive_message(self, **params: Any) -> dict[str, Any]:
-            nonlocal recording
             answer = await super().receive_message(**params)
-            if answer.get("Messages") and not settled.is_set() and not message_ids:
-                for message in answer["Messages"]:
-                    carriers[id(message)] = message
-                    message_ids.add(message["MessageId"])
-                recording = True
+            if not self.settled.is_set():
+                way.received(answer)
             return answer
 
         async def delete_message_batch(self, **params: Any) -> dict[str, Any]:
-            nonlocal recording
-            recording = False
-            settled.set()
+            way.recording = False
+            self.settled.set()
             return await super().delete_message_batch(**params)
 
-    settled: asyncio.Event
-
     async def run() -> None:
-        nonlocal settled
-        settled = asyncio.Event()
-        sqs = Watched()
+        sqs = Watched(asyncio.Event())
         sqs.create_queue("jobs")
         sqs.put("jobs", '{"n": 1}')
         router = Router()
@@ -381,27 +397,17 @@ def message_way() -> list[str]:
         async def handle(job: Any) -> None:
             return None
 
-        env = {
-            "AWS_REGION": "us-east-1",
-            "WORKER_QUEUES": "jobs",
-            "WORKER_METRICS_PORT": "0",
-            "WORKER_BACKLOG_SAMPLE_SECONDS": "3600",
-            "WORKER_CONCURRENCY": "1",
-            "WORKER_POLLERS": "1",
-        }
-        worker = Worker(load_settings(env, ServiceDefaults(name="measure")), router, client=sqs)
-        task = asyncio.create_task(worker.run())
-        sys.setprofile(profile)
+        running = memory_worker(sqs, router, "jobs", name="measure", WORKER_CONCURRENCY="1", WORKER_POLLERS="1")
+        sys.setprofile(way.profile)
         try:
-            await asyncio.wait_for(settled.wait(), 600)
+            await asyncio.wait_for(sqs.settled.wait(), 600)
         finally:
             sys.setprofile(None)
-            worker.stop("SIGTERM")
-            await task
+            await running.stop()
 
     logging.disable(logging.WARNING)
     vtime.run(run())
-    return stops
+    return way.stops
 
 
 def collapsed(stops: list[str]) -> list[str]:
