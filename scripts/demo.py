@@ -82,20 +82,8 @@ def run_demo(python: str, package: str, project: Path, env: dict[str, str], coun
     say(f"python -m {package} bootstrap  (queue + DLQ with a RedrivePolicy; idempotent)")
     print(cli("bootstrap"))
     config = json.loads(cli("config"))
-    leftovers = queue_counts(config["aws_region"], env["AWS_ENDPOINT_URL"], config["queues"][0]["name"])
-    if any(leftovers.values()):
-        print(f"   (the queue holds {leftovers} from an earlier demo on this emulator: purging it)")
-        sqs = local_sqs(config["aws_region"], env["AWS_ENDPOINT_URL"])
-        sqs.purge_queue(QueueUrl=sqs.get_queue_url(QueueName=config["queues"][0]["name"])["QueueUrl"])
-        wait_until(
-            lambda: (
-                not any(
-                    queue_counts(config["aws_region"], env["AWS_ENDPOINT_URL"], config["queues"][0]["name"]).values()
-                )
-            ),
-            90,
-            "purge",
-        )
+    region, endpoint, queue = config["aws_region"], env["AWS_ENDPOINT_URL"], config["queues"][0]["name"]
+    purge_leftovers(region, endpoint, queue)
     say(f"python -m {package} send --count {count}  (the examples the handler's payload model declares, in turn)")
     print(cli("send", "--count", str(count)))
 
@@ -108,10 +96,55 @@ def run_demo(python: str, package: str, project: Path, env: dict[str, str], coun
         stderr=subprocess.STDOUT,
         text=True,
     )
+    done, stopped = follow(worker)
+    wait_until(lambda: len(done) >= count, 120, f"{count} jobs")
+    port = config["metrics_port"]
+    say(f"curl http://127.0.0.1:{port}/metrics  (the worker's own figures; a few of its series)")
+    # A job counts as processed once its delete is sent, a moment after its "task done" line.
+    series = f'jobs_processed_total{{outcome="success",queue="{queue}"}}'
+    wait_until(lambda: scrape_metrics(port).get(series, 0.0) >= count, 30, "the success counter")
+    succeeded = scrape_metrics(port, show=True).get(series, 0.0)
+    say(f"all {count} processed; now 6 slower jobs (3 s each), and a SIGTERM while they run")
+    slow = json.dumps({"task_id": "slow", "work_ms": 3000})
+    say(f"python -m {package} send --count 6 --body '{slow}'")
+    print(cli("send", "--count", "6", "--body", slow))
+    # SIGTERM once all six run (the worker's own gauge says so), not after a guessed sleep:
+    # on a busy machine a fixed pause could let them finish first, or not start yet.
+    running = f'worker_inflight_jobs{{queue="{queue}"}}'
+    wait_until(lambda: scrape_metrics(port).get(running, 0.0) >= 6, 60, "the 6 slower jobs to run")
+    before = len(done)
+    print("   (sending SIGTERM to the worker)")
+    worker.send_signal(signal.SIGTERM)
+    code = worker.wait(120)
+    stopped.wait(5)
+    finished = len(done) - before
+    say(f"worker exited with code {code}; {finished} of 6 running jobs finished during the drain")
+    attrs = queue_counts(region, endpoint, queue)
+    print(f"   queue {queue}: {attrs['visible']} visible, {attrs['in_flight']} in flight")
+    ok = code == 0 and finished == 6 and attrs == {"visible": 0, "in_flight": 0} and succeeded >= count
+    say("demo OK: every message processed, nothing stranded" if ok else "demo FAILED")
+    return 0 if ok else 1
+
+
+def purge_leftovers(region: str, endpoint: str, queue: str) -> None:
+    """An earlier demo on the same emulator may have left messages: purge them first."""
+    leftovers = queue_counts(region, endpoint, queue)
+    if not any(leftovers.values()):
+        return
+    print(f"   (the queue holds {leftovers} from an earlier demo on this emulator: purging it)")
+    sqs = local_sqs(region, endpoint)
+    sqs.purge_queue(QueueUrl=sqs.get_queue_url(QueueName=queue)["QueueUrl"])
+    wait_until(lambda: not any(queue_counts(region, endpoint, queue).values()), 90, "purge")
+
+
+def follow(worker: subprocess.Popen[str]) -> tuple[list[str], threading.Event]:
+    """Print the worker's JSON log lines, shortened, as they come (on a thread of their own):
+    the task id of each job done is added to the list, and the event is set once the
+    worker says it stopped."""
     done: list[str] = []
     stopped = threading.Event()
 
-    def follow() -> None:
+    def read() -> None:
         assert worker.stdout is not None
         for line in worker.stdout:
             try:
@@ -129,36 +162,8 @@ def run_demo(python: str, package: str, project: Path, env: dict[str, str], coun
             if message == "worker stopped":
                 stopped.set()
 
-    reader = threading.Thread(target=follow, daemon=True)
-    reader.start()
-    wait_until(lambda: len(done) >= count, 120, f"{count} jobs")
-    port = config["metrics_port"]
-    say(f"curl http://127.0.0.1:{port}/metrics  (the worker's own figures; a few of its series)")
-    # A job counts as processed once its delete is sent, a moment after its "task done" line.
-    series = f'jobs_processed_total{{outcome="success",queue="{config["queues"][0]["name"]}"}}'
-    wait_until(lambda: scrape_metrics(port).get(series, 0.0) >= count, 30, "the success counter")
-    succeeded = scrape_metrics(port, show=True).get(series, 0.0)
-    say(f"all {count} processed; now 6 slower jobs (3 s each), and a SIGTERM while they run")
-    slow = json.dumps({"task_id": "slow", "work_ms": 3000})
-    say(f"python -m {package} send --count 6 --body '{slow}'")
-    print(cli("send", "--count", "6", "--body", slow))
-    # SIGTERM once all six run (the worker's own gauge says so), not after a guessed sleep:
-    # on a busy machine a fixed pause could let them finish first, or not start yet.
-    running = f'worker_inflight_jobs{{queue="{config["queues"][0]["name"]}"}}'
-    wait_until(lambda: scrape_metrics(port).get(running, 0.0) >= 6, 60, "the 6 slower jobs to run")
-    before = len(done)
-    print("   (sending SIGTERM to the worker)")
-    worker.send_signal(signal.SIGTERM)
-    code = worker.wait(120)
-    stopped.wait(5)
-    finished = len(done) - before
-    say(f"worker exited with code {code}; {finished} of 6 running jobs finished during the drain")
-    queue = config["queues"][0]["name"]
-    attrs = queue_counts(config["aws_region"], env["AWS_ENDPOINT_URL"], queue)
-    print(f"   queue {queue}: {attrs['visible']} visible, {attrs['in_flight']} in flight")
-    ok = code == 0 and finished == 6 and attrs == {"visible": 0, "in_flight": 0} and succeeded >= count
-    say("demo OK: every message processed, nothing stranded" if ok else "demo FAILED")
-    return 0 if ok else 1
+    threading.Thread(target=read, daemon=True).start()
+    return done, stopped
 
 
 SHOWN_SERIES = (
