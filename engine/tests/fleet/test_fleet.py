@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from sqs_worker_engine.base.limits import busy_replica_holds
+from sqs_worker_engine.base.limits import SHORT_JOB_SECONDS, busy_replica_holds
 from sqs_worker_engine.fleet.deployfiles import (
     AgeTrigger,
     Bake,
@@ -188,19 +188,19 @@ def test_past_the_in_flight_quota_receives_come_back_empty_and_nothing_is_lost()
 def test_what_sqs_counts_of_a_replica_running_10_ms_jobs_is_what_the_engine_sizes_a_busy_one_at() -> None:
     """At 90% of its slots with 10 ms jobs, a replica's messages visible and in flight as SQS
     counts them (running, received ahead of its slots, deleted but not yet known to SQS)
-    are about `limits.busy_replica_holds`, what the scaling targets count a busy replica as:
-    four times its slots. The same at scale 32 (four waves of eight), which the standard
+    are about `limits.busy_replica_holds` at 10 ms, what the scaling targets count a busy
+    replica of them as: four times its slots. The same at scale 32 (four waves of eight), which the standard
     shapes of 10 ms jobs run at. Fifteen seconds of virtual time each."""
     one = Bake(ecs=EcsService(worker(concurrency=8), 1, 1, 1e9, 60, 300, 50, 100))
     shape = Shape("busy", "90% of the slots", 15.0, Steady(0.9))
     counted = {}
     for k in (1, 32):
-        result = simulate(Run(shape, "ecs", one, Options(scale=k, job_seconds=0.01, start_seconds=5.0)))
+        result = simulate(Run(shape, "ecs", one, Options(scale=k, job_seconds=SHORT_JOB_SECONDS, start_seconds=5.0)))
         check(result)
         assert result["scale"] == k
         seen = [s.visible + s.inflight for s in result["series"] if 3.0 <= s.t < shape.seconds]
         counted[k] = sum(seen) / len(seen)
-    holds = busy_replica_holds(8)
+    holds = busy_replica_holds(8, SHORT_JOB_SECONDS)
     assert 0.8 * holds <= counted[1] <= 1.1 * holds, (counted, holds)
     assert counted[32] == pytest.approx(counted[1], rel=0.25), counted
 

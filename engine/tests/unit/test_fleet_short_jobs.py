@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from sqs_worker_engine.base.limits import busy_replica_holds, default_prefetch, prefetch_target
+from sqs_worker_engine.base.limits import SCALING_JOB_SECONDS, busy_replica_holds, default_prefetch, prefetch_target
 from sqs_worker_engine.doubles.vtime import run as run_on_virtual_time
 from sqs_worker_engine.fleet import report, traffic
 from sqs_worker_engine.fleet.deployfiles import Bake, EcsService, Worker
@@ -141,17 +141,28 @@ def test_the_report_holds_the_steady_loads_of_10_ms_and_1_s_jobs_to_the_oracle_s
 
 
 @pytest.mark.parametrize(
-    ("concurrency", "holds"), [(1, 1 + 2 + 10), (8, 8 + 16 + 10), (20, 20 + 40 + 10), (50, 50 + 100 + 10)]
+    ("concurrency", "job_seconds", "holds"),
+    [
+        (8, 5.0, 8 + 1 + 1),  # one job starts in a round trip, one within a second
+        (8, 1.0, 8 + 1 + 8),
+        (8, 0.01, 8 + 16 + 10),  # 800 start a second: 16 in a 20 ms round trip, and a receive's 10
+        (1, 0.01, 1 + 2 + 10),
+        (20, 0.01, 20 + 40 + 10),
+        (50, 0.01, 50 + 100 + 10),
+    ],
 )
-def test_a_busy_replica_holds_its_concurrency_and_what_its_prefetch_keeps_ahead_of_10_ms_jobs(
-    concurrency: int, holds: int
+def test_a_busy_replica_holds_its_concurrency_and_what_its_prefetch_keeps_ahead(
+    concurrency: int, job_seconds: float, holds: int
 ) -> None:
-    """Jobs that start in a 20 ms round trip, plus a receive's 10: what the scaling targets
-    count a busy replica as (the ECS stack's BacklogPerTaskTarget, KEDA's queueLength)."""
-    assert busy_replica_holds(concurrency) == holds
+    """Jobs that start in a 20 ms round trip, plus a receive's 10 if as many start within a
+    second: what the scaling targets count a busy replica as (the ECS stack's
+    BacklogPerTaskTarget, KEDA's queueLength), at the jobs of seconds they are sized for
+    unless told."""
+    assert busy_replica_holds(concurrency, job_seconds) == holds
+    assert busy_replica_holds(concurrency) == busy_replica_holds(concurrency, SCALING_JOB_SECONDS)
 
 
 def test_what_a_busy_replica_holds_is_within_its_prefetch_cap() -> None:
-    assert busy_replica_holds(100) == 100 + default_prefetch(100), "200 + 10 ahead of 10 ms jobs, capped at 200"
-    assert busy_replica_holds(8, prefetch=0) == 8, "prefetch off: its slots alone"
-    assert busy_replica_holds(8, prefetch=12) == 8 + 12
+    assert busy_replica_holds(100, 0.01) == 100 + default_prefetch(100), "200 + 10 ahead of 10 ms jobs, capped at 200"
+    assert busy_replica_holds(8, 0.01, prefetch=0) == 8, "prefetch off: its slots alone"
+    assert busy_replica_holds(8, 0.01, prefetch=12) == 8 + 12

@@ -58,11 +58,15 @@ PREFETCH_TIMES = 3
 # second: at 3,000 a second and a 30 ms round trip, 100 in hand. Messages of up to 256 KiB
 # then take 50 MiB at most.
 PREFETCH_CEILING = 200
-# What the scaling targets size a busy replica's prefetch for: SQS's round trip in-region
-# (about 20 ms), and the shortest jobs the engine's defaults are sized for, which hold the
-# most ahead of their slots (a busy replica of 10 ms jobs holds three times its
-# concurrency; of 1 s jobs, about twice; of 5 s jobs, a message or two more).
+# What a busy replica's prefetch is sized at for the scaling targets: SQS's round trip
+# in-region (about 20 ms), and the mean job the generated targets are sized for: jobs of
+# seconds, the fleet simulator's standard shapes' (a busy replica of 5 s jobs holds a
+# message or two beyond its concurrency). Shorter jobs hold more, and a service of them
+# sets its targets for them: 10 ms jobs, the shortest the engine's defaults are sized for,
+# hold three times the concurrency beyond it (deploy/README.md, "What a round of work
+# counts"; docs/scaling.md in the template's repository has why not by default).
 SQS_ROUND_TRIP_SECONDS = 0.02
+SCALING_JOB_SECONDS = 5.0
 SHORT_JOB_SECONDS = 0.01
 
 
@@ -112,14 +116,14 @@ def prefetch_target(concurrency: int, cap: int, receive_seconds: float | None, j
     return min(cap, math.ceil(starts_per_second * receive_seconds) + batch)
 
 
-def busy_replica_holds(concurrency: int, prefetch: int | None = None) -> int:
-    """Messages a replica whose slots are all busy holds, as SQS counts them (in flight):
-    its concurrency, plus what its prefetch keeps ahead of them (`prefetch_target`) at
-    SHORT_JOB_SECONDS and SQS_ROUND_TRIP_SECONDS; `prefetch`, the cap (WORKER_PREFETCH;
-    unset, `default_prefetch`). The same number is about the deletes on their way, which
-    SQS counts in flight too: at 10 ms jobs, concurrency 8 and a 20 ms round trip, 8 + 26
-    = 34, where the fleet simulator's busy replica showed 36 in flight (docs/scaling.md in
-    the template's repository). Jobs of a second or more hold less: a fleet scaled on this
-    runs their replicas fuller before it scales out."""
+def busy_replica_holds(concurrency: int, job_seconds: float = SCALING_JOB_SECONDS, prefetch: int | None = None) -> int:
+    """Messages a replica holds when its slots are all busy with jobs of `job_seconds`, as
+    SQS counts them (in flight): its concurrency, plus what its prefetch keeps ahead of them
+    (`prefetch_target` at SQS_ROUND_TRIP_SECONDS); `prefetch`, the cap (WORKER_PREFETCH;
+    unset, `default_prefetch`). What the templates' scaling targets count as one round of
+    work: 8 + 2 at concurrency 8 and 5 s jobs, 8 + 26 at 10 ms. SQS counts a message until
+    its delete lands: the fleet simulator's busy replica of 10 ms jobs (the engine itself)
+    showed 36 in flight on average, 8 running, 8 received ahead of them and 20 ended with
+    their delete on its way."""
     cap = default_prefetch(concurrency) if prefetch is None else prefetch
-    return concurrency + prefetch_target(concurrency, cap, SQS_ROUND_TRIP_SECONDS, SHORT_JOB_SECONDS)
+    return concurrency + prefetch_target(concurrency, cap, SQS_ROUND_TRIP_SECONDS, job_seconds)

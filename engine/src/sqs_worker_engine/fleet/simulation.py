@@ -24,7 +24,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..base import clock
-from ..base.limits import MAX_RECEIVE_BATCH, SQS_ROUND_TRIP_SECONDS, default_prefetch, prefetch_target
+from ..base.limits import (
+    MAX_RECEIVE_BATCH,
+    SCALING_JOB_SECONDS,
+    SQS_ROUND_TRIP_SECONDS,
+    default_prefetch,
+    prefetch_target,
+)
 from ..doubles.vtime import run as run_on_virtual_time
 from ..process.settings import ServiceDefaults, WorkerConfig, load_settings
 from . import cost, keda, oracle, targettracking
@@ -99,11 +105,13 @@ def capacity(run: Run) -> float:
     return maximum * per_replica / seconds
 
 
-# The standard shapes' mean job. A fleet's replicas follow its load (rate x job time), so
-# shorter jobs at the same load give the same fleet with more messages, which cost the
-# simulator CPU and nothing else: 5 s keeps a simulated day near half a million messages,
-# run one for one (see choose_scale).
-DEFAULT_JOB_SECONDS = 5.0
+# The standard shapes' mean job: the one the generated scaling targets are sized for. A
+# fleet's replicas follow its load (rate x job time), so shorter jobs at the same load give
+# the same fleet with more messages, which cost the simulator CPU; but a busy replica of
+# them holds more beyond its slots, which SQS counts (the steady-10ms, -100ms and -1s
+# shapes). 5 s keeps a simulated day near half a million messages, run one for one (see
+# choose_scale).
+DEFAULT_JOB_SECONDS = SCALING_JOB_SECONDS
 # A scaled run's simulated message lasts at least this many SQS round trips: with 10 ms jobs
 # 8 side by side in one wave (20 ms against a 20 ms round trip), the simulated replicas ran
 # at three quarters of their slots; in three waves or more, at 97% to 100%.
