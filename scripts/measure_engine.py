@@ -24,8 +24,12 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-import engine_tree  # beside this script
-from engine_tree import MAX_CLASS, MAX_FUNCTION
+if __package__:  # imported as scripts.measure_engine (the template's tests do)
+    from . import engine_tree
+else:  # run as a script: its folder is on sys.path
+    import engine_tree  # type: ignore[no-redef]
+
+MAX_CLASS, MAX_FUNCTION = engine_tree.MAX_CLASS, engine_tree.MAX_FUNCTION
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "engine" / "src" / "sqs_worker_engine"
