@@ -34,8 +34,14 @@ ROOT = Path(__file__).resolve().parent.parent
 # a million messages an hour runs at a scale that keeps it near 300,000 simulated messages
 # (the target: under 10 minutes on 2 cores), in a report of its own.
 RUNS: tuple[tuple[str, dict[str, str], str, str, tuple[str, ...]], ...] = (
-    ("kubernetes", {}, "kubernetes", "steady,diurnal,bursts,spike,spike-within,drip", ()),
-    ("ecs", {}, "ecs", "steady,diurnal,bursts,spike,spike-within,drip", ()),
+    (
+        "kubernetes",
+        {},
+        "kubernetes",
+        "steady,diurnal,bursts,spike,spike-within,drip,steady-10ms,steady-100ms,steady-1s",
+        (),
+    ),
+    ("ecs", {}, "ecs", "steady,diurnal,bursts,spike,spike-within,drip,steady-10ms,steady-100ms,steady-1s", ()),
     (
         "scaledjob",
         {"kubernetes_workload": "scaledjob", "deploy_target": "eks"},

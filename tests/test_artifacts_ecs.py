@@ -274,8 +274,10 @@ def test_ecs_service(projects: dict[str, Path], key: str) -> None:
     assert policy["PolicyType"] == "TargetTrackingScaling"
     # Target tracking scales out only; scale-in is the step policy's on a lasting low alarm.
     assert tracking["DisableScaleIn"] is True and tracking["ScaleOutCooldown"] < 300
-    # One round of work per task, visible and in flight.
-    assert tracking["TargetValue"] == answers.concurrency
+    # One round of work per task, visible and in flight: what a busy task holds, its
+    # handlers' jobs and what it receives ahead of them (the engine's prefetch sizing).
+    holds = LIMITS.busy_replica_holds(answers.concurrency)
+    assert tracking["TargetValue"] == holds
     metrics = {m["Id"]: m for m in tracking["CustomizedMetricSpecification"]["Metrics"]}
     stats = {
         (m["MetricStat"]["Metric"]["Namespace"], m["MetricStat"]["Metric"]["MetricName"]): m
@@ -319,7 +321,7 @@ def test_ecs_service(projects: dict[str, Path], key: str) -> None:
         if "MetricStat" in metric:  # the same metrics as target tracking's, by the same ids
             assert alarm_metrics[metric_id]["MetricStat"]["Metric"] == metric["MetricStat"]["Metric"]
     (rounds,) = [m["Expression"] for m in alarm_metrics.values() if m.get("ReturnData")]
-    assert rounds.replace(" ", "") == f"(visible+in_flight)/(tasks*{answers.concurrency})"
+    assert rounds.replace(" ", "") == f"(visible+in_flight)/(tasks*{holds})"
 
     # A second step policy on how much the backlog grew over the minute (sent less deleted,
     # sums of the whole minute): it sees a spike that began after the minute's read of the
@@ -342,7 +344,7 @@ def test_ecs_service(projects: dict[str, Path], key: str) -> None:
         assert (sums[metric_id]["Stat"], sums[metric_id]["Period"]) == ("Sum", 60), "the whole minute's count"
     assert sums["tasks"] == alarm_metrics["tasks"]["MetricStat"]
     (grew,) = [m["Expression"] for m in growth_alarm["Metrics"] if m.get("ReturnData")]
-    assert grew.replace(" ", "") == f"(sent-deleted)/(tasks*{answers.concurrency})"
+    assert grew.replace(" ", "") == f"(sent-deleted)/(tasks*{holds})"
 
     # Scale-in: a step policy on a low alarm over the same rounds of work, which must hold for
     # many minutes (a dip between bursts removes nothing), one task at a time, one per cooldown.

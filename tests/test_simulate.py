@@ -8,6 +8,7 @@ virtual time makes every figure the same on any machine, busy or not.
 from __future__ import annotations
 
 import logging
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,8 +17,11 @@ import pytest
 from artifacts import Answers
 from conftest import bake
 from matrix import LIMITS, SUPPORTED, names
-from sqs_worker_engine.fleet import deployfiles
+from sqs_worker_engine.fleet import deployfiles, hpa, keda, oracle
+from sqs_worker_engine.fleet.counts import Datapoint
 from sqs_worker_engine.fleet.simulation import Options, Run, simulate
+from sqs_worker_engine.fleet.stepscaling import StepPolicy
+from sqs_worker_engine.fleet.targettracking import TargetTracking, combined
 from sqs_worker_engine.fleet.traffic import Event, Shape, Steady
 
 
@@ -49,6 +53,7 @@ def test_the_simulator_reads_what_the_bake_ships(name: str, tmp_path: Path) -> N
         scaling = read.kubernetes.scaling
         assert scaling.maximum == most
         assert scaling.sqs is not None and scaling.sqs.in_flight
+        assert scaling.sqs.queue_length == LIMITS.busy_replica_holds(answers.concurrency)
         assert read.kubernetes.max_unavailable == 1
     if isinstance(read.kubernetes, deployfiles.ScaledJob):
         job = read.kubernetes
@@ -58,11 +63,14 @@ def test_the_simulator_reads_what_the_bake_ships(name: str, tmp_path: Path) -> N
     if read.ecs is not None:
         assert read.ecs.maximum == most
         assert read.ecs.minimum == min(4, most), "four tasks a sudden backlog finds, where the budget has room"
+        # A round of work is what a busy task holds, its prefetch with its handlers' jobs.
+        holds = LIMITS.busy_replica_holds(answers.concurrency)
+        assert read.ecs.target == holds and read.ecs.in_flight
         # The step policies beside target tracking, and the alarms that invoke them, played as
         # shipped: one on the rounds of work a task, one on how much the backlog grew in a minute.
         step, growth = read.ecs.steps_out
-        assert step.expression.replace(" ", "") == f"(visible+in_flight)/(tasks*{answers.concurrency})"
-        assert growth.expression.replace(" ", "") == f"(sent-deleted)/(tasks*{answers.concurrency})"
+        assert step.expression.replace(" ", "") == f"(visible+in_flight)/(tasks*{holds})"
+        assert growth.expression.replace(" ", "") == f"(sent-deleted)/(tasks*{holds})"
         assert dict(growth.metrics)["sent"] == "NumberOfMessagesSent"
         for policy in (step, growth):
             assert (policy.threshold, policy.periods, policy.datapoints) == (2.0, 1, 1)
@@ -113,3 +121,79 @@ def test_a_short_simulation_of_the_generated_fleet_keeps_every_message(
     # SIGTERM drains: a rollout never makes a message run twice (the grace period covers
     # the longest job); only the crash does.
     assert set(result["duplicates_by_cause"]) <= {"crash"}, result["duplicates_by_cause"]
+
+
+@pytest.fixture(scope="module")
+def defaults(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The default bake's deploy directory (a Deployment on EKS and a service on ECS)."""
+    return bake(tmp_path_factory.mktemp("defaults"), **SUPPORTED["defaults"].answers) / "deploy"
+
+
+def sized_for(deploy: Path, job_seconds: float | None, tmp_path: Path) -> deployfiles.Bake:
+    """The deploy files as shipped (None), or with the owner's figure for their jobs set as
+    deploy/README.md says: BacklogPerTaskTarget's default and queueLength."""
+    if job_seconds is None:
+        return deployfiles.read(deploy)
+    read = deployfiles.read(deploy)
+    assert read.ecs is not None
+    shipped, holds = read.ecs.target, LIMITS.busy_replica_holds(read.ecs.worker.concurrency, job_seconds)
+    edited = tmp_path / "deploy"
+    shutil.copytree(deploy, edited)
+    service = edited / "ecs" / "service.yaml"
+    text = service.read_text()
+    assert text.count(f"    Default: {shipped:g}\n") == 1
+    service.write_text(text.replace(f"    Default: {shipped:g}\n", f"    Default: {holds}\n"))
+    scaled = edited / "k8s" / "scaledobject.yaml"
+    scaled.write_text(scaled.read_text().replace(f'queueLength: "{shipped:g}"', f'queueLength: "{holds}"'))
+    return deployfiles.read(edited)
+
+
+def busy_task_reads(bake_: deployfiles.Bake, job_seconds: float, seconds: float) -> tuple[float, float]:
+    """(visible, in flight) as SQS counts them, on average, for one task of the bake's worker
+    whose handlers are busy 90% of the time (the oracle's sizing): the engine itself on
+    virtual time, its prefetch and its deletes on their way included."""
+    assert bake_.ecs is not None
+    one = deployfiles.Bake(ecs=deployfiles.EcsService(bake_.ecs.worker, 1, 1, 1e9, 60, 300, 50, 100))
+    shape = Shape("busy", "busy", seconds, Steady(oracle.UTILIZATION))
+    result = simulate(Run(shape, "ecs", one, Options(scale=1, job_seconds=job_seconds, start_seconds=5.0)))
+    invariants(result)
+    seen = [s for s in result["series"] if 3.0 <= s.t < seconds]
+    return sum(s.visible for s in seen) / len(seen), sum(s.inflight for s in seen) / len(seen)
+
+
+@pytest.mark.parametrize(
+    ("job_seconds", "seconds", "sized"),
+    [(1.0, 300.0, None), (0.01, 15.0, 0.01)],
+    ids=["1 s jobs, as shipped", "10 ms jobs, the target set for them"],
+)
+def test_a_fleet_as_busy_as_the_oracle_runs_it_is_not_scaled_out_for_what_its_tasks_hold(
+    defaults: Path, job_seconds: float, seconds: float, sized: float | None, tmp_path: Path
+) -> None:
+    """Six tasks, their handlers 90% busy, hold more than their jobs: what each receives
+    ahead of its handlers (WORKER_PREFETCH) and the deletes on their way, which SQS counts
+    in flight. A round of work counted as the concurrency alone scaled such a fleet of 1 s
+    jobs out by half (ECS) and of 10 ms jobs to its maximum (ECS) or four times over
+    (KEDA); a round is what a busy task holds (limits.busy_replica_holds): at the jobs of
+    seconds the files are sized for, and at 10 ms once set for them as deploy/README.md
+    says. Neither autoscaler asks for more than a task more. A few seconds of CPU: one task
+    simulated, its figures taken for six."""
+    read = sized_for(defaults, sized, tmp_path)
+    visible, in_flight = busy_task_reads(read, job_seconds, seconds)
+    tasks = 6
+    assert read.ecs is not None and isinstance(read.kubernetes, deployfiles.Deployment)
+    ecs = read.ecs
+    point = Datapoint(0, round(tasks * visible), round(tasks * in_flight), 0.0, tasks, sent=0, deleted=0)
+    points = [point] * 15  # a steady quarter hour of one-minute datapoints
+    steps = [StepPolicy(s, ecs.minimum, ecs.maximum).decide(0.0, points, tasks) for s in ecs.steps_out]
+    ecs_wants = combined(tasks, TargetTracking(ecs).decide(0.0, points, tasks), *steps)
+    sqs = read.kubernetes.scaling.sqs
+    assert sqs is not None
+    counts = {
+        "ApproximateNumberOfMessages": point.visible,
+        "ApproximateNumberOfMessagesNotVisible": point.inflight,
+        "ApproximateNumberOfMessagesDelayed": 0,
+    }
+    keda_wants = hpa.proposal(keda.queue_length(counts, sqs), sqs.queue_length, tasks)
+    reads = f"{visible + in_flight:.1f} messages a task ({visible:.1f} visible), a round {ecs.target:g}"
+    assert ecs_wants <= tasks + 1, f"ECS scales {tasks} tasks to {ecs_wants} on {reads}"
+    assert keda_wants <= tasks + 1, f"KEDA scales {tasks} pods to {keda_wants} on {reads}"
