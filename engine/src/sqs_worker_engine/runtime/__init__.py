@@ -1,1 +1,1 @@
-"""The per-queue runtime: a message's life from receive to settled (pool, admission, leases, settling)."""
+"""The per-queue runtime: a message's life from receive to settled. The pool, its pollers (receiving), what it reports and the backlog sampler here; admission/, handling/, settling/ and the protections/ below."""
