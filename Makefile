@@ -1,5 +1,6 @@
 # The template's own commands. `make demo` scaffolds and runs a demo worker; `make test`
-# runs the whole suite, the engine's included (what CI runs).
+# runs the whole suite, the engine's included (what CI runs, and what to run before a push);
+# `make check` is the inner loop (before each commit); `make test-full` is the nightly run.
 PYTHON ?= python3
 VENV := .venv
 UV := $(VENV)/bin/uv
@@ -9,7 +10,7 @@ JOBS ?= 4
 
 SCANNERS := .venv-scanners
 
-.PHONY: install tools scanners scanners-lock test demo format bench bench-versions bench-instructions bench-tracing bench-memory bench-adaptive bench-priorities simulate fleet-check clean
+.PHONY: install tools scanners scanners-lock test test-full check demo format bench bench-versions bench-instructions bench-tracing bench-memory bench-adaptive bench-priorities simulate fleet-check clean
 
 $(UV):
 	$(PYTHON) -m venv $(VENV)
@@ -41,8 +42,25 @@ scanners: $(SCANNERS)/bin/checkov
 scanners-lock: $(UV)
 	$(UV) pip compile --quiet --universal --python-version 3.11 --generate-hashes scanners/requirements.in -o scanners/requirements.txt
 
+# FULL=1 (`make test-full`, the nightly workflow): every answer set the bakes can lock baked
+# and run end to end, not only the covering set (tests/matrix.py); the engine's property
+# suites at ten times their everyday examples; the chaos suite at full scale.
+FULL_RUN := TEMPLATE_TESTS_FULL=1 SCHEDULES=3000 COMPOSITIONS=3000 SHARED_COMPOSITIONS=1000 CHAOS_SCALE=full
+
 test: install tools scanners
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/pytest -n $(JOBS) --dist loadgroup tests engine/tests
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(if $(filter 1,$(FULL)),$(FULL_RUN)) $(VENV)/bin/pytest -n $(JOBS) --dist loadgroup tests engine/tests
+
+test-full:
+	$(MAKE) test FULL=1
+
+# The inner loop, before each commit: the engine's unit and model tests (the property suites
+# at a tenth of their everyday examples) and one bake, locked, linted, type-checked and its
+# handler tests run. No LocalStack; under a minute on 2 cores. `make test` before a push.
+CHECK_BAKE := idempotency-long-names
+check: install
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" TEMPLATE_TESTS_NO_LOCALSTACK=1 SCHEDULES=30 COMPOSITIONS=30 SHARED_COMPOSITIONS=10 \
+	  $(VENV)/bin/pytest -n 2 -q engine/tests/unit engine/tests/model \
+	  "tests/test_bake.py::test_a_checked_set_lints_type_checks_and_passes_its_handler_tests[$(CHECK_BAKE)]"
 
 demo: install
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/python scripts/demo.py

@@ -7,11 +7,13 @@ creates queues with unique names, so bakes can run in parallel.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +50,43 @@ def tool_env(**extra: str) -> dict[str, str]:
             env["PYENV_VERSION"] = ":".join(sorted(usable, reverse=True))
     env.update(extra)
     return env
+
+
+# One warm mypy cache per Python version, shared by the bakes a session type-checks: a cold
+# strict run over the service's dependencies costs about seven times a warm one. Copied into
+# a bake before its checks (never shared while written: each bake writes its own copy); mypy
+# checks every entry against the sources and options it was made from, so a seed from
+# another bake, another session or an older engine is as safe as the bake's own cache.
+MYPY_SEEDS = ROOT / ".venv" / "mypy-seeds"
+
+
+def seed_mypy_cache(project: Path) -> None:
+    """Give a bake the warm mypy cache of its Python, if a bake has shared one."""
+    seed = MYPY_SEEDS / (project / ".python-version").read_text().strip()
+    try:
+        shutil.copytree(seed, project / ".mypy_cache", dirs_exist_ok=True)  # mtimes kept
+    except (FileNotFoundError, shutil.Error):
+        pass  # none yet, or replaced while copied: mypy fills in what is missing
+
+
+def share_mypy_cache(project: Path) -> None:
+    """After a bake type-checked clean, its cache becomes its Python's seed (the newest wins,
+    so a long-lived .venv keeps a seed of today's dependencies)."""
+    cache = project / ".mypy_cache"
+    if not cache.is_dir():
+        return
+    version = (project / ".python-version").read_text().strip()
+    MYPY_SEEDS.mkdir(parents=True, exist_ok=True)
+    fresh = Path(tempfile.mkdtemp(prefix=f".{version}-", dir=MYPY_SEEDS))
+    shutil.copytree(cache, fresh, dirs_exist_ok=True)
+    stale = Path(tempfile.mkdtemp(prefix=f".{version}-old-", dir=MYPY_SEEDS))
+    with contextlib.suppress(FileNotFoundError):
+        (MYPY_SEEDS / version).rename(stale / "seed")
+    try:
+        fresh.rename(MYPY_SEEDS / version)  # atomic: a bake copying the seed sees all of it or none
+    except OSError:
+        shutil.rmtree(fresh, ignore_errors=True)  # another bake's seed went in between: as good
+    shutil.rmtree(stale, ignore_errors=True)
 
 
 def bake(output_dir: Path, lock: bool = False, **context: str) -> Path:
@@ -105,6 +144,19 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ.setdefault("AWS_ACCESS_KEY_ID", "test")
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "test")
     print(f"LocalStack ({ls.mode}) at {ls.endpoint}", file=sys.stderr)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked `nightly` run in the nightly run alone (`make test-full`): the everyday
+    suite deselects them, and says how many in its summary line."""
+    from matrix import FULL  # the template's root must be on the path first
+
+    if FULL:
+        return
+    nightly = [item for item in items if item.get_closest_marker("nightly")]
+    if nightly:
+        config.hook.pytest_deselected(items=nightly)
+        items[:] = [item for item in items if not item.get_closest_marker("nightly")]
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

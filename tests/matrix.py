@@ -12,7 +12,14 @@ Each supported set says how deep it is checked:
 - "rendered": baked, nothing left unrendered, every YAML/JSON/TOML file parses, the right
   files for its options.
 Every set is rendered; "full", "checked" and "artifacts" sets are also validated artifact by
-artifact.
+artifact; sets the bakes do not lock ("artifacts", "rendered") are linted and type-checked in
+one shared environment (tests/test_bake.py).
+
+`COVERING`: answer sets computed from cookiecutter.json's choices (and the queue's kind), so
+that every pair of answer values meets in at least one set whose generated `make test` runs,
+the "full" sets counted first (tests/pairwise.py; tests/test_matrix.py checks the coverage).
+A defect that needs three answers together is left to the nightly run: `FULL=1` (make
+test-full) runs the whole `make test` of every supported set that can be locked here.
 
 Facts (SQS limits, ECS's stop timeout cap, the grace margin, the DLQ name rule, the fleet
 budget) come from the engine's limits.py through `LIMITS`, never from rendered files.
@@ -21,9 +28,13 @@ budget) come from the engine's limits.py through `LIMITS`, never from rendered f
 from __future__ import annotations
 
 import json
+import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
+
+from pairwise import Row, cover
 
 from sqs_worker_template_jinja.checkout import load_limits
 
@@ -228,6 +239,51 @@ SHAPES: dict[str, Combination] = {
 }
 
 
+# --- the covering set: every pair of answer values run end to end at least once ---------------
+
+# The nightly run (make test-full): every lockable set end to end, and the long suites.
+FULL = os.environ.get("TEMPLATE_TESTS_FULL", "") not in ("", "0")
+# Choices the covering set leaves out, and why. Their pairs are still rendered and validated.
+NOT_RUN = {
+    ("python_version", "3.14"): "no 3.14 interpreter here to lock and run it; the template's CI bakes it",
+}
+# The queue's kind is no choice of cookiecutter.json (a name ending in .fifo makes a FIFO
+# queue), but it changes what the service runs: it is varied like one.
+QUEUE_KINDS = {"standard": "orders-worker-jobs", "fifo": "orders-worker-jobs.fifo"}
+RUN_FACTORS: dict[str, tuple[str, ...]] = {
+    **{
+        name: tuple(value for value in values if (name, value) not in NOT_RUN)
+        for name, values in COOKIECUTTER.items()
+        if isinstance(values, list) and not name.startswith("_")
+    },
+    "queue": tuple(QUEUE_KINDS),
+}
+
+
+def meaningful(row: Mapping[str, str]) -> bool:
+    """Answer sets the hooks accept and that use every answer given: high FIFO throughput
+    only on a FIFO queue (refused on a standard one), a ScaledJob only where Kubernetes is a
+    target (ignored on ECS alone)."""
+    if row["fifo_throughput"] == "high" and row["queue"] != "fifo":
+        return False
+    return not (row["kubernetes_workload"] == "scaledjob" and row["deploy_target"] == "ecs")
+
+
+def run_row(answers: Mapping[str, str]) -> Row:
+    """A supported set's values of RUN_FACTORS (a choice not given: cookiecutter.json's first)."""
+    row = {name: answers.get(name, values[0]) for name, values in RUN_FACTORS.items() if name != "queue"}
+    row["queue"] = "fifo" if answers.get("queue_name", "").endswith(".fifo") else "standard"
+    return row
+
+
+def covering_answers(row: Mapping[str, str]) -> dict[str, str]:
+    """The answers to bake for a covering row (the queue's kind as a queue name)."""
+    answers = {name: value for name, value in row.items() if name != "queue"}
+    if row["queue"] == "fifo":
+        answers["queue_name"] = QUEUE_KINDS["fifo"]
+    return answers
+
+
 def answers(name: str) -> dict[str, str]:
     return SUPPORTED[name].answers
 
@@ -235,6 +291,33 @@ def answers(name: str) -> dict[str, str]:
 def names(*depths: Depth) -> list[str]:
     """The supported sets checked at any of these depths."""
     return [name for name, combo in SUPPORTED.items() if combo.depth in depths]
+
+
+def lockable(name: str) -> bool:
+    """Whether the bakes can lock (and so run) a supported set here: not on a choice left out
+    of the run (NOT_RUN), nor with the engine from an index (none serves this checkout's)."""
+    answers = SUPPORTED[name].answers
+    return all(answers.get(key) != value for key, value in NOT_RUN) and answers.get("_engine_source") != "index"
+
+
+# Generated rows, each named for its place: the same on every run (the greedy choice is).
+COVERING: dict[str, Combination] = {
+    f"pairs-{number}": Combination(
+        covering_answers(row),
+        "full",
+        "pairwise: " + ", ".join(f"{name}={value}" for name, value in row.items()),
+    )
+    for number, row in enumerate(
+        cover(RUN_FACTORS, meaningful, [run_row(SUPPORTED[name].answers) for name in names("full")]), start=1
+    )
+}
+
+
+def end_to_end() -> list[str]:
+    """The sets whose whole generated `make test` runs (tests/test_bake.py): the "full" sets,
+    and with FULL every other set that can be locked here; then the covering set."""
+    run = [name for name in SUPPORTED if SUPPORTED[name].depth == "full" or (FULL and lockable(name))]
+    return run + list(COVERING)
 
 
 @dataclass(frozen=True)

@@ -54,6 +54,22 @@ def test_template_workflow() -> None:
     assert {"deploy_target": "ecs-and-eks", "python_version": offered[-1]} in include
 
 
+def test_nightly_workflow() -> None:
+    """The nightly run (`make test-full`) on a schedule, on a clean clone with every Python the
+    template offers, as the everyday suite runs."""
+    path = ROOT / ".github" / "workflows" / "nightly.yml"
+    assert jsonschema_cli_problems("vendor.github-workflows", path) == []
+    assert actionlint_problems(path) == []
+    workflow = load_workflow(path)
+    assert_workflow_hygiene(path, workflow)
+    assert workflow["on"]["schedule"] and "workflow_dispatch" in workflow["on"]
+    runs = [step.get("run", "") for job in workflow["jobs"].values() for step in job["steps"]]
+    assert "make test-full" in runs
+    offered = sorted(COOKIECUTTER["python_version"], key=lambda v: tuple(map(int, v.split("."))))
+    assert f"uv python install {' '.join(offered)}" in runs
+    assert "schedule" not in load_workflow(ROOT / ".github" / "workflows" / "ci.yml")["on"], "one nightly run"
+
+
 @pytest.mark.parametrize("key", CHECKED)
 def test_generated_workflow(projects: dict[str, Path], key: str) -> None:
     project, answers = projects[key], ANSWERS[key]

@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, bake, run
+from conftest import ROOT, bake, run, seed_mypy_cache
 
 # ```python, or ```python notest for a listing of several files (test_readmes.py runs the rest).
 BLOCK = re.compile(r"^```python[^\n]*\n(.*?)^```", re.DOTALL | re.MULTILINE)
@@ -39,6 +39,7 @@ def test_every_readme_example_type_checks_in_the_service(name: str, tmp_path: Pa
             written.append(path)
     assert len(written) >= 10, f"found only {len(written)} examples"
     installed = run(["make", "install"], project)
+    seed_mypy_cache(project)
     assert installed.returncode == 0, installed.stdout + installed.stderr
     checked = run([".venv/bin/mypy", str(examples)], project)
     output = checked.stdout + checked.stderr

@@ -21,7 +21,7 @@ from typing import Any
 
 import boto3
 import pytest
-from conftest import bake, run, tool_env
+from conftest import bake, run, seed_mypy_cache, tool_env
 from matrix import SUPPORTED
 from test_bake import pytest_summary
 
@@ -145,6 +145,7 @@ def owned(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_replaced_handlers_keep_make_test_green_on_a_machine_without_uv(owned: Path, localstack_endpoint: str) -> None:
     env = without_uv(tool_env(AWS_ENDPOINT_URL=localstack_endpoint))
+    seed_mypy_cache(owned)
     result = subprocess.run(
         ["make", "test"], cwd=owned, env=env, capture_output=True, text=True, timeout=1500, check=False
     )

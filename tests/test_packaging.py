@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import ROOT, bake, run
+from conftest import ROOT, bake, run, seed_mypy_cache
 from matrix import COOKIECUTTER
 from validators import dockerfile_instructions, jsonschema_cli_problems, load_workflow
 
@@ -205,6 +205,7 @@ def test_a_service_installs_and_tests_the_engine_from_a_package_index(
     assert_locked_from(project, engine_index)
 
     # From the lock, which records where the engine came from, without the index named again.
+    seed_mypy_cache(project)
     checks = run(["make", "test"], project, timeout=1200, **env)
     assert checks.returncode == 0, (checks.stdout + checks.stderr)[-4000:]
     assert " passed" in checks.stdout and " failed" not in checks.stdout

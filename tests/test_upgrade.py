@@ -19,7 +19,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, run
+from conftest import ROOT, run, seed_mypy_cache
 
 pytestmark = pytest.mark.xdist_group("upgrade")
 
@@ -61,6 +61,7 @@ def test_a_git_bake_installs_the_engine_from_the_same_url_at_the_same_commit(tmp
     state = json.loads((project / ".cruft.json").read_text())
     assert (state["template"], state["commit"]) == (url, commit), "the bake records where it came from"
 
+    seed_mypy_cache(project)
     checks = run(["make", "lint", "typecheck", "test-unit"], project, timeout=900)
     assert checks.returncode == 0, (checks.stdout + checks.stderr)[-4000:]
 
@@ -122,6 +123,7 @@ def test_make_upgrade_brings_in_an_engine_upgrade_and_keeps_the_owners_edit(
     commit_all(project, "the owner's service")
 
     new, new_version = move_the_template_on(repo)
+    seed_mypy_cache(project)
     upgraded = run(["make", "upgrade"], project, timeout=1500, AWS_ENDPOINT_URL=localstack_endpoint)
     output = upgraded.stdout + upgraded.stderr
     assert upgraded.returncode == 0, output[-4000:]
