@@ -45,8 +45,11 @@ from pathlib import Path
 from typing import Any
 
 import boto3
-import run  # bench/run.py (its directory is first on sys.path)
-import versions
+import versions  # bench/versions.py (its directory is first on sys.path)
+from measuring import ENGINE, ROOT
+from measuring.baking import bake, revision, tool_env
+from measuring.plan import rotation
+from reporting.results import HANDLER_TEXT
 from sqs_worker_engine.doubles import emulators
 
 NOW = versions.NOW
@@ -155,7 +158,7 @@ def markdown(results: dict[str, Any]) -> str:
             low, high = row["over_now_low"], row["over_now_high"]
             over = f"{row['over_now']:.3f}x" + ("" if low == high else f" ({low:.3f}-{high:.3f})")
         lines.append(
-            f"| {run.report.HANDLER_TEXT.get(row['handler'], row['handler'])} | {row['concurrency']} "
+            f"| {HANDLER_TEXT.get(row['handler'], row['handler'])} | {row['concurrency']} "
             f"| {row['version']} | {row['instructions_per_message']:,.0f} | {row['requests_per_message']:.3f} | {over} |"
         )
     return "\n".join(lines) + "\n"
@@ -184,7 +187,7 @@ class Counter:
                     QueueUrl=url, Entries=[{"Id": str(i - start), "MessageBody": f"m-{i}"} for i in batch]
                 )
             env = {
-                **run.tool_env(),
+                **tool_env(),
                 "PYTHONPATH": str(engine_src),  # this version's engine, before the bake's own
                 "ENDPOINT": self.endpoint,
                 "QUEUE": name,
@@ -229,13 +232,13 @@ def measure(
         ls = emulators.ensure()
         stack.callback(ls.stop)  # stops it only if it was started here
         log("baking the service whose environment every version runs in")
-        project = run.bake(scratch / "bake")
+        project = bake(scratch / "bake")
         engines: dict[str, Path] = {}
         version_list = []
         for ref in [*refs, NOW]:
             if ref == NOW:
-                head, changed = run.revision()
-                engines[ref], commit = run.ENGINE / "src", head + ("+changes" if changed else "")
+                head, changed = revision()
+                engines[ref], commit = ENGINE / "src", head + ("+changes" if changed else "")
             else:
                 tree, commit = versions.unpack(ref, scratch)
                 engines[ref] = tree / "engine" / "src"
@@ -245,7 +248,7 @@ def measure(
         turn = 0
         for repeat in range(1, repeats + 1):
             for handler, concurrency in rows:
-                for ref in run.rotation(tuple(engines), turn):
+                for ref in rotation(tuple(engines), turn):
                     first, second = (counter.count(engines[ref], handler, concurrency, n) for n in messages)
                     row = {"version": ref, "repeat": repeat, "handler": handler, "concurrency": concurrency}
                     row.update(per_message(first, second))
@@ -281,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--messages", default=",".join(map(str, MESSAGES)), help="the two runs' sizes, N1,N2 (default 500,1500)"
     )
-    parser.add_argument("--out", type=Path, default=run.ROOT / "docs", help="where the report goes (default: docs/)")
+    parser.add_argument("--out", type=Path, default=ROOT / "docs", help="where the report goes (default: docs/)")
     args = parser.parse_args(argv)
     sizes = [int(n) for n in args.messages.split(",") if n.strip().isdigit()]
     if len(sizes) != 2 or not 0 < sizes[0] < sizes[1]:

@@ -40,7 +40,13 @@ from io import BytesIO
 from pathlib import Path
 from typing import Any
 
-import run  # bench/run.py: the bench itself (its directory is first on sys.path)
+from measuring import ENGINE, ROOT
+from measuring.baking import bake, machine, package_name, revision
+from measuring.harness import Bench
+from measuring.plan import PLANS, parse_latency, rotation
+from measuring.processes import load_module
+from reporting.results import HANDLER_TEXT, raw_cpu_ms
+from run import describe, scrub  # bench/run.py: the bench itself (its directory is first on sys.path)
 from sqs_worker_engine.doubles import emulators
 
 NOW = "now"
@@ -56,7 +62,7 @@ def rows(latencies: Sequence[tuple[float, float]] = LATENCIES) -> list[tuple[str
 def unpack(ref: str, into: Path) -> tuple[Path, str]:
     """This repository at `ref`, as files (git archive), and its short commit."""
     commit = subprocess.run(
-        ["git", "-C", str(run.ROOT), "rev-parse", "--short", f"{ref}^{{commit}}"],
+        ["git", "-C", str(ROOT), "rev-parse", "--short", f"{ref}^{{commit}}"],
         capture_output=True,
         text=True,
         check=False,
@@ -64,7 +70,7 @@ def unpack(ref: str, into: Path) -> tuple[Path, str]:
     if commit.returncode != 0:
         raise SystemExit(f"{ref!r} is not a commit of this repository: {commit.stderr.strip()}")
     tree = into / f"src-{commit.stdout.strip()}"
-    archive = subprocess.run(["git", "-C", str(run.ROOT), "archive", ref], capture_output=True, check=True).stdout
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", ref], capture_output=True, check=True).stdout
     with tarfile.open(fileobj=BytesIO(archive)) as tar:
         tar.extractall(tree, filter="data")
     return tree, commit.stdout.strip()
@@ -168,7 +174,7 @@ def markdown(results: dict[str, Any]) -> str:
     for row in results["summary"]:
         latency = "the emulator's latency" if row["added_ms"] == "0" else f"+{row['added_ms']} ms"
         lines.append(
-            f"| {run.report.HANDLER_TEXT.get(row['handler'], row['handler'])} | {row['concurrency']} | {latency} | {row['version']} "
+            f"| {HANDLER_TEXT.get(row['handler'], row['handler'])} | {row['concurrency']} | {latency} | {row['version']} "
             f"| {f(row['throughput'], '.0f')} | {f(row['efficiency'], '.2f')} | {f(row['requests_per_message'], '.3f')} "
             f"| {f(row['cpu_ms_per_message'], '.3f')} | {f(row['cpu_vs_raw'], '.2f', 'x')} "
             f"| {over(row, 'throughput')} | {over(row, 'cpu')} |"
@@ -190,66 +196,66 @@ def measure(
     log: Callable[[str], None],
     latencies: Sequence[tuple[float, float]] = LATENCIES,
 ) -> dict[str, Any]:
-    plan = run.PLANS["quick"]
+    plan = PLANS["quick"]
     started = time.monotonic()
     with contextlib.ExitStack() as stack:
         scratch = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="sqs-bench-versions-")))
-        benches: dict[str, run.Bench] = {}
+        benches: dict[str, Bench] = {}
         versions = []
         ls = emulators.ensure()
         stack.callback(ls.stop)  # stops it only if it was started here
-        faultproxy = run.load_module("bench_faultproxy", run.ENGINE / "tests" / "faultproxy.py")
+        faultproxy = load_module("bench_faultproxy", ENGINE / "tests" / "faultproxy.py")
         for i, ref in enumerate([*refs, NOW]):
             if ref == NOW:
-                head, changed = run.revision()
-                template, commit = run.ROOT, head + ("+changes" if changed else "")
+                head, changed = revision()
+                template, commit = ROOT, head + ("+changes" if changed else "")
             else:
                 template, commit = unpack(ref, scratch)
             log(f"baking and installing {ref} ({commit})")
-            project = run.bake(scratch / f"bake-{i}", template)
+            project = bake(scratch / f"bake-{i}", template)
             work = scratch / f"runs-{i}"
             work.mkdir()
-            benches[ref] = run.Bench(plan, project, run.package_name(project), ls.endpoint, work, faultproxy)
+            benches[ref] = Bench(plan, project, package_name(project), ls.endpoint, work, faultproxy)
             versions.append({"ref": ref, "commit": commit})
         first = benches[NOW]
-        machine = run.machine(first, ls.endpoint)  # its load average: as the rounds begin
+        where = machine(first.python, ls.endpoint)  # its load average: as the rounds begin
         log("raw batched loop (the emulator's ceiling and the CPU floor)")
         ceiling_runs = first.measure_ceiling()
-        raw_cpu_ms = run.report.raw_cpu_ms({"ceiling": {"runs": ceiling_runs}})
-        if not first.ceiling or raw_cpu_ms is None:
+        raw_cpu = raw_cpu_ms({"ceiling": {"runs": ceiling_runs}})
+        if not first.ceiling or raw_cpu is None:
             raise SystemExit(f"the raw loop could not run: {ceiling_runs}")
         for bench in benches.values():
-            bench.ceiling, bench.raw_cpu_ms = first.ceiling, raw_cpu_ms
+            bench.ceiling, bench.raw_cpu_ms = first.ceiling, raw_cpu
         names = tuple(benches)
         measured: list[dict[str, Any]] = []
         turn = 0
         for round_ in range(1, rounds + 1):
             for handler, concurrency, added in rows(latencies):
-                for ref in run.rotation(names, turn):
+                for ref in rotation(names, turn):
                     bench = benches[ref]
                     bench.added = added
                     row = bench.throughput("generated", handler, concurrency)
                     row.update(version=ref, round=round_)
                     if row.get("throughput"):
                         row["efficiency"] = row["throughput"] / bench.ideal(handler, concurrency)
-                        row["cpu_vs_raw"] = row["cpu_ms_per_message"] / raw_cpu_ms
+                        row["cpu_vs_raw"] = row["cpu_ms_per_message"] / raw_cpu
                     measured.append(row)
-                    log(f"round {round_} {ref:>10} +{row['added_ms']:>2} ms " + run.describe(row, raw_cpu_ms))
+                    log(f"round {round_} {ref:>10} +{row['added_ms']:>2} ms " + describe(row, raw_cpu))
                 turn += 1
         results: dict[str, Any] = {
             "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
-            "machine": machine,
+            "machine": where,
             "versions": versions,
             "rounds": rounds,
             "ceiling": first.ceiling,
-            "raw_cpu_ms": raw_cpu_ms,
+            "raw_cpu_ms": raw_cpu,
             "ceiling_runs": ceiling_runs,
             "runs": measured,
             "summary": summarise(measured, names),
         }
         results["duration_seconds"] = round(time.monotonic() - started, 1)
         results["load_average_at_end"] = list(os.getloadavg())
-        run.scrub(results, [str(scratch), str(run.ROOT), str(Path.home()), tempfile.gettempdir()])
+        scrub(results, [str(scratch), str(ROOT), str(Path.home()), tempfile.gettempdir()])
     out.mkdir(parents=True, exist_ok=True)
     (out / "benchmarks-versions.json").write_text(json.dumps(results, indent=1) + "\n")
     (out / "benchmarks-versions.md").write_text(markdown(results))
@@ -260,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("refs", nargs="+", help="commits, tags or branches to set beside this checkout")
     parser.add_argument("--rounds", type=int, default=3, help="rounds of every row on every version (default 3)")
-    parser.add_argument("--out", type=Path, default=run.ROOT / "docs", help="where the report goes (default: docs/)")
+    parser.add_argument("--out", type=Path, default=ROOT / "docs", help="where the report goes (default: docs/)")
     parser.add_argument(
         "--latencies",
         default="0,20",
@@ -271,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
     try:
-        latencies = [run.parse_latency(text) for text in args.latencies.split(",") if text.strip()]
+        latencies = [parse_latency(text) for text in args.latencies.split(",") if text.strip()]
     except argparse.ArgumentTypeError as exc:
         parser.error(f"--latencies: {exc}")
     if not latencies:

@@ -1,7 +1,8 @@
-"""`make bench`'s harness in smoke mode, against the suite's LocalStack: it bakes the
-default service, runs every contender through every kind of measurement with tiny counts,
-and writes the report. What is checked is the report's shape (every contender, every
-figure); the figures themselves are timings on a shared machine and are never asserted."""
+"""`make bench`'s harness in smoke mode (in the nightly run, `make test-full`), against the
+suite's LocalStack: it bakes the default service, runs every contender through every kind of
+measurement with tiny counts, and writes the report. What is checked is the report's shape
+(every contender, every figure); the figures themselves are timings on a shared machine and
+are never asserted. The other benchmarks' tests below run in the everyday suite."""
 
 from __future__ import annotations
 
@@ -16,9 +17,17 @@ import pytest
 from conftest import ROOT, run
 
 sys.path.insert(0, str(ROOT / "bench"))
-import report
+from measuring.plan import CONTENDERS, parse_latency
+from measuring.processes import aligned_rate
+from reporting.compare import PREVIOUS, against_previous, keep_previous
+from reporting.results import cpu_vs_raw, find, latency_handlers, raw_beside, raw_cpu_ms
+from reporting.tables import ratio_text, scenario_table, summary_columns, summary_rows
+from reporting.targets import targets
 
 
+# Nightly: the most expensive test of the suite (about two minutes of CPU), and what it holds
+# is the maintainers' benchmark harness, which no service runs and `make bench` alone uses.
+@pytest.mark.nightly
 def test_bench_smoke_reports_every_contender_and_figure(tmp_path: Path, localstack_endpoint: str) -> None:
     out = tmp_path / "report"
     result = run(
@@ -45,12 +54,12 @@ def test_bench_smoke_reports_every_contender_and_figure(tmp_path: Path, localsta
     # Every contender ran every throughput scenario at both latencies, the spread's handlers
     # at a uniform 10-40 ms too, and every other measurement.
     assert data["added_latencies"] == ["0", "20", "10-40"]
-    assert report.latency_handlers(data, "10-40") == ["noop"]
-    for contender in report.CONTENDERS:
+    assert latency_handlers(data, "10-40") == ["noop"]
+    for contender in CONTENDERS:
         for added in data["added_latencies"]:
-            for handler in report.latency_handlers(data, added):
+            for handler in latency_handlers(data, added):
                 for concurrency in data["plan"]["concurrencies"]:
-                    row = report.find(data, contender, handler, concurrency, added)
+                    row = find(data, contender, handler, concurrency, added)
                     assert row is not None, f"no {handler} run at c={concurrency} +{added} ms for {contender}"
                     for figure in (
                         "throughput",
@@ -62,7 +71,7 @@ def test_bench_smoke_reports_every_contender_and_figure(tmp_path: Path, localsta
                         assert isinstance(row[figure], float), (contender, handler, added, figure)
                     assert row["machine_busy_cores"] > 0, row
         # The proxy held every request for the added round trip.
-        slow = report.find(data, contender, "noop", data["plan"]["concurrencies"][0], "20")
+        slow = find(data, contender, "noop", data["plan"]["concurrencies"][0], "20")
         assert slow is not None and slow["request_ms"]["ReceiveMessage"] >= 20, slow
         for kind in ("idle", "memory", "drain", "kill"):
             assert [r["contender"] for r in data[kind]].count(contender) == 1, (kind, contender)
@@ -70,8 +79,8 @@ def test_bench_smoke_reports_every_contender_and_figure(tmp_path: Path, localsta
     # The CPU target's no-op rows (the template's default, 8) have the raw loop run beside them,
     # at each latency, and are divided by it; it is in no table as a contender.
     for added in data["added_latencies"]:
-        raw = report.find(data, "raw", "noop", 8, added)
-        worker = report.find(data, "generated", "noop", 8, added)
+        raw = find(data, "raw", "noop", 8, added)
+        worker = find(data, "generated", "noop", 8, added)
         assert raw is not None and worker is not None, added
         assert (raw["processes"], raw["threads"]) == (1, 8) and raw["efficiency"] is None, raw
         assert worker["cpu_vs_raw"] == worker["cpu_ms_per_message"] / raw["cpu_ms_per_message"], added
@@ -80,10 +89,10 @@ def test_bench_smoke_reports_every_contender_and_figure(tmp_path: Path, localsta
 
     # The summary table has a column per figure and a complete row per contender.
     lines = markdown.splitlines()
-    header = "| " + " | ".join(report.summary_columns(data)) + " |"
+    header = "| " + " | ".join(summary_columns(data)) + " |"
     assert header in lines, "the summary table's header"
-    columns = len(report.summary_columns(data))
-    for label in (data["contenders"][c] for c in report.CONTENDERS):
+    columns = len(summary_columns(data))
+    for label in (data["contenders"][c] for c in CONTENDERS):
         row = next((line for line in lines if line.startswith(f"| {label} | ")), None)
         assert row is not None, f"no summary row for {label}"
         cells = [cell.strip() for cell in row.strip("|").split("|")]
@@ -155,15 +164,13 @@ def test_priorities_bench_reports_every_row_side_by_side(tmp_path: Path) -> None
 
 
 def test_a_wave_rate_needs_half_the_window() -> None:
-    """Whole waves are timed (run.aligned_rate), but a handful of completions a millisecond
+    """Whole waves are timed (processes.aligned_rate), but a handful of completions a millisecond
     apart is one receive's batch, not a rate: the plain window rate is used then."""
-    import run as bench_run
-
     steady = [i * 0.1 for i in range(81)]
-    rate = bench_run.aligned_rate(steady, 0.0, 8.0, (200, 200, 1))
+    rate = aligned_rate(steady, 0.0, 8.0, (200, 200, 1))
     assert rate is not None and abs(rate - 10.0) < 1e-6
     burst = [4.0 + i * 0.0002 for i in range(10)]
-    assert bench_run.aligned_rate(burst, 0.0, 8.0, (200, 200, 1)) is None
+    assert aligned_rate(burst, 0.0, 8.0, (200, 200, 1)) is None
 
 
 def test_adaptive_bench_meets_its_targets_in_virtual_time(tmp_path: Path) -> None:
@@ -185,7 +192,7 @@ def test_adaptive_bench_meets_its_targets_in_virtual_time(tmp_path: Path) -> Non
 
 def test_cpu_per_message_is_reported_over_the_raw_loops_of_the_same_run() -> None:
     """Without a raw loop run beside it, a row's CPU per message is divided by the cheapest
-    raw-loop run of the ceiling (report.cpu_vs_raw): the ratio, not either figure, is what
+    raw-loop run of the ceiling (cpu_vs_raw): the ratio, not either figure, is what
     survives a busy machine. A results file from before the figure was kept gets it from its
     ceiling runs."""
     results = {
@@ -197,14 +204,14 @@ def test_cpu_per_message_is_reported_over_the_raw_loops_of_the_same_run() -> Non
             ]
         }
     }
-    assert report.raw_cpu_ms(results) == 0.25
+    assert raw_cpu_ms(results) == 0.25
     row = {"cpu_ms_per_message": 0.375}
-    assert report.cpu_vs_raw(row, results) == 1.5
+    assert cpu_vs_raw(row, results) == 1.5
     results["ceiling"]["cpu_ms_per_message"] = 0.3
-    assert abs(report.cpu_vs_raw(row, results) - 1.25) < 1e-9
-    assert report.cpu_vs_raw({"error": "x"}, results) is None
-    assert report.cpu_vs_raw(row, {"ceiling": {"runs": []}}) is None
-    assert report.ratio_text(1.25) == "1.25x" and report.ratio_text(None) == "–"
+    assert abs(cpu_vs_raw(row, results) - 1.25) < 1e-9
+    assert cpu_vs_raw({"error": "x"}, results) is None
+    assert cpu_vs_raw(row, {"ceiling": {"runs": []}}) is None
+    assert ratio_text(1.25) == "1.25x" and ratio_text(None) == "–"
 
 
 def test_a_full_run_is_compared_with_the_full_run_it_replaces(tmp_path: Path) -> None:
@@ -226,30 +233,27 @@ def test_a_full_run_is_compared_with_the_full_run_it_replaces(tmp_path: Path) ->
 
     old, new = run_of("day one", "full", 0.48, 0.45, 15), run_of("day two", "full", 0.97, 0.39, 12)
     (tmp_path / "benchmarks.json").write_text(json.dumps(old))
-    report.keep_previous(tmp_path, "smoke")
-    assert not (tmp_path / report.PREVIOUS).exists(), "a smoke run is no measure of a full one"
-    report.keep_previous(tmp_path, "full")
-    kept = json.loads((tmp_path / report.PREVIOUS).read_text())
+    keep_previous(tmp_path, "smoke")
+    assert not (tmp_path / PREVIOUS).exists(), "a smoke run is no measure of a full one"
+    keep_previous(tmp_path, "full")
+    kept = json.loads((tmp_path / PREVIOUS).read_text())
     assert kept == old
 
-    section = report.against_previous(new, kept)
+    section = against_previous(new, kept)
     assert "## Against the previous run (day one)" in section
     assert "| I/O 10 ms | 50 | +20 ms | 0.48 → 0.97 | 0.200 → 0.200 | 1.50x → 1.30x |" in section
     assert "Targets met: 0 → 1 of 1" in section and "left in flight: 15 → 12" in section
     assert "runs on a shared machine" in section
     kept["machine"], new["machine"] = {"cpu": "Intel(R) Xeon(R) Processor"}, {"cpu": "AMD EPYC"}
-    assert "runs on different machines (Intel(R) Xeon(R) Processor, then AMD EPYC)" in report.against_previous(
-        new, kept
-    )
+    assert "runs on different machines (Intel(R) Xeon(R) Processor, then AMD EPYC)" in against_previous(new, kept)
 
 
 def test_versions_runs_every_row_at_each_latency_asked_and_reads_the_spread_s_rows() -> None:
     """bench/versions.py --latencies 0,10-40: every row at both, and the summary reads the
     spread's rows too (it read only the rows of its fixed latencies before)."""
-    import run
     import versions
 
-    latencies = [run.parse_latency(t) for t in ("0", "10-40")]
+    latencies = [parse_latency(t) for t in ("0", "10-40")]
     planned = versions.rows(latencies)
     assert len(planned) == 2 * len(versions.CASES) and {added for *_, added in planned} == {(0.0, 0.0), (0.01, 0.04)}
     measured = [
@@ -343,7 +347,7 @@ def test_a_row_both_contenders_run_at_the_ideal_is_a_tie_not_a_loss() -> None:
             "runs": [_row("generated", generated, 50.0), _row("celery", celery, 50.0)],
             **{kind: [] for kind in ("idle", "memory", "drain", "kill")},
         }
-        return next(t for t in report.targets(results) if t["name"].startswith("ahead of"))
+        return next(t for t in targets(results) if t["name"].startswith("ahead of"))
 
     tie = verdict(49.9, 50.0)
     assert tie["met"] is True and "tied at the ideal" in str(tie["figure"]) and "behind" not in str(tie["figure"])
@@ -382,7 +386,7 @@ def _beside(runs: list[dict[str, object]]) -> dict[str, object]:
             "rss_bytes": 256 * 1024,
         },
         "added_latencies": ["0", "20"],
-        "contenders": {c: c for c in report.CONTENDERS},
+        "contenders": {c: c for c in CONTENDERS},
         "machine": {"cores": 2},
         "ceiling": {
             "messages_per_second": 2000.0,
@@ -395,7 +399,7 @@ def _beside(runs: list[dict[str, object]]) -> dict[str, object]:
 
 
 def _cpu_target(results: dict[str, object]) -> dict[str, object]:
-    return next(t for t in report.targets(results) if t["name"].startswith("no-op CPU per message"))
+    return next(t for t in targets(results) if t["name"].startswith("no-op CPU per message"))
 
 
 def test_a_noop_row_is_compared_with_the_raw_loop_run_beside_it() -> None:
@@ -412,7 +416,7 @@ def test_a_noop_row_is_compared_with_the_raw_loop_run_beside_it() -> None:
             _noop("raw", 50, "20", 0.36, 1600.0),
         ]
     )
-    assert abs(report.cpu_vs_raw(gen, results) - 0.40 / 0.36) < 1e-9
+    assert abs(cpu_vs_raw(gen, results) - 0.40 / 0.36) < 1e-9
     target = _cpu_target(results)
     assert "beside it (same latency, same rotation)" in str(target["name"])
     assert target["met"] is True, target
@@ -426,9 +430,9 @@ def test_without_a_raw_run_beside_it_a_row_is_compared_with_the_ceiling() -> Non
     gen = _noop("generated", 8, "20", 0.40, 900.0)
     raw = _noop("raw", 50, "20", 0.36, 1600.0)
     results = _beside([_noop("raw", 8, "0", 0.30, 2000.0), gen, raw])
-    assert report.raw_beside(gen, results) is None
-    assert abs(report.cpu_vs_raw(gen, results) - 1.6) < 1e-9
-    assert abs(report.cpu_vs_raw(raw, results) - 0.36 / 0.25) < 1e-9
+    assert raw_beside(gen, results) is None
+    assert abs(cpu_vs_raw(gen, results) - 1.6) < 1e-9
+    assert abs(cpu_vs_raw(raw, results) - 0.36 / 0.25) < 1e-9
     target = _cpu_target(results)
     assert target["met"] is False
     assert "noop c=8 +20 ms: 1.60x (over the ceiling's raw loop)" in str(target["figure"]), target
@@ -445,16 +449,16 @@ def test_the_raw_loop_beside_the_rows_is_no_contender() -> None:
             _noop("raw", 50, "0", 0.30, 2000.0),
         ]
     )
-    ahead = next(t for t in report.targets(results) if t["name"].startswith("ahead of"))
+    ahead = next(t for t in targets(results) if t["name"].startswith("ahead of"))
     assert ahead["met"] is True and "ahead in 1 of 1" in str(ahead["figure"]), ahead
-    cheaper = next(t for t in report.targets(results) if t["name"].startswith("less CPU per message"))
+    cheaper = next(t for t in targets(results) if t["name"].startswith("less CPU per message"))
     assert cheaper["met"] is True and "raw" not in str(cheaper["figure"]), cheaper
-    rows = report.summary_rows(results)
-    assert [row[0] for row in rows] == list(report.CONTENDERS)
+    rows = summary_rows(results)
+    assert [row[0] for row in rows] == list(CONTENDERS)
     generated = rows[0]
-    cpu_column = report.summary_columns(results).index("CPU / message over the raw loop's (no-op, c=50)")
+    cpu_column = summary_columns(results).index("CPU / message over the raw loop's (no-op, c=50)")
     assert generated[cpu_column] == "1.10x", generated
-    assert "raw" not in report.scenario_table(results, lambda r: r["contender"])
+    assert "raw" not in scenario_table(results, lambda r: r["contender"])
 
 
 def test_instructions_are_read_from_valgrind_and_taken_a_message_between_two_runs() -> None:

@@ -372,7 +372,7 @@ def test_a_bake_naming_its_index_locks_and_says_what_to_publish_when_it_cannot(t
 def test_the_template_s_own_python_is_formatted_and_linted() -> None:
     """The hooks, the Jinja extension and the suite, as ruff formats and lints them (the
     generated project's files are held to its own configuration by test_bake)."""
-    paths = ["hooks", "local_extensions.py", "sqs_worker_template_jinja", "scripts", "tests"]
+    paths = ["hooks", "local_extensions.py", "sqs_worker_template_jinja", "scripts", "bench", "tests"]
     for command in (["ruff", "format", "--check", *paths], ["ruff", "check", *paths]):
         result = subprocess.run(
             [sys.executable, "-m", *command], cwd=ROOT, capture_output=True, text=True, timeout=120, check=False
