@@ -51,6 +51,9 @@ DEPLOY_TARGETS = ("ecs-and-eks", "ecs", "eks")
 ECS_TARGETS = ("ecs-and-eks", "ecs")
 WORKLOADS = ("deployment", "scaledjob")  # kubernetes_workload
 FIFO_THROUGHPUTS = ("standard", "high")  # fifo_throughput
+CAPACITIES = ("on-demand", "spot-mix")  # capacity
+CPU_ARCHITECTURES = ("x86_64", "arm64")  # cpu_architecture
+EKS_IDENTITIES = ("irsa", "pod-identity")  # eks_identity
 YES_NO = ("yes", "no")
 ENGINE_SOURCES = ("git", "index")
 
@@ -363,6 +366,9 @@ def check_choices(problems: Problems, answers: dict[str, object]) -> None:
         ("deploy_target", DEPLOY_TARGETS),
         ("kubernetes_workload", WORKLOADS),
         ("fifo_throughput", FIFO_THROUGHPUTS),
+        ("capacity", CAPACITIES),
+        ("cpu_architecture", CPU_ARCHITECTURES),
+        ("eks_identity", EKS_IDENTITIES),
         ("use_idempotency", YES_NO),
         ("untrusted_input", YES_NO),
         ("large_payloads", YES_NO),

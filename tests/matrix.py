@@ -223,6 +223,27 @@ SUPPORTED: dict[str, Combination] = {
         "rendered",
         "the version pin alone, its index named at install time (UV_INDEX); the Makefile refuses to lock or install before",
     ),
+    "ecs-spot-arm64": Combination(
+        {"deploy_target": "ecs", "capacity": "spot-mix", "cpu_architecture": "arm64"},
+        "artifacts",
+        "Fargate Spot with an on-demand base, Graviton tasks, one image for amd64 and arm64",
+    ),
+    "eks-pod-identity-arm64-untrusted": Combination(
+        {
+            "deploy_target": "eks",
+            "eks_identity": "pod-identity",
+            "cpu_architecture": "arm64",
+            "capacity": "spot-mix",
+            "untrusted_input": "yes",
+        },
+        "artifacts",
+        "EKS Pod Identity through the locked-down NetworkPolicy, arm64 nodes, Spot nodes preferred",
+    ),
+    "both-pod-identity-scaledjob": Combination(
+        {"eks_identity": "pod-identity", "kubernetes_workload": "scaledjob", "capacity": "spot-mix"},
+        "artifacts",
+        "Pod Identity and Spot on a ScaledJob, beside Fargate Spot on ECS (both targets)",
+    ),
     "china-idempotency": Combination(
         {"aws_region": "cn-northwest-1", "use_idempotency": "yes"},
         "artifacts",
@@ -244,8 +265,14 @@ SHAPES: dict[str, Combination] = {
 # The nightly run (make test-full): every lockable set end to end, and the long suites.
 FULL = os.environ.get("TEMPLATE_TESTS_FULL", "") not in ("", "0")
 # Choices the covering set leaves out, and why. Their pairs are still rendered and validated.
+# Answers that change the deploy files only, which no end-to-end run exercises (the service's
+# code and its `make test` are the same): the "artifacts" sets render and validate them.
+DEPLOY_FILES_ONLY = "deploy files only: rendered and validated by the artifact sets"
 NOT_RUN = {
     ("python_version", "3.14"): "no 3.14 interpreter here to lock and run it; the template's CI bakes it",
+    ("capacity", "spot-mix"): DEPLOY_FILES_ONLY,
+    ("cpu_architecture", "arm64"): DEPLOY_FILES_ONLY,
+    ("eks_identity", "pod-identity"): DEPLOY_FILES_ONLY,
 }
 # The queue's kind is no choice of cookiecutter.json (a name ending in .fifo makes a FIFO
 # queue), but it changes what the service runs: it is varied like one.
@@ -295,9 +322,13 @@ def names(*depths: Depth) -> list[str]:
 
 def lockable(name: str) -> bool:
     """Whether the bakes can lock (and so run) a supported set here: not on a choice left out
-    of the run (NOT_RUN), nor with the engine from an index (none serves this checkout's)."""
+    of the run (NOT_RUN) for want of what runs it (a choice of the deploy files only can be),
+    nor with the engine from an index (none serves this checkout's)."""
     answers = SUPPORTED[name].answers
-    return all(answers.get(key) != value for key, value in NOT_RUN) and answers.get("_engine_source") != "index"
+    return (
+        all(answers.get(key) != value for (key, value), why in NOT_RUN.items() if why != DEPLOY_FILES_ONLY)
+        and answers.get("_engine_source") != "index"
+    )
 
 
 # Generated rows, each named for its place: the same on every run (the greedy choice is).
@@ -474,6 +505,9 @@ _FROM_REPLAY: list[tuple[dict[str, Any], str, str]] = [
     ({"engine_source": "path"}, "engine_source", "must be one of git, index"),
     ({"kubernetes_workload": "job"}, "kubernetes_workload", "must be one of deployment, scaledjob"),
     ({"fifo_throughput": "turbo", "queue_name": "jobs.fifo"}, "fifo_throughput", "must be one of standard, high"),
+    ({"capacity": "spot"}, "capacity", "must be one of on-demand, spot-mix"),
+    ({"cpu_architecture": "aarch64"}, "cpu_architecture", "must be one of x86_64, arm64"),
+    ({"eks_identity": "kiam"}, "eks_identity", "must be one of irsa, pod-identity"),
     ({"project_name": "{{ 7*7 }}"}, "project_name", "letters A-Z a-z"),
     ({"project_name": "a'''b\\\"c"}, "project_name", "letters A-Z a-z"),
     ({"description": "{{ cookiecutter.__class__ }}"}, "description", "template markers"),
