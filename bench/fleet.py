@@ -123,7 +123,7 @@ def cost_section(out: Path) -> str:
         "## Cost model",
         "",
         (
-            "At list prices (us-east-1; `fleet/cost.py`): SQS $0.40 per million requests on a standard queue, "
+            "At list prices (us-east-1; `fleet/sqs/cost.py`): SQS $0.40 per million requests on a standard queue, "
             "compute at Fargate's rates for what a replica reserves ($0.04048 per vCPU-hour, $0.004445 per "
             "GiB-hour). Each run's requests (receives, deletes, visibility changes, the replicas' backlog "
             "sampling, KEDA's reads) and replica-seconds, per million messages:"

@@ -3,12 +3,12 @@ processes against LocalStack, then the same shape in the simulator, and the two 
 
 The real run: a producer sends the shape's messages (the simulator's own arrivals, same
 seed) to a queue of its own on LocalStack; an autoscaler every 15 s reads LocalStack's
-counts and decides with the simulator's HPA and KEDA code (fleet/hpa.py, fleet/keda.py),
-starting worker processes (`python bench/fleet_service.py run`, after a start delay) and
-stopping the newest with SIGTERM (SIGKILL after the grace period). Each completion is one
-line in a file. The simulated run: the same fleet on virtual time, with LocalStack's
-round trip, counts that do not lag (LocalStack's are exact) and the start latency the
-real processes showed. Compared minute by minute: completions and replicas.
+counts and decides with the simulator's HPA and KEDA code (fleet/autoscalers/hpa.py and
+keda.py), starting worker processes (`python bench/fleet_service.py run`, after a start
+delay) and stopping the newest with SIGTERM (SIGKILL after the grace period). Each
+completion is one line in a file. The simulated run: the same fleet on virtual time, with
+LocalStack's round trip, counts that do not lag (LocalStack's are exact) and the start
+latency the real processes showed. Compared minute by minute: completions and replicas.
 
     .venv/bin/python bench/fleet_check.py              # about 20 minutes; writes docs/scaling-localstack.json
     .venv/bin/python bench/fleet_check.py --minutes 8  # a shorter shape
@@ -38,13 +38,14 @@ from typing import Any
 
 import boto3
 from sqs_worker_engine.doubles import emulators
-from sqs_worker_engine.fleet.deployfiles import Bake, Deployment, Policy, Rules, ScaledObject, SqsTrigger
-from sqs_worker_engine.fleet.deployfiles import Worker as WorkerSpec
-from sqs_worker_engine.fleet.hpa import SYNC_SECONDS, Hpa, proposal
-from sqs_worker_engine.fleet.keda import queue_length
-from sqs_worker_engine.fleet.simulation import Options, Run, simulate
-from sqs_worker_engine.fleet.traffic import Shape, Spike, arrivals
-from sqs_worker_engine.fleet.work import Durations
+from sqs_worker_engine.fleet.autoscalers.deployfiles import Bake, Deployment, Policy, Rules, ScaledObject, SqsTrigger
+from sqs_worker_engine.fleet.autoscalers.deployfiles import Worker as WorkerSpec
+from sqs_worker_engine.fleet.autoscalers.hpa import SYNC_SECONDS, Hpa, proposal
+from sqs_worker_engine.fleet.autoscalers.keda import queue_length
+from sqs_worker_engine.fleet.load.traffic import Shape, Spike, arrivals
+from sqs_worker_engine.fleet.load.work import Durations
+from sqs_worker_engine.fleet.simulation import simulate
+from sqs_worker_engine.fleet.sizing import Options, Run
 
 ROOT = Path(__file__).resolve().parent.parent
 CONCURRENCY = 4

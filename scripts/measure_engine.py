@@ -60,7 +60,7 @@ class Sized:
 
 
 def modules() -> dict[str, Path]:
-    """Every engine module by dotted name relative to the package (`fleet.queue`, `fleet`)."""
+    """Every engine module by dotted name relative to the package (`fleet.sqs.queue`, `fleet`)."""
     found: dict[str, Path] = {}
     for path in sorted(PACKAGE.rglob("*.py")):
         parts = list(path.relative_to(PACKAGE).with_suffix("").parts)

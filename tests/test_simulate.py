@@ -17,12 +17,13 @@ import pytest
 from artifacts import Answers
 from conftest import bake
 from matrix import LIMITS, SUPPORTED, names
-from sqs_worker_engine.fleet import deployfiles, hpa, keda, oracle
-from sqs_worker_engine.fleet.counts import Datapoint
-from sqs_worker_engine.fleet.simulation import Options, Run, simulate
-from sqs_worker_engine.fleet.stepscaling import StepPolicy
-from sqs_worker_engine.fleet.targettracking import TargetTracking, combined
-from sqs_worker_engine.fleet.traffic import Event, Shape, Steady
+from sqs_worker_engine.fleet.autoscalers import deployfiles, hpa, keda, oracle
+from sqs_worker_engine.fleet.autoscalers.stepscaling import StepPolicy
+from sqs_worker_engine.fleet.autoscalers.targettracking import TargetTracking, combined
+from sqs_worker_engine.fleet.load.traffic import Event, Shape, Steady
+from sqs_worker_engine.fleet.simulation import simulate
+from sqs_worker_engine.fleet.sizing import Options, Run
+from sqs_worker_engine.fleet.sqs.counts import Datapoint
 
 
 @pytest.fixture(autouse=True)

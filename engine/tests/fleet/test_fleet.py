@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from sqs_worker_engine.base.limits import SHORT_JOB_SECONDS, busy_replica_holds
-from sqs_worker_engine.fleet.deployfiles import (
+from sqs_worker_engine.fleet.autoscalers.deployfiles import (
     AgeTrigger,
     Bake,
     Deployment,
@@ -28,8 +28,9 @@ from sqs_worker_engine.fleet.deployfiles import (
     StepScaling,
     Worker,
 )
-from sqs_worker_engine.fleet.simulation import Options, Run, simulate
-from sqs_worker_engine.fleet.traffic import Event, Shape, Spike, Steady
+from sqs_worker_engine.fleet.load.traffic import Event, Shape, Spike, Steady
+from sqs_worker_engine.fleet.simulation import simulate
+from sqs_worker_engine.fleet.sizing import Options, Run
 
 UP = Rules(0, "Max", (Policy("Percent", 100, 30), Policy("Pods", 4, 30)))
 DOWN = Rules(300, "Min", (Policy("Pods", 1, 60),))

@@ -16,9 +16,8 @@ from pathlib import Path
 import pytest
 
 import sqs_worker_engine
-from sqs_worker_engine.fleet import deployfiles, hpa, keda, oracle, traffic
-from sqs_worker_engine.fleet.counts import Counts, Datapoint, Truth
-from sqs_worker_engine.fleet.deployfiles import (
+from sqs_worker_engine.fleet.autoscalers import deployfiles, hpa, keda, oracle
+from sqs_worker_engine.fleet.autoscalers.deployfiles import (
     DEFAULT_SCALE_DOWN,
     DEFAULT_SCALE_UP,
     EcsService,
@@ -29,12 +28,14 @@ from sqs_worker_engine.fleet.deployfiles import (
     StepScaling,
     Worker,
 )
-from sqs_worker_engine.fleet.metricmath import evaluate
-from sqs_worker_engine.fleet.platform import ecs_batch
+from sqs_worker_engine.fleet.autoscalers.platform import ecs_batch
+from sqs_worker_engine.fleet.autoscalers.stepscaling import ScaleInStepPolicy, StepPolicy
+from sqs_worker_engine.fleet.autoscalers.targettracking import TargetTracking, combined
+from sqs_worker_engine.fleet.load import traffic
+from sqs_worker_engine.fleet.load.work import Durations, Histogram
 from sqs_worker_engine.fleet.simulation import thrash
-from sqs_worker_engine.fleet.stepscaling import ScaleInStepPolicy, StepPolicy
-from sqs_worker_engine.fleet.targettracking import TargetTracking, combined
-from sqs_worker_engine.fleet.work import Durations, Histogram
+from sqs_worker_engine.fleet.sqs.counts import Counts, Datapoint, Truth
+from sqs_worker_engine.fleet.sqs.metricmath import evaluate
 
 # The generated ScaledObject's behaviour (deploy/k8s/scaledobject.yaml).
 UP = Rules(0, "Max", (Policy("Percent", 100, 30), Policy("Pods", 4, 30)))

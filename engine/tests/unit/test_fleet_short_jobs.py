@@ -12,10 +12,11 @@ import pytest
 
 from sqs_worker_engine.base.limits import SCALING_JOB_SECONDS, busy_replica_holds, default_prefetch, prefetch_target
 from sqs_worker_engine.doubles.vtime import run as run_on_virtual_time
-from sqs_worker_engine.fleet import report, traffic
-from sqs_worker_engine.fleet.deployfiles import Bake, EcsService, Worker
-from sqs_worker_engine.fleet.simulation import Options, Run, Scale, choose_scale, delete_wait, worker_config
-from sqs_worker_engine.fleet.work import Durations, Ledger, Replica
+from sqs_worker_engine.fleet import report
+from sqs_worker_engine.fleet.autoscalers.deployfiles import Bake, EcsService, Worker
+from sqs_worker_engine.fleet.load import traffic
+from sqs_worker_engine.fleet.load.work import Durations, Ledger, Replica
+from sqs_worker_engine.fleet.sizing import Options, Run, Scale, choose_scale, delete_wait, worker_config
 
 
 def worker(concurrency: int = 8, **env: str) -> Worker:

@@ -20,6 +20,9 @@ PACKAGE = Path(sqs_worker_engine.__file__).parent
 LAYERS = (
     "",
     "fleet",
+    "fleet.autoscalers",
+    "fleet.load",
+    "fleet.sqs",
     "doubles",
     "ops",
     "process",
@@ -105,9 +108,11 @@ def test_no_import_climbs_to_a_higher_layer() -> None:
 
 def test_the_layer_check_sees_an_upward_import() -> None:
     """The check of the check: base importing the runtime is caught, and within the runtime
-    the protections importing admission, or reporting importing settling."""
+    the protections importing admission, or reporting importing settling; within the fleet
+    simulator, its SQS importing an autoscaler."""
     assert RANK[layer("sqs_worker_engine.runtime.pool")] < RANK[layer("sqs_worker_engine.base.clock")]
     assert layer("sqs_worker_engine.cli") == "" and layer("sqs_worker_engine.fleet.cli") == "fleet"
+    assert RANK[layer("sqs_worker_engine.fleet.autoscalers.keda")] < RANK[layer("sqs_worker_engine.fleet.sqs.queue")]
     assert layer("sqs_worker_engine.runtime.admission.gate") == "runtime.admission"
     assert RANK["runtime.admission"] < RANK[layer("sqs_worker_engine.runtime.protections.throttle")]
     assert RANK[layer("sqs_worker_engine.runtime.settling.acker")] < RANK[layer("sqs_worker_engine.runtime.reporting")]

@@ -9,4 +9,11 @@ is simulated how, and what the generated defaults give.
 This package sits above the engine's runtime and uses it as a service would: `Worker`,
 `Router`, `load_settings`, the running loop's clock; and the engine's virtual-time loop
 (`sqs_worker_engine.doubles.vtime`). Nothing in the runtime imports it.
+
+Its folders, each a layer on the ones after it: `autoscalers/` (the deploy files as read,
+KEDA and the HPA, ECS's target tracking and step scaling, the oracle, the pods and tasks
+they scale), `load/` (the traffic shapes, the handlers' work and the ledger), `sqs/` (the
+queue, the counts and datapoints its readers see, metric math, the prices). Above them, the
+run: `sizing` (a run and its scale), `simulation` (one run, played), `cli`, `report`,
+`plots`.
 """

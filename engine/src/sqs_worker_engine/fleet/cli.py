@@ -19,9 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from ..base._version import ENGINE_VERSION
-from . import cost, deployfiles, plots, report
-from .simulation import Options, Run, capacity, choose_scale, job_seconds, simulate, start_seconds
-from .traffic import SHAPES, STANDARD
+from . import plots, report
+from .autoscalers import deployfiles
+from .load.traffic import SHAPES, STANDARD
+from .simulation import simulate
+from .sizing import Options, Run, capacity, choose_scale, job_seconds, start_seconds
+from .sqs import cost
 
 PROGRESS_EVERY = 5.0  # wall seconds between a run's progress lines
 

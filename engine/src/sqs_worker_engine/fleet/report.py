@@ -8,8 +8,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .deployfiles import Bake, Deployment, EcsService, ScaledJob, StepScaling
-from .traffic import SHAPES
+from .autoscalers.deployfiles import Bake, Deployment, EcsService, ScaledJob, StepScaling
+from .load.traffic import SHAPES
 
 # Figures each shape shows beside the oracle's, as ratios (ours / oracle's).
 COMPARED = ("p99_oldest_age_seconds", "replica_minutes", "p99_wait_seconds")

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..base.limits import FIFO_SUFFIX
-from . import metricmath
+from ...base.limits import FIFO_SUFFIX
+from ..sqs import metricmath
 
 
 class DeployFileError(Exception):

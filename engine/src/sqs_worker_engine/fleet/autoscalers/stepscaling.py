@@ -3,7 +3,7 @@ alarms that invoke them, beside the target tracking policy (targettracking.py): 
 scales out on a high alarm, one that scales in on a low alarm.
 
 An alarm reads one-minute datapoints (SQS's metrics are published a minute after their
-minute ends: counts.py) and is in ALARM when `DatapointsToAlarm` of the latest
+minute ends: sqs/counts.py) and is in ALARM when `DatapointsToAlarm` of the latest
 `EvaluationPeriods` breach the threshold (above it for a high alarm, below it for a low
 one); missing datapoints do not breach. While it is in ALARM it invokes its policy at each
 evaluation (once a minute). The policy takes the step whose interval holds the breach (the
@@ -24,9 +24,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .counts import Datapoint
+from ..sqs.counts import Datapoint
+from ..sqs.metricmath import evaluate
 from .deployfiles import DATAPOINT_METRICS, Step, StepScaling
-from .metricmath import evaluate
 
 
 def alarm_value(spec: StepScaling, point: Datapoint) -> float | None:

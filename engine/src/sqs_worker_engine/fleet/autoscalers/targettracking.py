@@ -25,8 +25,8 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..base import clock
-from .counts import Datapoint
+from ...base import clock
+from ..sqs.counts import Datapoint
 from .deployfiles import EcsService
 from .keda import Readers
 from .platform import ReplicaSet

@@ -2,12 +2,12 @@
 
 Each simulated message is a `Batch` of real messages (one, at scale 1): ones that arrived
 together (traffic.Group). Its handler runs them in *waves* of `width`, side by side (the
-replica's real concurrency is `width` times its simulated one: simulation.worker_config),
+replica's real concurrency is `width` times its simulated one: sizing.worker_config),
 each wave for one job's duration (lognormal around the mean), slowed by the downstream
 past its knee (`Downstream`); waves run one after another. At scale k = width x depth a
 replica clears what it would of real messages, members of one wave finish together (as
 `width` real jobs of the same length would), and only a depth above 1 makes members wait
-for the waves before theirs (simulation.choose_scale says when).
+for the waves before theirs (sizing.choose_scale says when).
 
 A batch is never more than its real messages would be:
 - on SIGTERM (`job.stopping`) its handler finishes the wave it runs, then gives the rest
@@ -37,9 +37,9 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..base import clock
-from ..handlers.job import Job
-from ..handlers.router import Router
+from ...base import clock
+from ...handlers.job import Job
+from ...handlers.router import Router
 from .traffic import Group
 
 SLICE = 1.0  # seconds of work a handler does between looks at SIGTERM and the downstream
@@ -156,7 +156,7 @@ class Ledger:
     ) -> None:
         """`width`: real messages a simulated handler call runs side by side (a wave).
         `delete_wait`: how long a real delete waits for its batch, where the simulated
-        worker's do not (simulation.worker_config): its members are counted that much
+        worker's do not (sizing.worker_config): its members are counted that much
         longer after their delete lands. `ahead`: real messages a real replica holds ahead
         of its slots at most (its prefetch target when they are all busy)."""
         self.durations = durations

@@ -11,7 +11,7 @@
   sums (`NumberOfMessagesSent`, `NumberOfMessagesDeleted`) count the whole minute, exactly.
 
 The truth is recorded once a simulated second (`record`), in real messages: with a scale
-k > 1 the ledger's counts, not the simulated messages' (work.py).
+k > 1 the ledger's counts, not the simulated messages' (load/work.py).
 """
 
 from __future__ import annotations

@@ -16,10 +16,10 @@ import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from ..base import clock
+from ...base import clock
+from ..load.traffic import Group
 from .hpa import SYNC_SECONDS
 from .platform import JobPods, ReplicaSet
-from .traffic import Group
 
 UTILIZATION = 0.9  # of the handlers, at the rate to come
 CLEAR_SECONDS = 60.0  # a backlog is cleared within this, on top of the rate

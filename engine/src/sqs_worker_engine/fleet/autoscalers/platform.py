@@ -27,13 +27,13 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..base import clock
-from ..process.settings import WorkerConfig
-from ..process.worker import Worker
-from .queue import Connection, FleetQueue
-from .work import Ledger, Replica
+from ...base import clock
+from ...process.settings import WorkerConfig
+from ...process.worker import Worker
+from ..load.work import Ledger, Replica
+from ..sqs.queue import Connection, FleetQueue
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("sqs_worker_engine.fleet.platform")
 JITTER = 0.2
 
 

@@ -34,8 +34,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..base import clock
-from ..base.limits import DLQ_SUFFIX, MAX_RECEIVE_BATCH
+from ...base import clock
+from ...base.limits import DLQ_SUFFIX, MAX_RECEIVE_BATCH
 
 # SQS's in-flight quota on a standard queue (received and neither deleted nor visible again).
 STANDARD_INFLIGHT_LIMIT = 120_000

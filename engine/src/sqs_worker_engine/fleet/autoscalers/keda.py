@@ -19,12 +19,12 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..base import clock
-from .counts import Counts, Datapoint
+from ...base import clock
+from ..sqs.counts import Counts, Datapoint
+from ..sqs.queue import FleetQueue
 from .deployfiles import ScaledJob, ScaledObject, SqsTrigger
 from .hpa import SYNC_SECONDS, Hpa, proposal
 from .platform import JobPods, ReplicaSet
-from .queue import FleetQueue
 
 
 def queue_length(attributes: dict[str, int], trigger: SqsTrigger) -> int:

@@ -1,0 +1,1 @@
+"""What the platforms decide and do: the bake's deploy files as read, KEDA and the HPA, ECS's target tracking and step scaling, the oracle that knows the traffic to come, and the pods and tasks they scale."""
