@@ -190,11 +190,8 @@ def _answers(port: int) -> bool:
         return False
 
 
-def real_run(endpoint: str, minutes: float, workdir: Path) -> dict[str, Any]:
-    # LocalStack takes any credentials; never real ones.
-    sqs = boto3.client(
-        "sqs", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="test", aws_secret_access_key="test"
-    )
+def create_queue(sqs: Any) -> tuple[str, str, str]:
+    """A queue of the run's own, and its DLQ after 5 receives: its name, its URL, the DLQ's."""
     queue = f"fleet-check-{uuid.uuid4().hex[:8]}"
     dlq_url = sqs.create_queue(QueueName=queue + "-dlq")["QueueUrl"]
     dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
@@ -205,6 +202,34 @@ def real_run(endpoint: str, minutes: float, workdir: Path) -> dict[str, Any]:
             "RedrivePolicy": json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": "5"}),
         },
     )["QueueUrl"]
+    return queue, url, dlq_url
+
+
+def autoscale(sqs: Any, url: str, fleet: Fleet, t0: float, done: threading.Event) -> None:
+    """KEDA's aws-sqs-queue scaler and the HPA, as the simulator has them, until `done`:
+    every sync LocalStack's counts, read as the scaler reads SQS's, decide the fleet's size."""
+    hpa = Hpa(1, MAX_REPLICAS, UP, DOWN)
+    trigger = SqsTrigger(queue_length=2 * CONCURRENCY, in_flight=True)
+    names = [
+        "ApproximateNumberOfMessages",
+        "ApproximateNumberOfMessagesNotVisible",
+        "ApproximateNumberOfMessagesDelayed",
+    ]
+    while not done.is_set():
+        attrs = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=names)["Attributes"]
+        value = queue_length({k: int(v) for k, v in attrs.items()}, trigger)
+        fleet.scale_to(
+            hpa.decide(time.time() - t0, [proposal(value, trigger.queue_length, fleet.desired)], fleet.desired)
+        )
+        done.wait(SYNC_SECONDS)
+
+
+def real_run(endpoint: str, minutes: float, workdir: Path) -> dict[str, Any]:
+    # LocalStack takes any credentials; never real ones.
+    sqs = boto3.client(
+        "sqs", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="test", aws_secret_access_key="test"
+    )
+    queue, url, dlq_url = create_queue(sqs)
     completions = workdir / "completions.log"
     completions.touch()
     fleet = Fleet(endpoint, queue, completions, workdir)
@@ -236,22 +261,6 @@ def real_run(endpoint: str, minutes: float, workdir: Path) -> dict[str, Any]:
                 sqs.send_message_batch(QueueUrl=url, Entries=entries[i : i + 10])
                 sent.extend([time.time() - t0] * len(entries[i : i + 10]))
 
-    def scale() -> None:
-        hpa = Hpa(1, MAX_REPLICAS, UP, DOWN)
-        trigger = SqsTrigger(queue_length=2 * CONCURRENCY, in_flight=True)
-        names = [
-            "ApproximateNumberOfMessages",
-            "ApproximateNumberOfMessagesNotVisible",
-            "ApproximateNumberOfMessagesDelayed",
-        ]
-        while not done.is_set():
-            attrs = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=names)["Attributes"]
-            value = queue_length({k: int(v) for k, v in attrs.items()}, trigger)
-            fleet.scale_to(
-                hpa.decide(time.time() - t0, [proposal(value, trigger.queue_length, fleet.desired)], fleet.desired)
-            )
-            done.wait(SYNC_SECONDS)
-
     def sample() -> None:
         while not done.is_set():
             fleet.watch()
@@ -261,7 +270,11 @@ def real_run(endpoint: str, minutes: float, workdir: Path) -> dict[str, Any]:
             )
             done.wait(1.0)
 
-    threads = [threading.Thread(target=f, daemon=True) for f in (produce, scale, sample)]
+    threads = [
+        threading.Thread(target=produce, daemon=True),
+        threading.Thread(target=autoscale, args=(sqs, url, fleet, t0, done), daemon=True),
+        threading.Thread(target=sample, daemon=True),
+    ]
     for thread in threads:
         thread.start()
     threads[0].join()
