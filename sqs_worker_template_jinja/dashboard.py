@@ -13,17 +13,23 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .alerts import Bake
+from .checkout import load_limits
 
 
 @dataclass(frozen=True)
 class Panel:
     """One panel: its title (the Grafana panel's) and its series, each a label and a
     Metrics Insights query (`{ns}` the EMF namespace) or a metric math expression over
-    `metrics` (CloudWatch metric ids -> the metric)."""
+    `metrics` (CloudWatch metric ids -> the metric). A panel of SQS's own metrics (`sqs`)
+    shows `metrics` of the queue in AWS/SQS instead, and the Grafana panel reads them from
+    a CloudWatch data source; `standard_only`: a metric SQS publishes for standard queues
+    only (no panel on a FIFO queue's dashboards)."""
 
     title: str
     series: list[tuple[str, str]]
     metrics: dict[str, tuple[str, str]] = field(default_factory=dict)  # id -> (metric, statistic)
+    sqs: bool = False
+    standard_only: bool = False
 
 
 def _q(agg: str, metric: str, dims: str = "queue", group: str | None = None) -> str:
@@ -111,6 +117,14 @@ PANELS = [
             ("average", _q("AVG", "sqs_request_duration_seconds", "operation, outcome", "operation")),
             ("maximum", _q("MAX", "sqs_request_duration_seconds", "operation, outcome", "operation")),
         ],
+    ),    # SQS fair queues: with tenants as the MessageGroupId of a standard queue, the groups SQS
+    # finds noisy (their messages kept behind the quiet tenants'). Only CloudWatch has it.
+    Panel(
+        "Noisy tenants (SQS fair queue)",
+        [],
+        {"noisy": ("ApproximateNumberOfNoisyGroups", "Maximum")},
+        sqs=True,
+        standard_only=True,
     ),
 ]
 
@@ -121,22 +135,33 @@ def selected(query: str) -> str | None:
 
 
 def panel_metrics(panel: Panel) -> set[str]:
-    """The metric names a panel reads."""
+    """The metric names of the worker's a panel reads (none for SQS's own)."""
+    if panel.sqs:
+        return set()
     names = {metric for metric, _ in panel.metrics.values()}
     return names | {name for _, query in panel.series if (name := selected(query))}
+
+
+def panels(cookiecutter: dict[str, Any]) -> list[Panel]:
+    """The panels of this bake's dashboards (a FIFO queue's: none of standard queues only)."""
+    fifo = str(cookiecutter["queue_name"]).endswith(load_limits().FIFO_SUFFIX)
+    return [panel for panel in PANELS if not (fifo and panel.standard_only)]
 
 
 def dashboard(cookiecutter: dict[str, Any]) -> str:
     """The CloudWatch dashboard's body: JSON for `Fn::Sub` (the region is the stack's)."""
     b = Bake.of(cookiecutter)
     widgets = []
-    for n, panel in enumerate(PANELS):
+    for n, panel in enumerate(panels(cookiecutter)):
         metrics: list[list[Any]] = []
         for i, (label, query) in enumerate(panel.series):
             expression = query.replace("{ns}", b.slug)
             metrics.append([{"expression": expression, "label": label, "id": f"e{i}"}])
         for id_, (metric, stat) in panel.metrics.items():
-            metrics.append([b.slug, metric, {"id": id_, "stat": stat, "visible": False}])
+            if panel.sqs:
+                metrics.append(["AWS/SQS", metric, "QueueName", b.queue, {"id": id_, "stat": stat}])
+            else:
+                metrics.append([b.slug, metric, {"id": id_, "stat": stat, "visible": False}])
         widgets.append(
             {
                 "type": "metric",

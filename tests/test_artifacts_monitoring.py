@@ -148,8 +148,13 @@ def test_cloudwatch_dashboard_has_the_grafana_panels(projects: dict[str, Path], 
     assert list(widgets) == [p["title"] for p in grafana["panels"]]
     for panel in grafana["panels"]:
         wanted = {
-            re.sub(r"_(bucket|sum|count)$", "", n) for t in panel["targets"] for n in promql_metric_names(t["expr"])
+            re.sub(r"_(bucket|sum|count)$", "", n)
+            for t in panel["targets"]
+            if "expr" in t
+            for n in promql_metric_names(t["expr"])
         }
+        # SQS's own metrics, from Grafana's CloudWatch data source: the same metric in AWS/SQS.
+        wanted |= {t["metricName"] for t in panel["targets"] if t.get("namespace") == "AWS/SQS"}
         metrics = widgets[panel["title"]]["properties"]["metrics"]
         queries = [m[0]["expression"] for m in metrics if isinstance(m[0], dict)]
         shown = {name for q in queries for name in re.findall(r"SELECT \w+\((\w+)\)", q)}
@@ -167,7 +172,12 @@ def test_grafana_dashboard(projects: dict[str, Path], key: str, tmp_path: Path) 
     assert dashboard["title"] == answers.name and dashboard["uid"]
     panels = dashboard["panels"]
     assert len({p["id"] for p in panels}) == len(panels)
-    exprs = [(p["title"], t["expr"]) for p in panels for t in p["targets"]]
+    # Prometheus's targets; the others are SQS's own metrics from a CloudWatch data source
+    # (test_a_standard_queue_shows_its_noisy_tenants).
+    prometheus = [(p["title"], t) for p in panels for t in p["targets"] if t["datasource"]["type"] == "prometheus"]
+    others = [(p["title"], t) for p in panels for t in p["targets"] if t["datasource"]["type"] != "prometheus"]
+    assert all(t["datasource"]["type"] == "cloudwatch" and t["namespace"] == "AWS/SQS" for _, t in others), others
+    exprs = [(title, t["expr"]) for title, t in prometheus]
     used: set[str] = set()
     for title, expr in exprs:
         assert unknown_metrics(expr) == set(), f"panel {title!r}: {expr}"
@@ -203,3 +213,36 @@ def test_grafana_dashboard(projects: dict[str, Path], key: str, tmp_path: Path) 
     rules_file = tmp_path / "dashboard-rules.yaml"
     rules_file.write_text(yaml.safe_dump(rules))
     assert check_rules(rules_file) == []
+
+
+NOISY = "ApproximateNumberOfNoisyGroups"
+
+
+@pytest.mark.parametrize("key", CHECKED)
+def test_a_standard_queue_shows_its_noisy_tenants(projects: dict[str, Path], key: str) -> None:
+    """SQS fair queues: on a standard queue (tenants as its MessageGroupId) the Grafana
+    dashboard reads SQS's ApproximateNumberOfNoisyGroups of this queue from a CloudWatch
+    data source, and so does the ECS stack's dashboard; a FIFO queue (no such metric) has
+    neither the panel nor the data source."""
+    project, answers = projects[key], ANSWERS[key]
+    fifo = answers.queue.endswith(LIMITS.FIFO_SUFFIX)
+    grafana = json.loads((project / "deploy" / "grafana" / "dashboard.json").read_text())
+    targets = [t for p in grafana["panels"] for t in p["targets"] if t.get("metricName") == NOISY]
+    sources = [v for v in grafana["templating"]["list"] if v["type"] == "datasource" and v["query"] == "cloudwatch"]
+    if fifo:
+        assert targets == [] and sources == [], f"{key}: a FIFO queue has no noisy groups to show"
+    else:
+        assert len(targets) == 1, f"{key}: no panel (or several) of {NOISY}"
+        (target,) = targets
+        assert target["namespace"] == "AWS/SQS", target
+        assert target["dimensions"] == {"QueueName": [answers.queue]}, target
+        assert target["datasource"] == {"type": "cloudwatch", "uid": "${" + sources[0]["name"] + "}"}, target
+        assert target["region"] == answers.region, target
+    if answers.ecs:
+        body = load_cfn(project / "deploy" / "ecs" / "service.yaml")["Resources"]["Dashboard"]["Properties"]
+        widgets = json.loads(body["DashboardBody"]["Fn::Sub"])["widgets"]
+        rows = [m for w in widgets for m in w["properties"]["metrics"] if isinstance(m[0], str) and m[1] == NOISY]
+        if fifo:
+            assert rows == [], key
+        else:
+            assert [m[:4] for m in rows] == [["AWS/SQS", NOISY, "QueueName", answers.queue]], rows

@@ -19,12 +19,12 @@ from typing import Any
 
 import boto3
 import pytest
-from artifacts import ANSWERS, Answers
+from artifacts import ANSWERS, Answers, context
 from conftest import bake
 from matrix import LIMITS, SUPPORTED
 from validators import PLACEHOLDER_ACCOUNT, load_cfn
 
-from sqs_worker_template_jinja.dashboard import PANELS
+from sqs_worker_template_jinja.dashboard import panels
 
 # LocalStack's DynamoDB needs a download at first use, so sets with the idempotency table
 # deploy the queues stack without it (cfn-lint checks the table).
@@ -147,7 +147,7 @@ def test_stacks_deploy_and_create_what_they_promise(baked: dict[str, Path], key:
     aws["cloudwatch"].put_dashboard(DashboardName=resource["DashboardName"], DashboardBody=body)
     dashboard = aws["cloudwatch"].get_dashboard(DashboardName=resource["DashboardName"])
     widgets = json.loads(dashboard["DashboardBody"])["widgets"]
-    assert [w["properties"]["title"] for w in widgets] == [p.title for p in PANELS]
+    assert [w["properties"]["title"] for w in widgets] == [p.title for p in panels(context(SUPPORTED[key].answers))]
     assert {w["properties"]["region"] for w in widgets} == {answers.region}
 
 
