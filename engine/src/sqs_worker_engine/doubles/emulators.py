@@ -19,7 +19,8 @@ started (moto's server too, when it is set). Order:
 2. moto: start its server (`python -m moto.server`, from the environment running this code)
    on LOCALSTACK_PORT if set and free, else on a free port; stop it afterwards.
 3. LocalStack already answering on the port: use it, and say so in one line.
-4. A Docker engine answers: run `localstack/localstack:4.14.0`, stop it afterwards.
+4. A Docker engine answers: run `localstack/localstack:4.14.0` (with LOCALSTACK_AUTH_TOKEN,
+   the image LOCALSTACK_IMAGE names, default `latest`: machine.py), stop it afterwards.
 5. Otherwise run LocalStack's own runtime on the host (the `localstack-core` package from
    PyPI, in a cached virtualenv on Python 3.13: found, or installed with uv), stop it afterwards.
 
@@ -58,15 +59,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import pythons
+from .machine import IMAGE as IMAGE
 from .machine import LOCALSTACK as LOCALSTACK
 from .machine import MOTO as MOTO
+from .machine import TOKEN_VARIABLE as TOKEN_VARIABLE
+from .machine import VERSION as VERSION
 from .machine import EmulatorError as EmulatorError
 from .machine import LocalStackError as LocalStackError
 from .machine import PortTakenError as PortTakenError
 from .machine import (
     docker_available,
+    docker_command,
+    docker_image,
     end_group,
     file_lock,
+    host_note,
     missing_services,
     port_free,
     read_from,
@@ -91,11 +98,6 @@ KINDS = (LOCALSTACK, MOTO)
 PORT_VARIABLE = "LOCALSTACK_PORT"
 DEFAULT_PORT = 4566
 
-VERSION = "4.14.0"
-# Last LocalStack image usable without an auth token; see the module docstring.
-# By digest as well as tag: a tag can be moved, a digest cannot (the template's compose file
-# and CI pin the same image).
-IMAGE = f"localstack/localstack:{VERSION}@sha256:3ebc37595918b8accb852f8048fef2aff047d465167edd655528065b07bc364a"
 # localstack-core 4.14's runtime with the pins it needs on current PyPI.
 HOST_PACKAGES = [
     f"localstack-core[runtime]=={VERSION}",
@@ -294,6 +296,9 @@ def start_private(services: str = SOURCES, persist: bool = False, timeout: float
 def start_host(port: int, services: str = SOURCES, persist: bool = False, timeout: float = 180) -> Emulator:
     """Start LocalStack's own runtime on exactly `port`; PortTakenError if another process holds it
     by the time LocalStack binds (nothing of ours is left running then)."""
+    note = host_note()  # the licensed route's variables: for Docker only, or refused
+    if note:
+        say(note)
     workdir = tempfile.mkdtemp(prefix="localstack-")
     try:
         return _start_host(port, workdir, services, persist=persist, timeout=timeout)
@@ -314,7 +319,7 @@ def _start_host(port: int, workdir: str, services: str, persist: bool, timeout: 
         "DISABLE_EVENTS": "1",
         "PERSISTENCE": "1" if persist else "0",
     }
-    for var in ("AWS_ENDPOINT_URL", "PYTHONPATH", "VIRTUAL_ENV"):
+    for var in ("AWS_ENDPOINT_URL", "PYTHONPATH", "VIRTUAL_ENV", TOKEN_VARIABLE):  # 4.14.0 takes no token
         env.pop(var, None)
     log_path = os.path.join(workdir, "localstack.log")
     offset = os.path.getsize(log_path) if os.path.exists(log_path) else 0  # a restart appends
@@ -340,19 +345,15 @@ def _start_host(port: int, workdir: str, services: str, persist: bool, timeout: 
 
 
 def _start_docker(services: str, timeout: float, port: int, exact: bool = False) -> Emulator:
+    image = docker_image()  # the pinned one, or a licensed team's (refused without its token)
     port = port if exact else free_port(port)
-    out = subprocess.run(
-        ["docker", "run", "-d", "--rm", "-p", f"127.0.0.1:{port}:4566", "-e", f"SERVICES={services}", IMAGE],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    out = subprocess.run(docker_command(image, port, services), capture_output=True, text=True, check=False)
     if out.returncode != 0:
-        raise EmulatorError(f"docker run {IMAGE} failed: {out.stderr.strip()}")
+        raise EmulatorError(f"docker run {image} failed: {out.stderr.strip()}")
     ls = Emulator(local_url(port), "docker", container=out.stdout.strip(), services=services)
     if not wait_healthy(ls.endpoint, services.split(",")[0], timeout):
         ls.stop()
-        raise EmulatorError(f"the {IMAGE} container did not become healthy on {ls.endpoint}")
+        raise EmulatorError(f"the {image} container did not become healthy on {ls.endpoint}")
     return ls
 
 

@@ -1,7 +1,18 @@
 """This machine's side of the emulators (standard library only): which one answers at an
 endpoint (`identify`), free ports, the processes started here (each in a session of its
-own, ended with its whole group) and their logs, a Docker engine, a lock file; and how an
-emulator that cannot be had is refused (`EmulatorError`, naming what to do).
+own, ended with its whole group) and their logs, a Docker engine and the LocalStack image it
+runs (`docker_image`, `docker_command`), a lock file; and how an emulator that cannot be had
+is refused (`EmulatorError`, naming what to do).
+
+LocalStack's images since its community edition ended (March 2026): 4.14.0, pinned by digest
+(`IMAGE`), is the last one that starts without an auth token, and it gets no fixes. A team
+with a licence sets LOCALSTACK_AUTH_TOKEN: the Docker route then runs the image
+LOCALSTACK_IMAGE names (default `localstack/localstack:latest`, the one image LocalStack
+publishes now, which refuses to start without the token), and hands the container the token
+by name (`-e LOCALSTACK_AUTH_TOKEN`: docker reads its value from its own environment), never
+by value on a command line that `ps` shows. An image that needs the token, named without it,
+is refused before anything starts. LocalStack's own runtime on the host stays at 4.14.0
+(`localstack-core` from PyPI): the token is not passed to it, and it says so in one line.
 """
 
 from __future__ import annotations
@@ -9,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -22,6 +34,21 @@ from pathlib import Path
 # The emulators `identify` tells apart (SQS_EMULATOR's names).
 LOCALSTACK = "localstack"
 MOTO = "moto"
+
+VERSION = "4.14.0"
+# Last LocalStack image usable without an auth token; see the module docstring.
+# By digest as well as tag: a tag can be moved, a digest cannot (the template's compose file
+# and CI pin the same image).
+IMAGE = f"localstack/localstack:{VERSION}@sha256:3ebc37595918b8accb852f8048fef2aff047d465167edd655528065b07bc364a"
+# A licensed team's route: the token, passed into the container by name, and the image it runs.
+TOKEN_VARIABLE = "LOCALSTACK_AUTH_TOKEN"  # noqa: S105 (the variable's name, never its value)
+IMAGE_VARIABLE = "LOCALSTACK_IMAGE"
+# The newest image: from March 2026 every LocalStack release (`latest` among them) needs the
+# token. A team that wants its tests to stay put pins a tag of its own with LOCALSTACK_IMAGE.
+LICENSED_IMAGE = "localstack/localstack:latest"
+# A LocalStack tag that is a version (4.14.0, 4.14, 4.13.1-amd64); the rest (latest, stable,
+# a digest alone) float, or cannot be told.
+_VERSION_TAG = re.compile(r"(\d+)\.(\d+)(?:\.(\d+))?(?:-[\w.]+)?")
 
 
 class EmulatorError(RuntimeError):
@@ -226,3 +253,70 @@ def file_lock(path: Path) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+# -- LocalStack's image: the pinned free one, or with LOCALSTACK_AUTH_TOKEN the licensed one --
+
+
+def _token(environ: Mapping[str, str]) -> bool:
+    return bool(environ.get(TOKEN_VARIABLE, "").strip())
+
+
+def needs_token(image: str) -> bool:
+    """Whether a LocalStack image starts only with an auth token: LocalStack's (its
+    repository's last part `localstack`, or `localstack-pro`) unless its tag is a version up to
+    4.14.0. Any other repository (a team's own build) is not LocalStack's to judge."""
+    name = image.split("@", 1)[0]
+    repository, _, tag = name.rpartition(":") if ":" in name.rsplit("/", 1)[-1] else (name, "", "")
+    last = repository.rsplit("/", 1)[-1]
+    if last == "localstack-pro":
+        return True
+    if last != "localstack":
+        return False
+    version = _VERSION_TAG.fullmatch(tag)
+    if version is None:  # latest, stable, no tag, or a digest alone
+        return True
+    release = tuple(int(part or 0) for part in version.groups())
+    return release > tuple(int(part) for part in VERSION.split("."))
+
+
+def docker_image(environ: Mapping[str, str] | None = None) -> str:
+    """The LocalStack image a Docker engine runs: LOCALSTACK_IMAGE if set, else with
+    LOCALSTACK_AUTH_TOKEN the licensed image, else the pinned free one. An image that needs
+    the token, named without it, is refused (EmulatorError naming both variables)."""
+    env = os.environ if environ is None else environ
+    named = env.get(IMAGE_VARIABLE, "").strip()
+    if not named:
+        return LICENSED_IMAGE if _token(env) else IMAGE
+    if needs_token(named) and not _token(env):
+        raise EmulatorError(
+            f"{IMAGE_VARIABLE}={named} needs a LocalStack auth token, and {TOKEN_VARIABLE} is not set: "
+            f"set {TOKEN_VARIABLE} (a licensed team's), or unset {IMAGE_VARIABLE} for LocalStack {VERSION}, "
+            "the last image that starts without one"
+        )
+    return named
+
+
+def docker_command(image: str, port: int, services: str, environ: Mapping[str, str] | None = None) -> list[str]:
+    """`docker run` for LocalStack `image` on 127.0.0.1:`port`. With LOCALSTACK_AUTH_TOKEN set,
+    the token goes in by name only: docker takes the value from its own environment (which is
+    this one's), so no command line, `ps` or log shows it."""
+    env = os.environ if environ is None else environ
+    token = ["-e", TOKEN_VARIABLE] if _token(env) else []
+    return ["docker", "run", "-d", "--rm", "-p", f"127.0.0.1:{port}:4566", "-e", f"SERVICES={services}", *token, image]
+
+
+def host_note(environ: Mapping[str, str] | None = None) -> str | None:
+    """What LocalStack's own runtime on the host says of the licensed route's variables (one
+    line), None when neither is set. The host runs 4.14.0 whatever they say; a combination
+    the Docker route would refuse is refused here too, so the same setting never works on one
+    machine and fails on the next."""
+    env = os.environ if environ is None else environ
+    named = [var for var in (TOKEN_VARIABLE, IMAGE_VARIABLE) if env.get(var, "").strip()]
+    if not named:
+        return None
+    docker_image(env)
+    return (
+        f"{' and '.join(named)} {'apply' if len(named) > 1 else 'applies'} to the Docker route only: "
+        f"LocalStack's own runtime here is {VERSION}, which needs no token (the token is not passed to it)"
+    )
