@@ -7,6 +7,7 @@ import json
 import re
 import tomllib
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -121,6 +122,18 @@ def test_dockerfile(projects: dict[str, Path], key: str) -> None:
                     assert source.rstrip("*/") in allowed, f"COPY {source} is excluded by .dockerignore"
 
 
+def compose_defaults(value: Any) -> Any:
+    """`value` as docker compose reads it from a shell that sets nothing: each
+    `${NAME:-default}` its default (the forms this template writes)."""
+    if isinstance(value, dict):
+        return {k: compose_defaults(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [compose_defaults(v) for v in value]
+    if isinstance(value, str):
+        return re.sub(r"\$\{[A-Z_][A-Z0-9_]*:-([^}]*)\}", r"\1", value)
+    return value
+
+
 @pytest.mark.parametrize("key", CHECKED)
 def test_compose(projects: dict[str, Path], key: str) -> None:
     project, answers = projects[key], ANSWERS[key]
@@ -129,7 +142,12 @@ def test_compose(projects: dict[str, Path], key: str) -> None:
     services = yaml.safe_load(path.read_text())["services"]
 
     localstack = services["localstack"]
-    assert localstack["image"] == LOCALSTACK_IMAGE == engine_emulators.IMAGE
+    # A licensed team's image and token come from the shell; unset, the pinned image and no token.
+    assert localstack["image"] == f"${{LOCALSTACK_IMAGE:-{LOCALSTACK_IMAGE}}}"
+    assert localstack["environment"]["LOCALSTACK_AUTH_TOKEN"] == "${LOCALSTACK_AUTH_TOKEN:-}", "never a value here"
+    defaults = compose_defaults(localstack)
+    assert defaults["image"] == LOCALSTACK_IMAGE == engine_emulators.IMAGE
+    assert defaults["environment"]["LOCALSTACK_AUTH_TOKEN"] == ""
     assert re.fullmatch(r"localstack/localstack:[\d.]+@sha256:[0-9a-f]{64}", LOCALSTACK_IMAGE), "pin by digest"
     assert "sqs" in localstack["environment"]["SERVICES"].split(",")
     assert localstack["healthcheck"]["test"][0] in ("CMD", "CMD-SHELL")
