@@ -26,5 +26,8 @@ def test_every_variable_the_page_names_is_read_by_the_emulator_starter() -> None
 
 
 def test_the_readmes_that_speak_of_emulators_link_to_the_page() -> None:
-    for readme, link in ((ROOT / "README.md", "docs/emulators.md"), (ROOT / "engine" / "README.md", "../docs/emulators.md")):
+    for readme, link in (
+        (ROOT / "README.md", "docs/emulators.md"),
+        (ROOT / "engine" / "README.md", "../docs/emulators.md"),
+    ):
         assert f"]({link})" in readme.read_text(), f"{readme.relative_to(ROOT)} does not link to {link}"
