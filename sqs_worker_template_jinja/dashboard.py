@@ -117,7 +117,8 @@ PANELS = [
             ("average", _q("AVG", "sqs_request_duration_seconds", "operation, outcome", "operation")),
             ("maximum", _q("MAX", "sqs_request_duration_seconds", "operation, outcome", "operation")),
         ],
-    ),    # SQS fair queues: with tenants as the MessageGroupId of a standard queue, the groups SQS
+    ),
+    # SQS fair queues: with tenants as the MessageGroupId of a standard queue, the groups SQS
     # finds noisy (their messages kept behind the quiet tenants'). Only CloudWatch has it.
     Panel(
         "Noisy tenants (SQS fair queue)",
