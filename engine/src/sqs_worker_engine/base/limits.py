@@ -36,6 +36,16 @@ ECS_MAX_STOP_TIMEOUT = 120
 # What the platform's grace period adds to the worker's own shutdown timeout: time for the
 # final deletes and releases after the drain (ECS stopTimeout, terminationGracePeriodSeconds).
 GRACE_MARGIN_SECONDS = 15
+# Spot capacity (Fargate Spot, EC2 Spot nodes) is reclaimed with this much warning: the task
+# gets SIGTERM, so a drain within ECS_MAX_STOP_TIMEOUT fits in it.
+SPOT_WARNING_SECONDS = 120
+# EKS Pod Identity: the node's agent serves a pod its role's credentials here (a link-local
+# address, which a NetworkPolicy cutting off 169.254.0.0/16 must let through).
+EKS_POD_IDENTITY_AGENT_IP = "169.254.170.23"
+EKS_POD_IDENTITY_AGENT_PORT = 80
+# The oldest KEDA the Kubernetes manifests work with: TriggerAuthentication's
+# `podIdentity.provider: aws` with a `roleArn` (the operator assumes the scaler role) came in 2.13.
+KEDA_MIN_VERSION = "2.13"
 # Handlers in flight across a whole fleet that the scaling caps are sized against by default
 # (replicas x concurrency stays within it): a downstream's capacity, not the queue's.
 FLEET_CONCURRENCY_BUDGET = 80
