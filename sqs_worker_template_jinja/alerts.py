@@ -298,8 +298,9 @@ def alerts(cookiecutter: dict[str, Any]) -> list[Alert]:
             means="Handlers fail often: a dependency is down or slow, or a release broke them.",
             look="The worker's logs by outcome (`job failed`), the failing jobs' traces (error.type on their "
             "spans), job_duration_seconds against the job timeout.",
-            do="Roll back a release that caused it; if a dependency is down, the retries with backoff "
-            "buy time (DownstreamUnavailable pauses the queue instead of spending attempts).",
+            do='Roll back a release that caused it ("Rolling back": one command per platform); if a '
+            "dependency is down, the retries with backoff buy time (DownstreamUnavailable pauses the queue "
+            "instead of spending attempts).",
         ),
         Alert(
             name="WorkerLeasesLost",

@@ -60,6 +60,7 @@ COMMON_FILES = {
     ".github/dependabot.yml",
     "renovate.json",
     "deploy/README.md",
+    "deploy/settings.env",
     "deploy/aws/queues.yaml",
     "deploy/aws/release-roles.yaml",
     "deploy/aws/worker-policy.json",
@@ -77,7 +78,6 @@ K8S_FILES = {
     "deploy/k8s/namespace.yaml",
     "deploy/k8s/servicemonitor.yaml",
     "deploy/k8s/prometheusrule.yaml",
-    "deploy/k8s/settings.yaml",
     "deploy/k8s/optional/external-secrets.yaml",
 }
 K8S_TRACING_FILES = {"deploy/k8s/otel-collector.yaml"}  # with tracing=yes
@@ -302,6 +302,8 @@ ECS_RESOURCES = {
     "SecurityGroup.GroupId": "sg-0123456789abcdef0",
     "TaskDefinition": f"arn:aws:ecs:us-east-1:{PLACEHOLDER_ACCOUNT}:task-definition/family:1",
     "Service.Name": "service-name",
+    # An alarm's Ref is its name (the deployment alarms name it).
+    "WorkerJobErrorRatioHighAlarm": "stack-WorkerJobErrorRatioHighAlarm-0123456789AB",
     "ScalableTarget": "scalable-target-id",
     "BacklogStepPolicy": (
         f"arn:aws:autoscaling:us-east-1:{PLACEHOLDER_ACCOUNT}:scalingPolicy:00000000-0000-0000-0000-000000000000:"

@@ -7,9 +7,11 @@ that points at something the bake does not have:
 
 - a file or folder (`deploy/...`, `--template-file`, `kubectl apply -f`);
 - a make target of the service's Makefile;
-- a Kubernetes kind, `<kind>/<name>`, namespace, container or pod label;
+- a Kubernetes kind, `<kind>/<name>`, namespace, container or pod label; the ConfigMap or
+  Secret a `kubectl create` makes, which a workload's pod must read;
 - a CloudFormation stack's parameter (`--parameter-overrides`) or output (`OutputKey=='X'`,
-  `<stack output X>`), the stack known by the `aws cloudformation deploy` that creates it.
+  also inside `$(...)`, `<stack output X>`), the stack known by the `aws cloudformation
+  deploy` that creates it.
 
 A failure reads "<doc>: `<command>`: <what is missing>".
 """
@@ -90,6 +92,20 @@ class Rendered:
 
     def has_kind(self, kind: str) -> bool:
         return kind in self.kinds() or any(maker in self.kinds() for maker in MADE_BY.get(kind, ()))
+
+    def read_by_pods(self) -> set[tuple[str, str]]:
+        """The ConfigMaps and Secrets the workloads' containers read, (kind, name)."""
+        found: set[tuple[str, str]] = set()
+        for spec in self.pod_specs():
+            for container in spec["spec"].get("containers", []) + spec["spec"].get("initContainers", []):
+                for source in container.get("envFrom", []):
+                    found |= {("ConfigMap", source["configMapRef"]["name"])} if "configMapRef" in source else set()
+                    found |= {("Secret", source["secretRef"]["name"])} if "secretRef" in source else set()
+                for env in container.get("env", []):
+                    ref = env.get("valueFrom", {})
+                    found |= {("ConfigMap", ref["configMapKeyRef"]["name"])} if "configMapKeyRef" in ref else set()
+                    found |= {("Secret", ref["secretKeyRef"]["name"])} if "secretKeyRef" in ref else set()
+        return found
 
     def pod_specs(self) -> Iterator[dict[str, Any]]:
         """The pod templates of the workloads: a Deployment's and a ScaledJob's Job's."""
@@ -200,6 +216,9 @@ def _command_problems(rendered: Rendered, argv: list[str]) -> list[str]:
         out += _kubectl_problems(rendered, argv[1:])
     elif argv[:2] == ["aws", "cloudformation"]:
         out += _stack_problems(rendered, argv)
+    elif "describe-stacks" in argv:  # a stack's output read inside $(...)
+        for output in re.findall(r"OutputKey==[\\]?'(\w+)'", " ".join(argv)):
+            out += _output_problems(rendered, _option(argv, "--stack-name") or "", output)
     elif argv[:1] == ["docker"] and argv[1:2] == ["build"]:
         out.append("builds without `make build` (which refuses an unreachable engine and passes the build secret)")
     return out
@@ -218,6 +237,12 @@ def _kubectl_problems(rendered: Rendered, argv: list[str]) -> list[str]:
         elif not word.startswith("-"):
             args.append(word)
     verb = args[0] if args else ""
+    if verb == "create" and len(args) >= 3:
+        # A ConfigMap or Secret of the worker's, made from the command line: a workload reads it.
+        kind = {"configmap": "ConfigMap", "cm": "ConfigMap", "secret": "Secret"}.get(args[1])
+        name = args[3] if kind == "Secret" and args[2] in ("generic", "tls", "docker-registry") else args[2]
+        if kind and (kind, name) not in rendered.read_by_pods():
+            out.append(f"no workload reads the {kind} {name!r} it makes (they read {sorted(rendered.read_by_pods())})")
     if verb in ("create", "apply", "delete"):
         return out  # what it creates is the doc's own; applied files are checked as files
     for arg in args[1:]:

@@ -18,12 +18,14 @@ from artifacts import (
     Answers,
     worker_pod,
 )
+from doc_commands import commands, words
 from matrix import LIMITS
 from validators import (
     PLACEHOLDER_ACCOUNT,
     aws_partition,
     crd_problems,
     crd_schema_dir,
+    env_file,
     env_list,
     image_repository,
     k8s_problems,
@@ -83,7 +85,6 @@ def test_kubernetes_objects(projects: dict[str, Path], key: str) -> None:
         "Namespace",
         "ServiceMonitor",
         "PrometheusRule",
-        f"ConfigMap/{answers.slug}-settings",
     } | ({f"ConfigMap/{answers.slug}-otel-collector"} if answers.tracing else set()) | (
         {"ScaledJob"} if answers.scaledjob else {"Deployment", "ScaledObject", "PodDisruptionBudget"}
     )
@@ -262,17 +263,26 @@ def test_kubernetes_objects(projects: dict[str, Path], key: str) -> None:
 
 @pytest.mark.parametrize("key", EKS_SETS)
 def test_kubernetes_settings_and_secrets(projects: dict[str, Path], key: str) -> None:
-    """The owner's settings (a ConfigMap) and secrets (a Secret, optional, made by hand or by
-    External Secrets from Secrets Manager) reach the worker as environment variables; the
-    External Secrets objects are valid against their CRD schemas and name that Secret."""
+    """The owner's settings (a ConfigMap made from deploy/settings.env, the file ECS reads too)
+    and secrets (a Secret, optional, made by hand or by External Secrets from Secrets Manager)
+    reach the worker as environment variables; the External Secrets objects are valid against
+    their CRD schemas and name that Secret."""
     project, answers = projects[key], ANSWERS[key]
     objects = load_k8s(project)
-    settings = objects[f"ConfigMap/{answers.slug}-settings"]
-    assert settings["data"] == {}, "the owner's to fill"
+    assert not [k for k in objects if k.startswith("ConfigMap/") and k.endswith("-settings")], (
+        "a settings manifest in deploy/k8s/ would be reset by every `kubectl apply -f deploy/k8s/`"
+    )
+    name, namespace, source = settings_configmap_command(project)
+    assert (namespace, source) == (answers.slug, "deploy/settings.env"), "deploy/README.md makes it from the file"
+    shipped = env_file((project / source).read_text())
+    assert shipped == {}, f"the owner's to fill (its examples commented out): {shipped}"
+    owned = env_file((project / source).read_text() + "PARTNER_API_URL=https://partner.example.com/v1\n")
+    settings = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": namespace}}
+    assert k8s_problems(settings | {"data": owned}) == [], "what kubectl makes of the file"
     (container,) = worker_pod(objects)["spec"]["containers"]
     secret = f"{answers.slug}-secrets"
     assert container["envFrom"] == [
-        {"configMapRef": {"name": settings["metadata"]["name"]}},
+        {"configMapRef": {"name": name}},
         {"secretRef": {"name": secret, "optional": True}},
     ]
     optional = load_k8s(project, "optional")
@@ -302,6 +312,20 @@ def test_kubernetes_settings_and_secrets(projects: dict[str, Path], key: str) ->
     schemas = crd_schema_dir("external-secrets")
     for obj in (store, external):
         assert crd_problems(obj, schemas, check_schema=False) == [], obj["kind"]
+
+
+def settings_configmap_command(project: Path) -> tuple[str, str, str]:
+    """The ConfigMap of the owner's settings as deploy/README.md's steps make it: `kubectl -n
+    <namespace> create configmap <name> --from-env-file=<file>` (its name, namespace, file)."""
+    made = []
+    for command in commands((project / "deploy" / "README.md").read_text()):
+        argv = words(command.split("|", 1)[0])
+        if argv[:1] == ["kubectl"] and "configmap" in argv and "--from-env-file" in command:
+            at = argv.index("configmap")
+            source = next(w.split("=", 1)[1] for w in argv if w.startswith("--from-env-file="))
+            made.append((argv[at + 1], argv[argv.index("-n") + 1], source))
+    assert len(set(made)) == 1, f"one ConfigMap of settings, made one way: {made}"
+    return made[0]
 
 
 def test_external_secrets_schemas_reject_defects(projects: dict[str, Path]) -> None:

@@ -20,14 +20,19 @@ from __future__ import annotations
 import re
 import secrets
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import boto3
 import pytest
+from artifacts import ANSWERS
 from conftest import ROOT, run
-from doc_commands import problems
+from doc_commands import commands, problems, words
 from markdown_it import MarkdownIt
 from matrix import SHAPES, SUPPORTED
+from validators import load_cfn
+
+from sqs_worker_template_jinja.aws import secret_parameter
 
 TESTS = Path(__file__).resolve().parent
 # What the producer example sends when run: one task, a batch of two, and one from sync code.
@@ -119,3 +124,108 @@ def test_a_fifo_bakes_readme_says_what_message_groups_do_to_scaling(projects: di
     said = "On this FIFO queue, SQS hands a message group's messages to one consumer at a time" in section
     assert said == fifo, key
     assert ("`make simulate` runs a FIFO queue as a standard one" in section) == fifo, key
+
+
+def ordered_commands(project: Path) -> list[list[str]]:
+    """deploy/README.md's commands in the order a reader runs them, each split into words."""
+    return [words(command) for command in commands((project / "deploy" / "README.md").read_text())]
+
+
+def first(listed: list[list[str]], predicate: Callable[[list[str]], bool], what: str) -> int:
+    found = [i for i, argv in enumerate(listed) if predicate(argv)]
+    assert found, f"deploy/README.md has no step that {what}"
+    return found[0]
+
+
+def exported(listed: list[list[str]], before: int, variable: str) -> list[str]:
+    """The command whose output `export VARIABLE=$(...)` keeps, among the first `before`."""
+    for argv in listed[:before]:
+        if argv[:1] == ["export"] and argv[1].startswith(f"{variable}=$("):
+            return [argv[1].split("$(", 1)[1], *argv[2:]]
+    raise AssertionError(f"deploy/README.md sets ${variable} in no step before it is used")
+
+
+ECS_KEYS = [key for key in SUPPORTED if ANSWERS[key].ecs]
+EKS_KEYS = [key for key in SUPPORTED if ANSWERS[key].eks]
+
+
+@pytest.mark.parametrize("key", ECS_KEYS)
+def test_the_first_ecs_service_deploy_passes_the_secrets_settings_and_alarms_made_before_it(
+    projects: dict[str, Path], key: str
+) -> None:
+    """The deploy that starts the first task is the one that must carry every secret, the
+    settings file and the alarm topic: a task without a required setting exits 2, and a
+    parameter passed only in a later section was passed too late."""
+    project, answers = projects[key], ANSWERS[key]
+    listed = ordered_commands(project)
+    at = first(
+        listed,
+        lambda argv: argv[:3] == ["aws", "cloudformation", "deploy"] and "deploy/ecs/service.yaml" in argv,
+        "deploys the service",
+    )
+    deploy = listed[at]
+    given = dict(w.split("=", 1) for w in deploy[deploy.index("--parameter-overrides") + 1 :] if "=" in w)
+    needed = {secret_parameter(name) for name in answers.secrets} | {
+        "AlarmTopicArn",
+        "DeadLetterAlarmName",
+        "SettingsFileArn",
+    }
+    assert needed <= set(given), f"the first service deploy leaves out {sorted(needed - set(given))}"
+
+    # Each secret: created by an earlier step, its ARN read back by the name it was created under.
+    created = {
+        argv[argv.index("--name") + 1] for argv in listed[:at] if argv[:3] == ["aws", "secretsmanager", "create-secret"]
+    }
+    for name in answers.secrets:
+        read = re.findall(
+            rf"{secret_parameter(name)}=\$\(aws secretsmanager describe-secret --secret-id (\S+)", " ".join(deploy)
+        )
+        assert read and read[0] in created, f"{name}: its secret {read} is not created before the deploy ({created})"
+
+    # The settings: uploaded before, to the very object the stack is given.
+    copied = [argv for argv in listed[:at] if argv[:3] == ["aws", "s3", "cp"] and argv[3] == "deploy/settings.env"]
+    assert copied, "deploy/settings.env is not uploaded before the service deploy"
+    destination = copied[0][4].removeprefix("s3://")
+    arn = given["SettingsFileArn"]
+    assert re.fullmatch(rf"arn:aws[a-z-]*:s3:::{re.escape(destination)}", arn), f"uploads {destination}, passes {arn}"
+    stack = load_cfn(project / "deploy" / "ecs" / "service.yaml")
+    pattern = stack["Parameters"]["SettingsFileArn"]["AllowedPattern"]
+    example = arn.replace("$SETTINGS_BUCKET", "change-me-settings-bucket")
+    assert re.fullmatch(pattern, example), f"{example} fails the stack's own pattern {pattern}"
+
+    # The alarm topic: made by SNS in an earlier step; the dead-letter alarm: the queues stack's output.
+    assert given["AlarmTopicArn"] == "$ALARM_TOPIC"
+    assert exported(listed, at, "ALARM_TOPIC")[:3] == ["aws", "sns", "create-topic"]
+    assert given["DeadLetterAlarmName"] == "$DEAD_LETTER_ALARM"
+    reads = " ".join(exported(listed, at, "DEAD_LETTER_ALARM"))
+    assert "describe-stacks" in reads and "OutputKey=='DeadLetterAlarmName'" in reads, reads
+    queues = first(listed, lambda argv: "deploy/aws/queues.yaml" in argv, "deploys the queues")
+    assert "AlarmTopicArn=$ALARM_TOPIC" in listed[queues], "the queues' alarms notify no one"
+
+
+@pytest.mark.parametrize("key", EKS_KEYS)
+def test_the_eks_steps_make_the_settings_and_secrets_before_the_workload(projects: dict[str, Path], key: str) -> None:
+    """The worker's first pod starts with the owner's settings (the ConfigMap made from
+    deploy/settings.env) and the service's secrets: both made after the namespace and
+    before the manifests that hold the workload are applied."""
+    project, answers = projects[key], ANSWERS[key]
+    listed = ordered_commands(project)
+    namespace = first(
+        listed,
+        lambda argv: argv[:4] == ["kubectl", "apply", "-f", "deploy/k8s/namespace.yaml"],
+        "applies the namespace",
+    )
+    workload = first(listed, lambda argv: argv[:4] == ["kubectl", "apply", "-f", "deploy/k8s/"], "applies the workload")
+    settings = first(
+        listed,
+        lambda argv: "configmap" in argv and "--from-env-file=deploy/settings.env" in argv,
+        "makes the settings' ConfigMap from deploy/settings.env",
+    )
+    assert namespace < settings < workload, "the settings' ConfigMap is made between the namespace and the workload"
+    if answers.secrets:
+        secret = first(
+            listed, lambda argv: argv[:5] == ["kubectl", "-n", answers.slug, "create", "secret"], "makes the Secret"
+        )
+        assert namespace < secret < workload, "the Secret is made between the namespace and the workload"
+        made = {w.split("=", 1)[1].split("=", 1)[0] for w in listed[secret] if w.startswith("--from-literal=")}
+        assert made == set(answers.secrets), f"the Secret holds {sorted(made)}, the service reads {answers.secrets}"

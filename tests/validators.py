@@ -135,6 +135,20 @@ def seconds(duration: str | int) -> float:
     return hours * 3600 + minutes * 60 + secs
 
 
+def env_file(text: str) -> dict[str, str]:
+    """A KEY=value env file as ECS's EnvironmentFiles and `kubectl create configmap
+    --from-env-file` read it: lines starting with # and blank lines left out, the value
+    everything after the first =, quotes and all."""
+    found: dict[str, str] = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        key, equals, value = line.partition("=")
+        assert equals and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key), f"line {number} is not KEY=value: {line!r}"
+        found[key] = value
+    return found
+
+
 def env_list(items: list[dict[str, Any]]) -> dict[str, str]:
     """The plain values of a container's environment, by name. An entry read from a Secret
     (`valueFrom`) is no plain value: left out (the tests of secrets read those)."""
@@ -257,8 +271,8 @@ def cfn_resolve(value: Any, names: dict[str, Any]) -> Any:
     """A CloudFormation value with its intrinsics resolved: `Ref` and `Fn::Sub` variables from
     `names` (parameter defaults, pseudo parameters, resource placeholders), `Fn::GetAtt` as
     the names entry `Resource.Attribute`, `Fn::If` by the template's condition (`names`
-    entry `Condition:<name>`) evaluated over `names`, and `AWS::NoValue` removing its key or
-    item. Any other intrinsic is left for the caller to see."""
+    entry `Condition:<name>`) evaluated over `names`, `Fn::Split` and `Fn::Select`, and
+    `AWS::NoValue` removing its key or item. Any other intrinsic is left for the caller to see."""
     if isinstance(value, list):
         items = [cfn_resolve(item, names) for item in value]
         return [item for item in items if item is not None]
@@ -270,6 +284,12 @@ def cfn_resolve(value: Any, names: dict[str, Any]) -> Any:
         return names[".".join(value["Fn::GetAtt"])]
     if set(value) == {"Fn::Sub"} and isinstance(value["Fn::Sub"], str):
         return re.sub(r"\$\{([^}!]+)\}", lambda m: str(names[m.group(1)]), value["Fn::Sub"])
+    if set(value) == {"Fn::Split"}:
+        separator, text = value["Fn::Split"]
+        return str(cfn_resolve(text, names)).split(separator)
+    if set(value) == {"Fn::Select"}:
+        index, items = value["Fn::Select"]
+        return cfn_resolve(items, names)[int(index)]
     if set(value) == {"Fn::If"}:
         condition, then, otherwise = value["Fn::If"]
         return cfn_resolve(then if cfn_condition(names[f"Condition:{condition}"], names) else otherwise, names)
