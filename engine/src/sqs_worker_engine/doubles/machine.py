@@ -35,11 +35,12 @@ from pathlib import Path
 LOCALSTACK = "localstack"
 MOTO = "moto"
 
-VERSION = "4.14.0"
 # Last LocalStack image usable without an auth token; see the module docstring.
 # By digest as well as tag: a tag can be moved, a digest cannot (the template's compose file
-# and CI pin the same image).
-IMAGE = f"localstack/localstack:{VERSION}@sha256:3ebc37595918b8accb852f8048fef2aff047d465167edd655528065b07bc364a"
+# and CI pin the same image). Written out whole, as "name:tag@digest", so that the template's
+# Renovate configuration finds it (its rebuilt digests only: renovate.json).
+IMAGE = "localstack/localstack:4.14.0@sha256:3ebc37595918b8accb852f8048fef2aff047d465167edd655528065b07bc364a"
+VERSION = IMAGE.split(":")[1].split("@")[0]
 # A licensed team's route: the token, passed into the container by name, and the image it runs.
 TOKEN_VARIABLE = "LOCALSTACK_AUTH_TOKEN"  # noqa: S105 (the variable's name, never its value)
 IMAGE_VARIABLE = "LOCALSTACK_IMAGE"
