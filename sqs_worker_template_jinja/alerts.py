@@ -2,7 +2,8 @@
 
 From `alerts()` come every alert of a bake:
 - `deploy/prometheus/alerts.yaml` (and the PrometheusRule rendered from it), for EKS and for
-  any Prometheus that scrapes the worker;
+  any Prometheus that scrapes the worker (each alert with a PromQL `expr`: one on a metric
+  only CloudWatch has is an alarm alone);
 - CloudWatch alarms for ECS: on SQS's own metrics in `deploy/aws/queues.yaml`, on the
   worker's in `deploy/ecs/service.yaml` (the metrics its collector writes as EMF, in the
   namespace of the service's name: emf.py says which);
@@ -33,6 +34,7 @@ class Bake:
     stalled_after: int  # the liveness threshold the deploy files give WORKER_STALLED_AFTER_SECONDS
     ecs: bool
     eks: bool
+    fifo: bool
 
     @classmethod
     def of(cls, cookiecutter: dict[str, Any]) -> Bake:
@@ -47,20 +49,23 @@ class Bake:
             stalled_after=int(cookiecutter["job_timeout_seconds"]) + 60,
             ecs=cookiecutter["deploy_target"] != "eks",
             eks=cookiecutter["deploy_target"] != "ecs",
+            fifo=queue.endswith(limits.FIFO_SUFFIX),
         )
 
 
 @dataclass(frozen=True)
 class Alert:
-    """One alert, on every platform. `expr` is PromQL over the worker's metrics; `alarm` the
-    CloudWatch alarm's properties (its metrics, statistic, threshold), in the stack `stack`
-    ("queues": on SQS's metrics; "service": on the worker's EMF metrics, ECS only)."""
+    """One alert, on every platform. `expr` is PromQL over the worker's metrics (None: a
+    metric only CloudWatch has, no Prometheus rule); `alarm` the CloudWatch alarm's
+    properties (its metrics, statistic, threshold), in the stack `stack` ("queues": on SQS's
+    metrics; "service": on the worker's EMF metrics, ECS only). `pages`: whether the alarm
+    notifies the stack's AlarmTopicArn (False: its state and the runbook only)."""
 
     name: str
     severity: str
     title: str  # one plain line: the CloudWatch alarm's description, the runbook's first words
     summary: str  # Prometheus's annotation (its templating allowed)
-    expr: str
+    expr: str | None
     wait: str | None  # Prometheus's `for`
     stack: str
     alarm: dict[str, Any]
@@ -68,6 +73,7 @@ class Alert:
     look: str
     do: str
     why: str = ""  # a comment in the rules file: why this threshold
+    pages: bool = True
 
     @property
     def anchor(self) -> str:
@@ -81,12 +87,8 @@ class Alert:
     def cloudwatch(self) -> dict[str, Any]:
         """The AWS::CloudWatch::Alarm's properties, notifying the stack's AlarmTopicArn."""
         topic = {"Fn::If": ["HasAlarmTopic", [{"Ref": "AlarmTopicArn"}], {"Ref": "AWS::NoValue"}]}
-        return {
-            "AlarmDescription": f"{self.title} Runbook: {self.runbook}",
-            **self.alarm,
-            "AlarmActions": topic,
-            "OKActions": topic,
-        }
+        actions = {"AlarmActions": topic, "OKActions": topic} if self.pages else {}
+        return {"AlarmDescription": f"{self.title} Runbook: {self.runbook}", **self.alarm, **actions}
 
 
 def _stat(
@@ -441,4 +443,44 @@ def alerts(cookiecutter: dict[str, Any]) -> list[Alert]:
             "overloading it; a limit that should not adapt: WORKER_ADAPTIVE_CONCURRENCY=false.",
             why="Only with adaptive concurrency (worker_concurrency_floor exists then).",
         ),
-    ]
+    ] + ([] if b.fifo else [_noisy_groups(b)])
+
+
+def _noisy_groups(b: Bake) -> Alert:
+    """SQS fair queues: on a standard queue whose producers send each tenant as the
+    MessageGroupId, SQS publishes how many groups it finds noisy. Only CloudWatch has the
+    metric (no Prometheus rule), and it means something only with tenants: no page."""
+    return Alert(
+        name="SQSNoisyGroups",
+        severity="info",
+        title=f"{b.queue}: SQS finds noisy message groups (tenants) on this fair queue. Only with tenants "
+        "(a MessageGroupId on the standard queue's messages); a CloudWatch alarm alone, not a page.",
+        summary="",
+        expr=None,
+        wait=None,
+        stack="queues",
+        pages=False,
+        alarm={
+            "Namespace": "AWS/SQS",
+            "MetricName": "ApproximateNumberOfNoisyGroups",
+            "Dimensions": [{"Name": "QueueName", "Value": {"Fn::GetAtt": ["Queue", "QueueName"]}}],
+            "Statistic": "Maximum",
+            "Period": 60,
+            "EvaluationPeriods": 15,
+            "DatapointsToAlarm": 15,
+            "Threshold": 0,
+            "ComparisonOperator": "GreaterThanThreshold",
+            "TreatMissingData": "notBreaching",
+        },
+        means="The queue is a fair queue (its producers send each tenant as the MessageGroupId) and, for a "
+        "quarter of an hour, SQS has found tenants whose messages take more than their share: it keeps the "
+        "quiet tenants' messages moving ahead of theirs, and the noisy tenants' wait. Without tenants it "
+        "stays at 0.",
+        look='The dashboards\' "Noisy tenants (SQS fair queue)" and "Fair tenants" panels; the worker\'s '
+        "give-back log lines, which name the tenant (`group`); worker_tenants_at_cap and "
+        "worker_tenant_capped_total (whether the engine caps it already); the tenant's producer.",
+        do="Throttle the tenant: WORKER_GROUP_CONCURRENCY (WORKER_QUEUE_<KEY>_GROUP_CONCURRENCY for one queue) "
+        "caps how many of one tenant's jobs run at once per process (the README's \"Fair tenants\"); ask its "
+        "producer to spread its sends. Every tenant slow at once is the fleet's capacity instead "
+        "(SQSOldestMessageAgeHigh).",
+    )

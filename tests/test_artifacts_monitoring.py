@@ -71,16 +71,19 @@ def test_every_alert_exists_on_each_platform_the_bake_targets(projects: dict[str
     assert len(set(names)) == len(names)
     rules = yaml.safe_load((project / "deploy" / "prometheus" / "alerts.yaml").read_text())
     by_name = {r["alert"]: r for g in rules["groups"] for r in g["rules"]}
-    assert list(by_name) == names
+    # A rule each but for an alert on a metric only CloudWatch has (no expr).
+    ruled = [alert.name for alert in table if alert.expr]
+    assert list(by_name) == ruled
     readme = (project / "deploy" / "README.md").read_text()
     anchors = {h.strip().lower() for h in re.findall(r"^### (\S+)$", readme, re.MULTILINE)}
     for alert in table:
-        assert by_name[alert.name]["annotations"]["runbook_url"] == f"deploy/README.md#{alert.anchor}"
+        if alert.expr:
+            assert by_name[alert.name]["annotations"]["runbook_url"] == f"deploy/README.md#{alert.anchor}"
         assert alert.anchor in anchors, f"no runbook heading for {alert.name}"
         assert alert.severity in SEVERITIES
     if answers.eks:
         operator = load_k8s(project)["PrometheusRule"]
-        assert [r["alert"] for g in operator["spec"]["groups"] for r in g["rules"]] == names
+        assert [r["alert"] for g in operator["spec"]["groups"] for r in g["rules"]] == ruled
     if answers.ecs:
         queues = load_cfn(project / "deploy" / "aws" / "queues.yaml")["Resources"]
         service = load_cfn(project / "deploy" / "ecs" / "service.yaml")["Resources"]
@@ -109,9 +112,9 @@ def test_every_alert_exists_on_each_platform_the_bake_targets(projects: dict[str
                 resources = ECS_RESOURCES | {"Queue.QueueName": answers.queue, "DeadLetterQueue.QueueName": answers.dlq}
                 resolved = cfn_resolve(alarm, cfn_names(stack, answers.region, resources) | {"AlarmTopicArn": given})
                 assert api_problems("cloudwatch", "PutMetricAlarm", {"AlarmName": alert.name, **resolved}) == []
-                assert resolved.get("AlarmActions", []) == ([topic] if given else [])
+                assert resolved.get("AlarmActions", []) == ([topic] if given and alert.pages else [])
             assert alert.runbook in alarm["AlarmDescription"]
-            assert alarm["AlarmActions"] == alarm["OKActions"]
+            assert alarm.get("AlarmActions") == alarm.get("OKActions")
             assert (f"{alert.name}Alarm" in queues) is (alert.stack == "queues")
             returned = [m for m in alarm.get("Metrics", []) if m.get("ReturnData")]
             assert len(returned) == (1 if "Metrics" in alarm else 0), alert.name
@@ -222,8 +225,8 @@ NOISY = "ApproximateNumberOfNoisyGroups"
 def test_a_standard_queue_shows_its_noisy_tenants(projects: dict[str, Path], key: str) -> None:
     """SQS fair queues: on a standard queue (tenants as its MessageGroupId) the Grafana
     dashboard reads SQS's ApproximateNumberOfNoisyGroups of this queue from a CloudWatch
-    data source, and so does the ECS stack's dashboard; a FIFO queue (no such metric) has
-    neither the panel nor the data source."""
+    data source, and so does the ECS stack's dashboard, and a CloudWatch alarm that pages no
+    one watches it; a FIFO queue (no such metric) has neither panel, data source nor alarm."""
     project, answers = projects[key], ANSWERS[key]
     fifo = answers.queue.endswith(LIMITS.FIFO_SUFFIX)
     grafana = json.loads((project / "deploy" / "grafana" / "dashboard.json").read_text())
@@ -238,6 +241,20 @@ def test_a_standard_queue_shows_its_noisy_tenants(projects: dict[str, Path], key
         assert target["dimensions"] == {"QueueName": [answers.queue]}, target
         assert target["datasource"] == {"type": "cloudwatch", "uid": "${" + sources[0]["name"] + "}"}, target
         assert target["region"] == answers.region, target
+    # The alarm: in the queues stack (every target deploys it), on this queue's metric, for a
+    # quarter of an hour; it notifies no one (it means something only with tenants).
+    queues = load_cfn(project / "deploy" / "aws" / "queues.yaml")["Resources"]
+    alarms = [r["Properties"] for r in queues.values() if r["Properties"].get("MetricName") == NOISY]
+    if fifo:
+        assert alarms == [], f"{key}: a FIFO queue has no noisy groups to alarm on"
+    else:
+        assert len(alarms) == 1, f"{key}: no alarm (or several) on {NOISY}"
+        (alarm,) = alarms
+        assert alarm["Namespace"] == "AWS/SQS", alarm
+        assert alarm["Dimensions"] == [{"Name": "QueueName", "Value": {"Fn::GetAtt": ["Queue", "QueueName"]}}], alarm
+        assert (alarm["Threshold"], alarm["EvaluationPeriods"], alarm["DatapointsToAlarm"]) == (0, 15, 15), alarm
+        assert "AlarmActions" not in alarm and "OKActions" not in alarm, f"{key}: the noisy-groups alarm pages"
+        assert "Only with tenants" in alarm["AlarmDescription"] and "not a page" in alarm["AlarmDescription"]
     if answers.ecs:
         body = load_cfn(project / "deploy" / "ecs" / "service.yaml")["Resources"]["Dashboard"]["Properties"]
         widgets = json.loads(body["DashboardBody"]["Fn::Sub"])["widgets"]
