@@ -36,6 +36,7 @@ from validators import (
     engine_metrics,
     env_list,
     image_repository,
+    load_cfn,
     load_k8s,
     seconds,
 )
@@ -454,3 +455,73 @@ def test_ecs_secrets(projects: dict[str, Path], key: str, secret: str) -> None:
     # The service tells the engine its secrets: `config` shows them set or unset.
     service, _ = baked_service(project, answers)
     assert service.secrets == answers.secrets
+
+
+@pytest.mark.parametrize("key", ECS_SETS)
+def test_ecs_releases_roll_back_on_the_alarms_that_say_the_release_is_bad(projects: dict[str, Path], key: str) -> None:
+    """Besides the circuit breaker (tasks that cannot start), the service's deployment alarms
+    roll back a release whose tasks start and then fail their jobs: the job error ratio's
+    alarm of this stack and, when given, the queues stack's dead-letter alarm. Never an alarm
+    a load spike trips, nor one that breaches on missing data (a first deploy has none)."""
+    project, answers = projects[key], ANSWERS[key]
+    stack = EcsStack.load(project, answers.region)
+    queues = load_cfn(project / "deploy" / "aws" / "queues.yaml")
+    dead_letter = queues["Outputs"]["DeadLetterAlarmName"]["Value"]["Ref"]
+    assert queues["Resources"][dead_letter]["Type"] == "AWS::CloudWatch::Alarm", "the output names an alarm"
+    alarms = {
+        name: r["Properties"]
+        for name, r in stack.template["Resources"].items()
+        if r["Type"] == "AWS::CloudWatch::Alarm"
+    }
+    for given in ("", "stack-queues-DeadLetterQueueInflowAlarm-0123456789AB"):
+        names = cfn_names(stack.template, answers.region, ECS_RESOURCES) | {"DeadLetterAlarmName": given}
+        service = api_shape(cfn_resolve(stack.resources["AWS::ECS::Service"], names))
+        assert api_problems("ecs", "CreateService", service) == []
+        deployment = service["deploymentConfiguration"]
+        assert deployment["deploymentCircuitBreaker"] == {"enable": True, "rollback": True}, "kept"
+        rollback = deployment["alarms"]
+        assert rollback["enable"] is True and rollback["rollback"] is True, rollback
+        # Each name is the Ref of an alarm this stack defines, or the dead-letter alarm's name.
+        written = stack.resources["AWS::ECS::Service"]["DeploymentConfiguration"]["Alarms"]["AlarmNames"]
+        refs = [item["Ref"] for branch in written["Fn::If"][1:] for item in as_list(branch) if "Ref" in item]
+        assert set(refs) <= set(alarms) | {"DeadLetterAlarmName"}, refs
+        ours = {name for name in alarms if ECS_RESOURCES.get(name) in rollback["alarmNames"]}
+        assert ours == {"WorkerJobErrorRatioHighAlarm"}, f"the service's alarms it rolls back on: {ours}"
+        assert (given in rollback["alarmNames"]) is bool(given), rollback["alarmNames"]
+        assert len(rollback["alarmNames"]) == 1 + bool(given)
+        for name in ours:
+            alarm = alarms[name]
+            assert alarm["TreatMissingData"] == "notBreaching", f"{name}: a first deploy has no datapoint yet"
+            read = {m["MetricStat"]["Metric"]["Namespace"] for m in alarm["Metrics"] if "MetricStat" in m}
+            assert read == {answers.slug}, f"{name} reads {read}: the worker's own signals, not SQS's backlog"
+    assert queues["Resources"][dead_letter]["Properties"]["TreatMissingData"] == "notBreaching"
+
+
+@pytest.mark.parametrize("key", ECS_SETS)
+def test_ecs_reads_the_owners_settings_file_from_the_object_it_is_given(projects: dict[str, Path], key: str) -> None:
+    """deploy/settings.env, uploaded to S3 and named by SettingsFileArn, is the worker's
+    environment file; the execution role may read that object and locate its bucket, nothing
+    more. Without it, neither exists."""
+    project, answers = projects[key], ANSWERS[key]
+    stack = EcsStack.load(project, answers.region)
+    partition = aws_partition(answers.region)[0]
+    arn = f"arn:{partition}:s3:::acme-settings/{answers.slug}/settings.env"
+    rule = stack.template["Parameters"]["SettingsFileArn"]["AllowedPattern"]
+    assert re.fullmatch(rule, arn) and re.fullmatch(rule, ""), rule
+    assert not re.fullmatch(rule, f"arn:{partition}:s3:::acme-settings/settings.txt"), "ECS reads .env files only"
+    assert not re.fullmatch(rule, "arn:aws:ssm:us-east-1:123456789012:parameter/x.env"), "an S3 object only"
+    for given in ("", arn):
+        names = cfn_names(stack.template, answers.region, ECS_RESOURCES) | {"SettingsFileArn": given}
+        task = api_shape(cfn_resolve(stack.resources["AWS::ECS::TaskDefinition"], names))
+        assert ecs_problems(task) == []
+        worker = next(c for c in task["containerDefinitions"] if c["name"] == "worker")
+        role = cfn_resolve(stack.roles()["ExecutionRole"]["Policies"][0]["PolicyDocument"], names)
+        reads = {s["Sid"]: (s["Action"], s["Resource"]) for s in role["Statement"] if "Settings" in s["Sid"]}
+        if not given:
+            assert "environmentFiles" not in worker and reads == {}
+            continue
+        assert worker["environmentFiles"] == [{"type": "s3", "value": arn}]
+        assert reads == {
+            "ReadSettingsFile": ("s3:GetObject", arn),
+            "LocateSettingsBucket": ("s3:GetBucketLocation", f"arn:{partition}:s3:::acme-settings"),
+        }

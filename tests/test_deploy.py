@@ -132,14 +132,29 @@ def test_stacks_deploy_and_create_what_they_promise(baked: dict[str, Path], key:
     prometheus = aws["ec2"].create_security_group(GroupName="prometheus", Description="scraper", VpcId=vpc)["GroupId"]
     full = load_cfn(project / "deploy" / "ecs" / "service.yaml")
     service = localstack_part(full)
+    # The queues stack names its dead-letter alarm for the service's deployment alarms.
+    (stack,) = aws["cloudformation"].describe_stacks(StackName=f"{answers.slug}-queues")["Stacks"]
+    outputs = {o["OutputKey"]: o["OutputValue"] for o in stack["Outputs"]}
+    assert outputs["DeadLetterAlarmName"] == created["DeadLetterQueueInflowAlarm"]
+    settings = f"arn:aws:s3:::settings-{account}/{answers.slug}/settings.env"
     parameters = {
         "VpcId": vpc,
         "SubnetIds": subnet,
         "MetricsSourceSecurityGroupId": prometheus,
         "ImageDigest": "sha256:" + "0" * 64,
+        "DeadLetterAlarmName": outputs["DeadLetterAlarmName"],
+        "SettingsFileArn": settings,
     }
     created = deploy(aws["cloudformation"], f"{answers.slug}-service", service, parameters)
     assert_service_parts(aws, created, project, answers, account, vpc)
+    # The execution role reads the owner's settings file and locates its bucket, nothing more.
+    (name,) = aws["iam"].list_role_policies(RoleName=created["ExecutionRole"])["PolicyNames"]
+    document = aws["iam"].get_role_policy(RoleName=created["ExecutionRole"], PolicyName=name)["PolicyDocument"]
+    reads = {s["Sid"]: (s["Action"], s["Resource"]) for s in document["Statement"] if "Settings" in s["Sid"]}
+    assert reads == {
+        "ReadSettingsFile": ("s3:GetObject", settings),
+        "LocateSettingsBucket": ("s3:GetBucketLocation", f"arn:aws:s3:::settings-{account}"),
+    }
     assert_alarms(aws["cloudwatch"], created, service)
     # The dashboard as the stack would create it (its body, the stack's region in it).
     resource = full["Resources"]["Dashboard"]["Properties"]

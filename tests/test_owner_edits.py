@@ -152,7 +152,56 @@ def test_replaced_handlers_keep_make_test_green_on_a_machine_without_uv(owned: P
     output = result.stdout + result.stderr
     assert result.returncode == 0, f"`make test` failed after the owner's edits:\n{output[-6000:]}"
     counts = pytest_summary(output)
-    assert counts == {"passed": 5}, counts  # the owner's two tests, the own-settings two and the end-to-end check
+    # The owner's two tests, the own-settings two, the deploy settings' three (each target of the
+    # bake, and the settings file) and the end-to-end check.
+    assert counts == {"passed": 8}, counts
+
+
+def test_a_required_setting_of_the_owners_fails_make_test_until_a_deploy_file_sets_it(owned: Path) -> None:
+    """The owner adds a setting without a default to their Settings: `make test` fails naming
+    it and each target whose deploy files leave it out (before a first rollout would fail,
+    the worker refusing to start), and passes once deploy/settings.env, the file both
+    targets read, sets it."""
+    service, settings = owned / "src" / "orders_worker" / "service.py", owned / "deploy" / "settings.env"
+    originals = {path: path.read_text() for path in (service, settings)}
+    own = (
+        originals[service]
+        .replace("from pydantic_settings import", "from pydantic import Field, HttpUrl\nfrom pydantic_settings import")
+        .replace(
+            "    # For example:\n",
+            '    api_url: HttpUrl = Field(validation_alias="PARTNER_API_URL")\n    # For example:\n',
+        )
+    )
+    assert own.count("PARTNER_API_URL") > originals[service].count("PARTNER_API_URL"), "the field was not added"
+    env = without_uv(tool_env())
+    try:
+        service.write_text(own)
+        red = subprocess.run(
+            ["make", "test-unit"], cwd=owned, env=env, capture_output=True, text=True, timeout=600, check=False
+        )
+        output = red.stdout + red.stderr
+        assert red.returncode != 0, f"`make test` passes with a required setting no deploy file sets:\n{output[-4000:]}"
+        for target in ("ECS (deploy/ecs/service.yaml)", "Kubernetes (deploy/k8s/)"):
+            said = f"on {target} the worker would refuse to start (exit 2) without PARTNER_API_URL (the field 'api_url'"
+            assert said in output, f"{target} and the field not named:\n{output[-4000:]}"
+
+        settings.write_text(originals[settings] + "PARTNER_API_URL=https://partner.example.com/v1\n")
+        argv = [str(owned / ".venv" / "bin" / "python"), "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+        green = subprocess.run(
+            [*argv, "tests/test_deploy_settings.py"],
+            cwd=owned,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        output = green.stdout + green.stderr
+        assert green.returncode == 0, f"set in deploy/settings.env, yet:\n{output[-4000:]}"
+        assert re.search(r"^3 passed\b", output, re.MULTILINE), output[-2000:]  # each target, and the file
+    finally:
+        for path, text in originals.items():
+            path.write_text(text)
 
 
 def test_ctrl_c_under_make_run_drains_the_running_job(owned: Path, localstack_endpoint: str) -> None:
