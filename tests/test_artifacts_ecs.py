@@ -249,7 +249,10 @@ def test_ecs_service(projects: dict[str, Path], key: str) -> None:
     assert api_problems("application-autoscaling", "PutScalingPolicy", policy) == []
 
     # The service: private tasks, the roles' tag on every task, no exec, a guarded rollout.
-    assert service["launchType"] == "FARGATE" and "desiredCount" not in service, "autoscaling owns the count"
+    # Fargate, or with capacity=spot-mix Fargate Spot beside it (test_artifacts_platform.py).
+    fargate = [service.get("launchType")] + [s["capacityProvider"] for s in service.get("capacityProviderStrategy", [])]
+    assert fargate in (["FARGATE"], [None, "FARGATE", "FARGATE_SPOT"]), fargate
+    assert "desiredCount" not in service, "autoscaling owns the count"
     network = service["networkConfiguration"]["awsvpcConfiguration"]
     assert network["assignPublicIp"] == "DISABLED"
     assert service["propagateTags"] == "SERVICE" and {"key": "service", "value": answers.slug} in service["tags"]
