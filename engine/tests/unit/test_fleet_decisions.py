@@ -481,6 +481,7 @@ def test_the_simulator_sits_above_the_engine() -> None:
         "base.limits",
         "base._version",
         "handlers.job",
+        "handlers.outcomes",  # the outcomes jobs_processed_total is published by (ECS's deployment alarms read it)
         "handlers.router",
         "process.settings",
         "process.worker",

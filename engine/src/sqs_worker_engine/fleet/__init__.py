@@ -14,6 +14,7 @@ Its folders, each a layer on the ones after it: `autoscalers/` (the deploy files
 KEDA and the HPA, ECS's target tracking and step scaling, the oracle, the pods and tasks
 they scale), `load/` (the traffic shapes, the handlers' work and the ledger), `sqs/` (the
 queue, the counts and datapoints its readers see, metric math, the prices). Above them, the
-run: `sizing` (a run and its scale), `simulation` (one run, played), `cli`, `report`,
-`plots`.
+run: `sizing` (a run and its scale), `releases` (a bad release, and ECS's deployment alarms
+that roll it back), `simulation` (one run, played: rollouts, crashes, Spot interruptions),
+`cli`, `report` (what the run assumed, and its figures), `plots`.
 """

@@ -19,11 +19,21 @@ from pathlib import Path
 from typing import Any
 
 from ..base._version import ENGINE_VERSION
-from . import plots, report
+from . import plots, releases, report
 from .autoscalers import deployfiles
 from .load.traffic import SHAPES, STANDARD
 from .simulation import simulate
-from .sizing import Options, Run, capacity, choose_scale, job_seconds, start_seconds
+from .sizing import (
+    JOB_SOURCES,
+    Options,
+    Run,
+    capacity,
+    choose_scale,
+    inflight_limit,
+    job_seconds,
+    job_source,
+    start_seconds,
+)
 from .sqs import cost
 
 PROGRESS_EVERY = 5.0  # wall seconds between a run's progress lines
@@ -44,7 +54,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--shapes", default=",".join(STANDARD), help=f"comma-separated, of: {', '.join(SHAPES)}")
     parser.add_argument(
-        "--job-seconds", type=float, help="mean job duration (default 5 s; a ScaledJob: job timeout / 4)"
+        "--job-seconds",
+        type=float,
+        help="your jobs' mean duration (default 5 s, an assumption the report names; a ScaledJob: job timeout / 4)",
     )
     parser.add_argument("--start-seconds", type=float, help="replica start latency (default 30 s pods, 60 s ECS tasks)")
     parser.add_argument("--scale", type=int, help="real messages per simulated one (default: chosen per shape)")
@@ -65,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         bake = deployfiles.read(args.deploy)
+        alarms = releases.read(args.deploy)  # ECS's deployment alarms (a bad release's rollback)
     except deployfiles.DeployFileError as exc:
         print(f"cannot read the deploy files: {exc}", file=sys.stderr)
         return 2
@@ -78,6 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         scale=args.scale,
         seed=args.seed,
         budget=max(1000, args.budget // 10 if args.quick else args.budget),
+        deployment_alarms=alarms,
     )
     runs = [Run(SHAPES[n], platform, bake, options) for n in names]
     return run_all(runs, args.out, processes=args.processes, oracle=not args.no_oracle)
@@ -144,6 +158,12 @@ def run_all(runs: list[Run], out: Path, *, processes: int, oracle: bool = True) 
             "sqs_latency": first.options.sqs_latency,
             "seed": first.options.seed,
         },
+        "assumed": report.assumed(
+            deploy=report.describe(first.bake, first.platform),
+            jobs={r.shape.name: (job_seconds(r), job_source(r), JOB_SOURCES[job_source(r)]) for r in runs},
+            inflight_limit=inflight_limit(first),
+            alarms=releases.describe(first.options.deployment_alarms) if first.platform == "ecs" else None,
+        ),
         "shapes": shapes,
         "targets": report.targets(shapes),
         "wall_seconds": round(time.perf_counter() - began, 1),

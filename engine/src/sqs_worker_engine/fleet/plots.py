@@ -1,5 +1,6 @@
-"""Plots over time, one PNG per shape: oldest-message age, replicas, messages in flight
-and cost, the fleet's beside the oracle's. Needs matplotlib (the engine's `fleet` extra)."""
+"""Plots over time, one PNG per shape: oldest-message age, replicas (alive, and the fleet's
+desired and draining apart), messages in flight and cost, the fleet's beside the oracle's.
+Needs matplotlib (the engine's `fleet` extra)."""
 
 from __future__ import annotations
 
@@ -56,6 +57,11 @@ def shape_plot(
         axes[0].plot(xs, age, color=colour, lw=1.3, label=label)
         xs, pods = _thin(series, "pods", peak=True)
         axes[1].plot(xs, pods, color=colour, lw=1.3, label=label, drawstyle="steps-post")
+        if label == "autoscaler":  # alive counts draining replicas: what was desired, and what drained, apart
+            xs, desired = _thin(series, "desired", peak=True)
+            axes[1].plot(xs, desired, color=colour, lw=0.9, ls="--", label="desired", drawstyle="steps-post")
+            xs, draining = _thin(series, "draining", peak=True)
+            axes[1].plot(xs, draining, color="#888888", lw=0.9, label="draining", drawstyle="steps-post")
         xs, inflight = _thin(series, "inflight", peak=True)
         axes[2].plot(xs, inflight, color=colour, lw=1.0, label=label)
         # Cost so far: replica-seconds at the replica's rate, requests at SQS's.
@@ -67,7 +73,8 @@ def shape_plot(
         step = max(1, len(series) // 1500)
         axes[3].plot([s.t / 60 for s in series[::step]], spent[::step], color=colour, lw=1.3, label=label)
     axes[0].set_ylabel("oldest message (s)")
-    axes[1].set_ylabel("replicas")
+    axes[1].set_ylabel("replicas alive")
+    axes[1].legend(loc="upper right", fontsize=8)
     axes[2].set_ylabel("in flight")
     axes[3].set_ylabel("cost so far ($)")
     axes[3].set_xlabel("minutes")

@@ -1,5 +1,6 @@
-"""The simulator's report: per shape, the fleet's figures beside the oracle's and their
-ratios, the issue's targets met or not, as JSON (`report.json`) and Markdown (`report.md`).
+"""The simulator's report: what the run assumed (`assumed`), per shape the fleet's figures
+beside the oracle's and their ratios, the issue's targets met or not, as JSON
+(`report.json`) and Markdown (`report.md`).
 """
 
 from __future__ import annotations
@@ -107,6 +108,7 @@ def targets(shapes: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
                     REPLICA_MINUTES_RATIO,
                 )
             )
+    rows += _event_targets(shapes)
     if "day-1m" in shapes:
         day = shapes["day-1m"]
         rows.append(
@@ -117,6 +119,42 @@ def targets(shapes: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
             }
         )
     return rows
+
+
+def _event_targets(shapes: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """The targets of the Spot interruptions' shape and the bad release's (ECS's rollback)."""
+    rows: list[dict[str, Any]] = []
+    if "spot" in shapes:
+        spot = shapes["spot"]
+        duplicates, cut = spot["duplicates_by_cause"].get("spot", 0), spot["cut_off_by_cause"].get("spot", 0)
+        rows.append(
+            {
+                "target": "Spot interruptions: 0 lost, duplicate runs no more than the jobs their SIGKILL cut off",
+                "figure": f"{spot['messages_lost']} lost; {duplicates} duplicate runs <= {cut} cut off",
+                "met": spot["messages_lost"] == 0 and spot["duplicate_runs"] <= spot["cut_off_by_sigkill"],
+            }
+        )
+    release = shapes.get("bad-release", {}).get("release")
+    if release is not None and shapes["bad-release"]["platform"] == "ecs":
+        rows.append(
+            {
+                "target": "bad release on ECS: rolled back automatically, 0 messages dead-lettered",
+                "figure": _release(release),
+                "met": bool(release["rolled_back"]) and release["dead_lettered"] == 0,
+            }
+        )
+    return rows
+
+
+def _release(release: dict[str, Any]) -> str:
+    """A bad release's course, in one line."""
+    cost = f"{release['jobs_failed']:,} jobs failed, {release['dead_lettered']:,} messages dead-lettered"
+    if not release["rolled_back"]:
+        return f"not rolled back; {cost}"
+    return (
+        f"rolled back by {release['alarm']} {release['rollback_began_minutes']:g} min after it began "
+        f"(every task back on the release before {release['rolled_back_minutes']:g} min after); {cost}"
+    )
 
 
 def _job(seconds: float) -> str:
@@ -131,6 +169,109 @@ def _within(target: str, shape: dict[str, Any], key: str, bound: float, unit: st
         "figure": f"{shape[key]}{unit} vs {shape[f'oracle_{key}']}{unit}: {ratio}x",
         "met": ratio is not None and ratio <= bound,
     }
+
+
+# The report's terms, defined once (report.md's "What this run assumed", report.json's `assumed`).
+TERMS = {
+    "oracle": "an autoscaler that knows the traffic to come: the same replicas, start latency and engine, "
+    "scaled ahead of the load; every ratio is ours / the oracle's",
+    "thrash": "a scale-out within the window (the HPA's scale-down stabilization, ECS's 300 s) after a scale-in",
+    "replica-minutes": "the minutes each replica was alive, summed over the shape, draining ones included: "
+    "what compute is paid for",
+    "duplicate run": "a job run again after its run (or its delete) was cut off: by SIGKILL (a crash, a grace "
+    "period or a Spot warning run out), or a lease lost",
+    "scale": "how many real messages one simulated message stands for (1: every message simulated)",
+}
+
+
+def assumed(
+    *,
+    deploy: dict[str, Any],
+    jobs: dict[str, tuple[float, str, str]],
+    inflight_limit: int,
+    alarms: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """What the run assumed, for the report: each shape's mean job and where it came from
+    (`jobs`: shape -> (seconds, source, the source in words)), the queue as simulated, what
+    the concurrency budget counts against SQS's in flight, how replicas are counted, ECS's
+    deployment alarms as simulated (`alarms`, releases.describe), and the terms."""
+    queue = str(deploy["queue"])
+    fifo = queue.endswith(".fifo")
+    budget = int(deploy["max_replicas"]) * int(deploy["concurrency"])
+    out: dict[str, Any] = {
+        "job_seconds": {name: {"seconds": s, "source": src, "from": words} for name, (s, src, words) in jobs.items()},
+        "job_seconds_assumed": sorted(name for name, (_, src, _) in jobs.items() if src in ("default", "job-timeout")),
+        "queue": {
+            "name": queue,
+            "fifo": fifo,
+            "simulated_as": "a standard queue" + (" with FIFO's in-flight quota" if fifo else ""),
+            "inflight_limit": inflight_limit,
+            "not_simulated": ["message groups and their order"] if fifo else [],
+        },
+        "concurrency_budget": {
+            "jobs": budget,
+            "counts": f"jobs running at once: {deploy['max_replicas']} replicas x {deploy['concurrency']} handlers",
+            "in_flight_counts_too": "messages received ahead of the handlers (prefetch) and those whose job "
+            "ended and whose delete is on its way",
+        },
+        "replicas": "alive, draining ones included (desired and draining are given apart)",
+        "terms": TERMS,
+    }
+    if alarms is not None:
+        out["deployment_alarms"] = alarms
+    return out
+
+
+def assumed_markdown(assumed: dict[str, Any]) -> list[str]:
+    """report.md's section "What this run assumed"."""
+    queue, budget = assumed["queue"], assumed["concurrency_budget"]
+    by_source: dict[tuple[float, str], list[str]] = {}
+    for name, job in assumed["job_seconds"].items():
+        by_source.setdefault((job["seconds"], job["from"]), []).append(name)
+    lines = ["## What this run assumed", ""]
+    jobs = "; ".join(f"{_job(sec)} for {', '.join(names)}: {words}" for (sec, words), names in by_source.items())
+    lines.append(f"- **Job time** (the mean of lognormal durations): {jobs}.")
+    if assumed["job_seconds_assumed"]:
+        lines.append(
+            "  The service's files state no job time of their own, so this is an assumption: set "
+            "`--job-seconds` to your jobs' mean (`make simulate SIMULATE_ARGS='--job-seconds 0.3'`); "
+            "the figures are of these jobs, not yours."
+        )
+    if queue["fifo"]:
+        lines.append(
+            f"- **The queue, {queue['name']}, is FIFO and was simulated as a standard queue** with FIFO's "
+            f"in-flight quota ({queue['inflight_limit']:,}): message groups and their order are not simulated "
+            "(SQS hands a group's messages to one consumer at a time), so these figures hold only for traffic "
+            "spread over many groups."
+        )
+    else:
+        lines.append(
+            f"- **The queue**, {queue['name']}: a standard queue, SQS's in-flight quota {queue['inflight_limit']:,}."
+        )
+    lines.append(
+        f"- **In flight against the concurrency budget.** The budget is {budget['jobs']} {budget['counts']}: "
+        f"what the downstream sees. SQS counts more in flight: {budget['in_flight_counts_too']}. So an in-flight "
+        f"peak above {budget['jobs']} is not jobs running beyond the budget: each shape below gives the jobs "
+        "running at its in-flight peak, and the most running at once."
+    )
+    lines.append(
+        "- **Replicas** are counted alive, draining ones included (the plots' replicas, the peaks, "
+        "replica-minutes): a replica told to stop (a rollout, a scale-in, a Spot interruption) drains its jobs "
+        "while its replacement starts. A rollout within maxSurge 0 or ECS's MaximumPercent 100 never runs more "
+        "replicas than desired, yet shows more alive while the old ones drain: each shape gives its peak's "
+        "desired and draining apart."
+    )
+    alarms = assumed.get("deployment_alarms")
+    if alarms is not None:
+        watched = "; ".join(alarms["watched"]) or "none"
+        lines.append(
+            f"- **ECS's deployment alarms** (a bad release rolled back{'' if alarms['rollback'] else ': off'}): "
+            f"{watched}. Not simulated: {'; '.join(alarms['not_simulated']) or 'none'}."
+        )
+    lines.append(
+        "- **Terms.** " + "; ".join(f"*{term}*: {meaning}" for term, meaning in assumed["terms"].items()) + "."
+    )
+    return [*lines, ""]
 
 
 def describe(bake: Bake, platform: str) -> dict[str, Any]:
@@ -209,6 +350,20 @@ def _step(step: StepScaling) -> dict[str, Any]:
     }
 
 
+def _alive_and_running(shape: dict[str, Any]) -> str:
+    """A shape's replicas at their peak, desired and draining apart; its jobs running at its
+    in-flight peak, against the budget."""
+    if "peak_replicas_desired_draining" not in shape:
+        return ""
+    desired, draining = shape["peak_replicas_desired_draining"]
+    return (
+        f" Replicas at their peak {shape['peak_replicas']} ({desired} desired, {draining} draining; "
+        f"at most {shape['peak_draining']} draining at once); in flight at its peak {shape['inflight_peak']:,} "
+        f"with {shape['running_at_inflight_peak']:,} jobs running (budget {shape['concurrency_budget']}; "
+        f"at most {shape['running_peak']:,} running at once)."
+    )
+
+
 def write_json(path: Path, report: dict[str, Any]) -> None:
     path.write_text(json.dumps(report, indent=2, sort_keys=False) + "\n")
 
@@ -237,6 +392,7 @@ def markdown(report: dict[str, Any], plots: dict[str, str]) -> str:
         f"{report['options']['count_lag']:g} s. Each shape is also run under an oracle that knows the traffic to "
         "come (same replicas, start latency and engine): ratios are ours / the oracle's.",
         "",
+        *(assumed_markdown(report["assumed"]) if "assumed" in report else []),
         "## Targets",
         "",
         "| target | figure | met |",
@@ -274,6 +430,12 @@ def markdown(report: dict[str, Any], plots: dict[str, str]) -> str:
             f"(SQS {s['cost']['sqs_usd']:.2f}, compute {s['cost']['compute_usd']:.2f}); "
             f"message wait p99 {_seconds(s['p99_wait_seconds'])}; {s['wall_seconds']:g} s wall."
             + (f" Jobs created {s['jobs']['created']:,}, {s['jobs']['idle']} found nothing." if "jobs" in s else "")
+            + _alive_and_running(s)
+            + (
+                f" Bad release at {s['release']['at_minutes']:g} min: {_release(s['release'])}."
+                if "release" in s
+                else ""
+            )
         )
     if plots:
         lines += ["", "## Over time", ""]

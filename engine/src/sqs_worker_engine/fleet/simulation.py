@@ -4,8 +4,10 @@ platform's autoscaler or the oracle, on virtual time; its figures.
 The pieces, each a module: load/traffic (arrivals), sqs/queue (SQS), sqs/counts (what
 readers of SQS's counts see), load/work (the handlers and the ledger), autoscalers/platform
 (pods, rollouts, kills), autoscalers/keda and hpa (Kubernetes), autoscalers/targettracking
-(ECS), autoscalers/oracle; sizing.py sizes the run. This module wires them, samples the
-truth once a simulated second, and turns what happened into figures (`figures`).
+(ECS), autoscalers/oracle, releases (a bad release and ECS's deployment alarms); sizing.py
+sizes the run. This module wires them, samples the truth once a simulated second, plays the
+platform's events (rollouts, crashes, Spot interruptions, a bad release and its rollback)
+and turns what happened into figures (`figures`).
 
 Before the shape starts the fleet stands at its minimum with every pod ready; after it
 ends the traffic stops and the fleet works on until nothing is left (at most
@@ -25,10 +27,11 @@ from typing import Any
 
 from ..base import clock
 from ..doubles.vtime import run as run_on_virtual_time
+from . import releases
 from .autoscalers import keda, oracle, targettracking
 from .autoscalers.deployfiles import Deployment, EcsService, ScaledJob
 from .autoscalers.platform import JobPods, ReplicaSet, World, ecs_batch
-from .load.traffic import Group, arrivals
+from .load.traffic import Group, arrivals, events
 from .load.work import CAUSES, Downstream, Durations, Ledger, percentile
 from .sizing import (
     Run,
@@ -61,6 +64,8 @@ class Sample:
     oldest_age: float
     completed: int
     requests: int
+    draining: int = 0  # replicas told to stop, still draining (among `pods`, not `desired`)
+    running: int = 0  # jobs running (real messages in their handlers)
 
 
 def simulate(run: Run, progress: Progress | None = None) -> dict[str, Any]:
@@ -122,6 +127,7 @@ class Simulation:
         self.series: list[Sample] = []
         self.decisions: list[tuple[float, int]] = []
         self.tasks: list[asyncio.Task[Any]] = []
+        self.release: dict[str, Any] = {}  # a bad release's course (`_bad_release`)
         self.t0 = 0.0
 
     def visible(self) -> int:
@@ -223,7 +229,19 @@ class Simulation:
             oldest = ledger.oldest_arrival()
             age = max(0.0, now - oldest) if oldest is not None else 0.0
             ready = sum(1 for p in world.pods if p.ready)
-            self.counts.record(Truth(now, ledger.observed - held, held, age, ready, ledger.sent, ledger.completed))
+            self.counts.record(
+                Truth(
+                    now,
+                    ledger.observed - held,
+                    held,
+                    age,
+                    ready,
+                    ledger.sent,
+                    ledger.completed,
+                    failed=ledger.failed,
+                    dead_letters=ledger.dead_lettered,
+                )
+            )
             desired = self.fleet.desired if self.fleet is not None else self.jobs.active() if self.jobs else 0
             self.series.append(
                 Sample(
@@ -236,6 +254,8 @@ class Simulation:
                     age,
                     ledger.completed,
                     self.queue.calls.total,
+                    draining=world.draining(),
+                    running=ledger.calls,
                 )
             )
             if self.progress is not None and now - self.t0 >= next_report:
@@ -258,16 +278,57 @@ class Simulation:
                 self.queue.put(self.ledger.send(Group(group.count, t0 + group.first, t0 + group.last)))
 
     async def _events(self) -> None:
-        for event in sorted(self.run.shape.events, key=lambda e: e.at):
+        for event in events(self.run.shape, self.run.options.seed):
             delay = self.t0 + event.at - clock.now()
             if delay > 0:
                 await asyncio.sleep(delay)
+            ready = [p for p in self.world.pods if p.ready]
             if event.kind == "deploy" and self.fleet is not None:
                 self.tasks.append(asyncio.ensure_future(self.fleet.rollout()))
-            elif event.kind == "crash":
-                ready = [p for p in self.world.pods if p.ready]
-                if ready:
-                    self.world.crash(self.rng.choice(ready))
+            elif event.kind == "bad-release" and self.fleet is not None:
+                self.tasks.append(asyncio.ensure_future(self._bad_release()))
+            elif event.kind == "crash" and ready:
+                self.world.crash(self.rng.choice(ready))
+            elif event.kind == "spot" and ready:
+                self.world.interrupt(self.rng.choice(ready))
+                if self.fleet is not None:
+                    self.fleet.reconcile()  # the platform replaces it at once: it no longer counts
+
+    async def _bad_release(self) -> None:
+        """A rollout to a release whose handler fails every job; on ECS, watched by the
+        deployment alarms the stack names, rolled back when one is in ALARM during it or
+        its bake time (releases.py). Kubernetes rolls nothing back by itself."""
+        assert self.fleet is not None
+        fleet, alarms, began = self.fleet, self.run.options.deployment_alarms, clock.now()
+        previous = fleet.version
+        rollout = asyncio.ensure_future(fleet.rollout(failing=True))
+        self.tasks.append(rollout)
+        self.release = {"at_minutes": round((began - self.t0) / 60, 1), "rolled_back": False}
+        if self.run.platform != "ecs" or alarms is None or not alarms.rollback or not alarms.alarms:
+            return
+        await asyncio.sleep(random.Random(f"{self.run.options.seed}:deployment-alarms").uniform(0.0, 60.0))
+        completed: float | None = None
+        while True:
+            now = clock.now()
+            if completed is None and rollout.done():
+                completed = now
+            published, delay = self.counts.published, self.run.options.cloudwatch_delay
+            alarmed = [
+                a.name for a in alarms.alarms if releases.in_alarm(a, releases.periods_of(a, published, now, delay))
+            ]
+            since = None if completed is None else now - completed
+            if releases.rollback_due(
+                alarmed=bool(alarmed), deploying=completed is None, since_completed=since, bake=alarms.bake_seconds
+            ):
+                break
+            if since is not None and since > alarms.bake_seconds:
+                return  # the deployment completed and baked: no rollback
+            await asyncio.sleep(60.0)
+        rollout.cancel()
+        await asyncio.gather(rollout, return_exceptions=True)
+        self.release.update(alarm=alarmed[0], rollback_began_minutes=round((now - began) / 60, 1))
+        await fleet.rollout(to=previous)
+        self.release.update(rolled_back=True, rolled_back_minutes=round((clock.now() - began) / 60, 1))
 
 
 def _ecs_unavailable(spec: EcsService) -> Callable[[int], int]:
@@ -339,12 +400,17 @@ def figures(sim: Simulation, drained: float) -> dict[str, Any]:
         "mean_replicas": round(replica_seconds / max(1.0, shape.seconds), 2),
         "inflight_peak": inflight_peak,
         "inflight_peak_share_of_limit": round(inflight_peak / limit, 5),
+        **_alive_and_running(sim, within, series),
+        "jobs_failed": ledger.failed,
+        "spot_interruptions": sum(1 for p in (*world.ended, *world.pods) if p.cause == "spot"),
         "overlimit_receives": queue.calls.overlimit_receives,
         **_requests_and_cost(sim, replica_seconds),
         "receipt_handle_misuses": queue.misuses,
         "downstream_peak_calls": ledger.peak_calls,
         "worker_errors": world.worker_errors[:10],
     }
+    if sim.release:
+        result["release"] = {**sim.release, "jobs_failed": ledger.failed, "dead_lettered": ledger.dead_lettered}
     if jobs is not None:
         idle = sum(1 for p in world.ended if not p.killed and p.ran_jobs == 0)
         result["jobs"] = {
@@ -354,6 +420,22 @@ def figures(sim: Simulation, drained: float) -> dict[str, Any]:
         }
     result["series"] = series
     return result
+
+
+def _alive_and_running(sim: Simulation, within: list[Sample], series: list[Sample]) -> dict[str, Any]:
+    """Replicas counted alive, draining ones included: at the peak, how many the autoscaler
+    wanted and how many were draining (a rollout's, a scale-in's, a Spot interruption's).
+    What the fleet's concurrency budget counts, jobs running, beside what SQS counts in flight."""
+    busiest = max(within, key=lambda s: s.pods, default=None)
+    peak = max(series, key=lambda s: s.inflight, default=None)
+    return {
+        "peak_replicas_desired_draining": [busiest.desired, busiest.draining] if busiest else [0, 0],
+        "peak_desired": max((s.desired for s in within), default=0),
+        "peak_draining": max((s.draining for s in within), default=0),
+        "concurrency_budget": sim.maximum * sim.per_replica,
+        "running_at_inflight_peak": peak.running if peak is not None else 0,
+        "running_peak": max((s.running for s in series), default=0),
+    }
 
 
 def _requests_and_cost(sim: Simulation, replica_seconds: float) -> dict[str, Any]:

@@ -24,6 +24,7 @@ from ..process.settings import ServiceDefaults, WorkerConfig, load_settings
 from .autoscalers.deployfiles import Bake, Deployment, EcsService, ScaledJob
 from .autoscalers.deployfiles import Worker as WorkerSpec
 from .load.traffic import MAX_SPAN, Shape
+from .releases import DeploymentAlarms
 from .sqs.queue import STANDARD_INFLIGHT_LIMIT
 
 # Typical time from "create" to a worker receiving (scheduling, image pull from a warm
@@ -50,6 +51,9 @@ class Options:
     budget: int = 600_000  # simulated messages a run aims at when choosing its scale
     max_batch_seconds: float = 10.0  # the longest a simulated message's run may be (below heartbeats)
     inflight_limit: int | None = None  # SQS's in-flight quota (None: 120,000 standard, 20,000 FIFO)
+    # ECS's deployment alarms, as deploy/ecs/service.yaml names them (releases.read; None: none
+    # watched): a bad release on ECS is rolled back when one is in ALARM.
+    deployment_alarms: DeploymentAlarms | None = None
 
 
 @dataclass(frozen=True)
@@ -111,6 +115,26 @@ def job_seconds(run: Run) -> float:
     if isinstance(spec, ScaledJob):
         return spec.worker.number("WORKER_JOB_TIMEOUT_MS", 60_000) / 1000 / 4
     return DEFAULT_JOB_SECONDS
+
+
+# Where a run's mean job came from (`job_source`), as the report names it: the service
+# states no job time of its own, so unless the shape has its own the figure is the owner's
+# flag or the simulator's assumption.
+JOB_SOURCES = {
+    "shape": "the shape's own",
+    "flag": "--job-seconds",
+    "default": "the simulator's default (--job-seconds not given)",
+    "job-timeout": "a quarter of the job timeout, the simulator's default for a ScaledJob (--job-seconds not given)",
+}
+
+
+def job_source(run: Run) -> str:
+    """Which of JOB_SOURCES `job_seconds(run)` came from."""
+    if run.shape.job_seconds is not None:
+        return "shape"
+    if run.options.job_seconds is not None:
+        return "flag"
+    return "job-timeout" if isinstance(run.spec(), ScaledJob) else "default"
 
 
 def inflight_limit(run: Run) -> int:

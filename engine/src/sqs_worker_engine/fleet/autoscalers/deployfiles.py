@@ -220,7 +220,7 @@ def _documents(path: Path) -> list[dict[str, Any]]:
         raise DeployFileError(f"{path}: not YAML ({exc})") from None
 
 
-def _cloudformation(path: Path) -> dict[str, Any]:
+def cloudformation(path: Path) -> dict[str, Any]:
     """A CloudFormation template, its short-form functions (!Ref, !Sub...) kept as
     {"Ref": ...} and the like so the values they name can be looked up."""
     yaml = _yaml()
@@ -392,7 +392,7 @@ def _scaled_job(manifest: dict[str, Any]) -> ScaledJob:
 
 
 def read_ecs(path: Path) -> EcsService:
-    template = _cloudformation(path)
+    template = cloudformation(path)
     parameters = template.get("Parameters", {})
     resources = template.get("Resources", {})
 

@@ -28,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ...base import clock
+from ...base.limits import SPOT_WARNING_SECONDS
 from ...process.settings import WorkerConfig
 from ...process.worker import Worker
 from ..load.work import Ledger, Replica
@@ -45,7 +46,8 @@ class Pod:
     created: float
     ready_at: float | None = None
     term_at: float | None = None  # when SIGTERM came
-    cause: str | None = None  # why: scale-in, deploy, crash, deadline
+    cause: str | None = None  # why: scale-in, deploy, crash, deadline, spot
+    grace: float | None = None  # SIGTERM to SIGKILL, when not the world's (a Spot interruption's)
     ended: float | None = None
     killed: bool = False
     worker: Worker | None = None
@@ -89,9 +91,10 @@ class World:
         self._zombies: set[asyncio.Task[None]] = set()
         self._timers: list[asyncio.TimerHandle] = []  # Job deadlines
         self.on_end: Callable[[Pod], None] | None = None
+        self.failing: set[int] = set()  # versions whose handler fails every job (a bad release)
 
     def launch(self, version: int = 1) -> Pod:
-        pod = Pod(Replica(), Connection(self.queue), version, clock.now())
+        pod = Pod(Replica(failing=version in self.failing), Connection(self.queue), version, clock.now())
         self.pods.append(pod)
         pod.task = asyncio.ensure_future(self._life(pod))
         return pod
@@ -121,7 +124,8 @@ class World:
             term.cancel()
             if not run.done():
                 worker.stop("SIGTERM")
-                left = (pod.term_at or clock.now()) + self.grace - clock.now()
+                grace = self.grace if pod.grace is None else pod.grace
+                left = (pod.term_at or clock.now()) + grace - clock.now()
                 done, _ = await asyncio.wait({run}, timeout=max(0.0, left))
                 if not done:
                     self.kill(pod, pod.cause or "scale-in")
@@ -137,12 +141,21 @@ class World:
             if self.on_end is not None:
                 self.on_end(pod)
 
-    def terminate(self, pod: Pod, cause: str) -> None:
-        """SIGTERM: drain, then SIGKILL if the grace period runs out first."""
+    def terminate(self, pod: Pod, cause: str, grace: float | None = None) -> None:
+        """SIGTERM: drain, then SIGKILL if the grace period (or `grace`) runs out first."""
         if pod.term_at is not None or not pod.alive:
             return
-        pod.term_at, pod.cause = clock.now(), cause
+        pod.term_at, pod.cause, pod.grace = clock.now(), cause, grace
         pod.term.set()
+
+    def interrupt(self, pod: Pod) -> None:
+        """A Spot interruption: SIGTERM with the two-minute warning, SIGKILL at the earlier
+        of the grace period and the warning's end, when the capacity is taken back."""
+        self.terminate(pod, "spot", grace=spot_grace(self.grace))
+
+    def draining(self) -> int:
+        """Replicas told to stop and not yet gone (they still hold and run jobs)."""
+        return sum(1 for p in self.pods if p.alive and p.term_at is not None)
 
     def kill(self, pod: Pod, cause: str) -> None:
         """SIGKILL: nothing more it sends reaches SQS; what it held waits out its lease."""
@@ -189,6 +202,7 @@ class ReplicaSet:
         self.desired = minimum
         self.max_unavailable = max_unavailable
         self.version = 1
+        self.latest = 1  # the newest version rolled out (a rollback returns to an older one)
         self.rolling = False
         self.events: list[tuple[float, int, int]] = []  # (when, from, to)
         world.on_end = lambda _pod: self.reconcile()
@@ -217,11 +231,16 @@ class ReplicaSet:
             for pod in ranked[: len(active) - self.desired]:
                 self.world.terminate(pod, "deploy" if pod.version != self.version else "scale-in")
 
-    async def rollout(self) -> None:
-        """Replace every pod with a new version, `max_unavailable` at a time, each batch
-        once the replacements of the last are ready (no surge: the template's rollouts
-        never run more pods than desired)."""
-        self.version += 1
+    async def rollout(self, *, failing: bool = False, to: int | None = None) -> None:
+        """Replace every pod with a new version (or version `to`: a rollback), `max_unavailable`
+        at a time, each batch once the replacements of the last are ready (no surge: the
+        template's rollouts never run more pods than desired). `failing`: the new version's
+        handler fails every job (a bad release)."""
+        if to is None:
+            self.latest += 1
+        self.version = self.latest if to is None else to
+        if failing:
+            self.world.failing.add(self.version)
         self.rolling = True
         try:
             while True:
@@ -243,6 +262,13 @@ class ReplicaSet:
         ready = [p for p in self.world.pods if p.ready]
         if ready:
             self.world.crash(rng.choice(ready))
+
+
+def spot_grace(grace: float) -> float:
+    """SIGTERM to SIGKILL on a Spot interruption: the replica's grace period (ECS's
+    stopTimeout, terminationGracePeriodSeconds), cut at the warning's end, when the capacity
+    is gone whatever the replica asked for."""
+    return min(grace, float(SPOT_WARNING_SECONDS))
 
 
 def ecs_batch(tasks: int, min_healthy_percent: int) -> int:

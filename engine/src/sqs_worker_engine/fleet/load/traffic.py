@@ -83,7 +83,9 @@ Profile = Steady | Diurnal | Bursts | Spike
 @dataclass(frozen=True)
 class Event:
     """Something the platform does at `at` seconds: `deploy` (a rolling update of every
-    replica) or `crash` (one replica killed at once, as by the OOM killer or a lost node)."""
+    replica), `crash` (one replica killed at once, as by the OOM killer or a lost node),
+    `spot` (a Spot interruption: one replica gets SIGTERM with the two-minute warning and is
+    replaced) or `bad-release` (a rolling update to a release whose handler fails every job)."""
 
     at: float
     kind: str
@@ -99,6 +101,7 @@ class Shape:
     events: tuple[Event, ...] = ()
     job_seconds: float | None = None  # the mean job this shape assumes, if not the run's
     targets: tuple[str, ...] = field(default=())  # which of the issue's targets it measures
+    interruptions_per_hour: float = 0.0  # Spot interruptions, at seed-drawn moments (`interruptions`)
 
     def rate(self, t: float, capacity: float) -> float:
         """Messages per second at `t`."""
@@ -110,7 +113,23 @@ class Shape:
         return sum(self.rate((i + 0.5) * self.seconds / n, capacity) for i in range(n)) / n
 
 
+def interruptions(shape: Shape, seed: int) -> tuple[Event, ...]:
+    """The shape's Spot interruptions: `interruptions_per_hour` x its hours of them (rounded),
+    each at a moment drawn from the seed within the shape's middle 90% (so each one's
+    replacement and drain are seen within it). A fixed count rather than a Poisson one: two
+    seeds differ in when the interruptions come, not in how many."""
+    count = round(shape.interruptions_per_hour * shape.seconds / HOUR)
+    rng = random.Random(f"{seed}:spot")
+    return tuple(Event(round(rng.uniform(0.05, 0.95) * shape.seconds, 1), "spot") for _ in range(count))
+
+
+def events(shape: Shape, seed: int) -> list[Event]:
+    """Everything the platform does in the shape, in time order."""
+    return sorted((*shape.events, *interruptions(shape, seed)), key=lambda e: e.at)
+
+
 MILLION_AN_HOUR = 1_000_000 / HOUR
+SPOT_PER_HOUR = 4.0  # the spot shape's interruptions: a stress far above Fargate Spot's usual rate
 
 SHAPES: dict[str, Shape] = {
     shape.name: shape
@@ -148,6 +167,23 @@ SHAPES: dict[str, Shape] = {
             "A 10x spike the fleet can absorb: 5% of capacity, then 50% for 10 minutes",
             HOUR,
             Spike(0.05, 10.0, 20 * 60, 10 * 60),
+        ),
+        Shape(
+            "spot",
+            f"Steady at half the fleet's capacity on Spot capacity, {SPOT_PER_HOUR:g} interruptions an hour "
+            "(two-minute warning, replaced), at moments drawn from the seed",
+            HOUR,
+            Steady(0.5),
+            interruptions_per_hour=SPOT_PER_HOUR,
+            targets=("spot",),
+        ),
+        Shape(
+            "bad-release",
+            "Steady at half the fleet's capacity; at 20 minutes a release whose handler fails every job rolls out",
+            HOUR,
+            Steady(0.5),
+            events=(Event(20 * 60, "bad-release"),),
+            targets=("bad-release",),
         ),
         Shape("drip", "A slow drip: one message a minute for two hours", 2 * HOUR, Steady(1 / 60), absolute=True),
         # The steady shape with short jobs: a busy replica holds more beyond its slots the

@@ -44,7 +44,11 @@ from .traffic import Group
 
 SLICE = 1.0  # seconds of work a handler does between looks at SIGTERM and the downstream
 # What stopped a replica, and so what caused a run it cut off to be redone.
-CAUSES = ("scale-in", "deploy", "crash", "deadline", "lease", "timeout")
+CAUSES = ("scale-in", "deploy", "crash", "deadline", "spot", "lease", "timeout")
+
+
+class BadReleaseError(Exception):
+    """What a bad release's handler raises on every job (the simulator's `bad-release` event)."""
 
 
 @dataclass(frozen=True)
@@ -169,6 +173,7 @@ class Ledger:
         self.completed = 0
         self.dead_lettered = 0
         self.runs = 0  # member runs started, redone ones included
+        self.failed = 0  # member runs a bad release's handler failed (each one a retry, or a dead letter)
         self.duplicates: dict[str, int] = {}
         self.cut: dict[str, int] = {}
         self.calls = 0  # handler calls in flight across the fleet (the downstream's load)
@@ -291,6 +296,9 @@ class Ledger:
         batch = self.batches.get(int(job.body))
         if batch is None:
             return
+        if replica.failing:  # a bad release: its handler raises at once, the engine retries
+            self.failed += batch.count - batch.done
+            raise BadReleaseError(f"replica {replica.number} runs a release that fails every job")
         if batch.runner is not None and batch.runner != replica.number:
             self._duplicate("lease", batch.wave)  # its lease ran out while another replica ran it
         if batch.rerun is not None:
@@ -393,13 +401,15 @@ class Ledger:
 
 
 class Replica:
-    """What the ledger needs to know of a replica: its number and whether it was killed."""
+    """What the ledger needs to know of a replica: its number, whether it was killed, and
+    whether it runs a bad release."""
 
     _numbers = itertools.count(1)
 
-    def __init__(self) -> None:
+    def __init__(self, *, failing: bool = False) -> None:
         self.number = next(Replica._numbers)
         self.killed = False
+        self.failing = failing  # its version's handler fails every job (a bad release)
 
 
 def percentile(values: list[float], q: float) -> float:

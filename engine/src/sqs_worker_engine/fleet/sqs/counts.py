@@ -31,6 +31,8 @@ class Truth:
     running: int  # replicas running (ECS's RunningTaskCount, Container Insights)
     sent: int = 0  # messages sent so far (cumulative)
     deleted: int = 0  # messages deleted so far, by the workers that completed them (cumulative)
+    failed: int = 0  # jobs failed so far (a bad release's; cumulative)
+    dead_letters: int = 0  # messages in the DLQ
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +44,8 @@ class Datapoint:
     running: float
     sent: float = 0.0  # NumberOfMessagesSent: messages sent in the minute (its Sum)
     deleted: float = 0.0  # NumberOfMessagesDeleted: messages deleted in the minute (its Sum)
+    failed: float = 0.0  # jobs failed in the minute (the worker's jobs_processed_total, failed outcomes)
+    dead_letters: float = 0.0  # the DLQ's messages visible at the minute's end (nothing leaves it in a run)
 
 
 class Counts:
@@ -75,8 +79,15 @@ class Counts:
             last.running,
             sent=last.sent - before.sent,
             deleted=last.deleted - before.deleted,
+            failed=last.failed - before.failed,
+            dead_letters=last.dead_letters,
         )
         self._closed = last
+
+    @property
+    def published(self) -> dict[int, Datapoint]:
+        """Every minute's datapoint closed so far, by minute (a reader asks which are published)."""
+        return self._minutes
 
     def approximate(self, at: float | None = None) -> Truth:
         """SQS's answer to GetQueueAttributes: the counts of a moment up to `lag` back."""
