@@ -7,6 +7,7 @@ virtual time makes every figure the same on any machine, busy or not.
 
 from __future__ import annotations
 
+import json
 import logging
 import shutil
 from collections.abc import Iterator
@@ -17,6 +18,7 @@ import pytest
 from artifacts import Answers
 from conftest import bake
 from matrix import LIMITS, SUPPORTED, names
+from sqs_worker_engine.fleet import cli, releases
 from sqs_worker_engine.fleet.autoscalers import deployfiles, hpa, keda, oracle
 from sqs_worker_engine.fleet.autoscalers.stepscaling import StepPolicy
 from sqs_worker_engine.fleet.autoscalers.targettracking import TargetTracking, combined
@@ -198,3 +200,58 @@ def test_a_fleet_as_busy_as_the_oracle_runs_it_is_not_scaled_out_for_what_its_ta
     reads = f"{visible + in_flight:.1f} messages a task ({visible:.1f} visible), a round {ecs.target:g}"
     assert ecs_wants <= tasks + 1, f"ECS scales {tasks} tasks to {ecs_wants} on {reads}"
     assert keda_wants <= tasks + 1, f"KEDA scales {tasks} pods to {keda_wants} on {reads}"
+
+
+def test_the_ecs_stack_s_deployment_alarms_are_ones_the_simulator_evaluates(defaults: Path) -> None:
+    """The alarms a release's deployment watches (DeploymentConfiguration.Alarms) read metrics
+    the simulation produces: the worker's jobs_processed_total by outcome, the DLQ's depth."""
+    alarms = releases.read(defaults)
+    assert alarms is not None and alarms.rollback
+    assert {a.name for a in alarms.alarms} == {"WorkerJobErrorRatioHighAlarm", "DeadLetterQueueInflowAlarm"}
+    assert alarms.not_simulated == ()
+    assert alarms.bake_seconds == max(a.window for a in alarms.alarms)
+
+
+# Twenty minutes at half the fleet's capacity: Spot interruptions, or a bad release at 5 minutes.
+SPOT = Shape("spot", "half the capacity on Spot", 1200.0, Steady(0.5), interruptions_per_hour=9.0)
+BAD = Shape("bad", "a bad release at 5 minutes", 1200.0, Steady(0.5), events=(Event(300.0, "bad-release"),))
+
+
+@pytest.mark.parametrize("platform", ["kubernetes", "ecs"])
+def test_spot_interruptions_of_the_generated_fleet_drain_within_the_warning(defaults: Path, platform: str) -> None:
+    """The generated grace period (shutdown timeout + margin) fits in Spot's two-minute warning:
+    every interrupted replica drains; nothing is lost or runs twice."""
+    result = simulate(Run(SPOT, platform, deployfiles.read(defaults), Options(scale=8, job_seconds=2.0)))
+    invariants(result)
+    assert result["spot_interruptions"] == 3
+    assert result["duplicate_runs"] == 0 and result["cut_off_by_sigkill"] == 0
+
+
+def test_a_bad_release_of_the_generated_ecs_service_is_rolled_back_by_its_alarms(defaults: Path) -> None:
+    options = Options(scale=8, job_seconds=2.0, deployment_alarms=releases.read(defaults))
+    result = simulate(Run(BAD, "ecs", deployfiles.read(defaults), options))
+    release = result["release"]
+    assert release["rolled_back"] and release["alarm"] == "DeadLetterQueueInflowAlarm", release
+    assert result["messages_lost"] == 0 and result["unfinished"] == 0
+    # maxReceiveCount 5 lets the first failed messages reach the DLQ (four retries with
+    # backoff, 75-150 s) before the alarm on it acts: the report says how many.
+    assert release["dead_lettered"] == result["dead_lettered"] > 0
+
+
+@pytest.mark.parametrize("name", ["defaults", "eks-py313-fifo"])
+def test_the_report_states_what_the_run_assumed(name: str, tmp_path: Path) -> None:
+    deploy = bake(tmp_path, **SUPPORTED[name].answers) / "deploy"
+    out = tmp_path / "simulation"
+    assert (
+        cli.main(["--deploy", str(deploy), "--out", str(out), "--shapes", "drip", "--no-oracle", "--processes", "1"])
+        == 0
+    )
+    text = (out / "report.md").read_text()
+    assumed = json.loads((out / "report.json").read_text())["assumed"]
+    assert "## What this run assumed" in text
+    assert assumed["job_seconds"]["drip"]["source"] == "default", "the service states no job time of its own"
+    assert "set `--job-seconds` to your jobs' mean" in text
+    fifo = SUPPORTED[name].answers.get("queue_name", "").endswith(".fifo")
+    assert assumed["queue"]["fifo"] is fifo
+    assert ("is FIFO and was simulated as a standard queue" in text) is fifo
+    assert "jobs running at its in-flight peak" in text and "*thrash*" in text and "*oracle*" in text
