@@ -96,10 +96,18 @@ def test_the_release_builds_an_image_for_each_architecture_the_tasks_run_on(
     (build,) = [step for step in workflow["jobs"]["image"]["steps"] if step.get("id") == "build"]
     assert build["uses"].startswith("docker/build-push-action@"), build
     platforms = build["with"].get("platforms")
+    steps = workflow["jobs"]["image"]["steps"]
+    qemu = [step for step in steps if str(step.get("uses", "")).startswith("docker/setup-qemu-action@")]
     if choices(key)["cpu_architecture"] == "arm64":
         assert sorted(str(platforms).split(",")) == ["linux/amd64", "linux/arm64"], platforms
+        # The amd64 runner runs the arm64 build's RUN steps under QEMU, registered before the
+        # build; its binfmt image not cached (a release builds from nothing a PR could write).
+        (step,) = qemu
+        assert steps.index(step) < steps.index(build), "QEMU is registered before the build"
+        assert step["with"] == {"platforms": "arm64", "cache-image": False}, step
     else:
         assert platforms is None, f"{key}: an x86_64 bake builds the runner's platform only"
+        assert qemu == [], f"{key}: no emulator for a build of the runner's own platform"
     # `make build` stays the host's architecture: no platform forced on a local build.
     build_lines = [
         line for line in (project / "Makefile").read_text().splitlines() if line.lstrip().startswith("docker build")
