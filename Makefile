@@ -10,7 +10,7 @@ JOBS ?= 4
 
 SCANNERS := .venv-scanners
 
-.PHONY: install tools scanners scanners-lock test test-full check demo format bench bench-versions bench-instructions bench-tracing bench-memory bench-adaptive bench-priorities simulate fleet-check clean
+.PHONY: install tools scanners scanners-lock test test-full check demo format bench bench-versions bench-instructions bench-tracing bench-memory bench-adaptive bench-priorities simulate fleet-check docs docs-reference clean
 
 $(UV):
 	$(PYTHON) -m venv $(VENV)
@@ -128,6 +128,15 @@ simulate: install
 # docs/scaling-localstack.json. About 20 minutes of real time.
 fleet-check: install
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/python bench/fleet_check.py
+
+# The docs site (mkdocs.yml, docs/): the reference pages written from the code
+# (scripts/docs_reference.py), and the site built strictly into site/ (a broken link, anchor
+# or page left out of the nav fails it).
+docs-reference: install
+	$(VENV)/bin/python scripts/docs_reference.py
+
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 
 format: install
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/python scripts/format_template.py
