@@ -301,3 +301,26 @@ def test_release_roles(projects: dict[str, Path], key: str) -> None:
         assert cfn_resolve(scope["PolicyArn"], names).endswith(":cluster-access-policy/AmazonEKSEditPolicy")
     assert granted == expected
     assert ("DeployAccess" in resources) is answers.eks
+
+
+def test_docs_workflow() -> None:
+    """The docs site built strictly on each version tag (and by hand), as `make docs` builds it,
+    with a read-only token: no job may write until the Pages deploy is pinned and added."""
+    path = ROOT / ".github" / "workflows" / "docs.yml"
+    assert jsonschema_cli_problems("vendor.github-workflows", path) == []
+    assert actionlint_problems(path) == []
+    workflow = load_workflow(path)
+    assert_workflow_hygiene(path, workflow)
+    assert workflow["on"]["push"] == {"tags": ["v*", "engine-v*"]} and "workflow_dispatch" in workflow["on"]
+    runs = [step.get("run", "") for job in workflow["jobs"].values() for step in job["steps"]]
+    assert "make docs" in runs, "the site is built as `make docs` builds it locally"
+    assert "--strict" in (ROOT / "Makefile").read_text().split("\ndocs:", 1)[1].split("\n\n", 1)[0]
+    pins, ci = action_pins(path), action_pins(ROOT / ".github" / "workflows" / "ci.yml")
+    shared = pins.keys() & ci.keys()
+    assert shared and {a: pins[a] for a in shared} == {a: ci[a] for a in shared}, "an action at another commit"
+    for name, job in workflow["jobs"].items():
+        assert "permissions" not in job or set(job["permissions"]) <= {"contents", "pages", "id-token"}, name
+        if {"pages", "id-token"} & set(job.get("permissions", {})):
+            assert any("deploy-pages" in step.get("uses", "") for step in job["steps"]), (
+                f"{name}: Pages rights without a deploy-pages step"
+            )
