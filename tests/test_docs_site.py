@@ -6,6 +6,11 @@ examples run.
   cookiecutter variable (counted here from the code by other means than the script's).
 - `mkdocs build --strict` exits 0 with no warning: no broken link or anchor, no page left out
   of the nav (mkdocs.yml's `validation`).
+- Seen in a real browser: the built site, served over HTTP, rendered by headless Chromium
+  (Debian's package, installed when missing and the suite runs as root; Google Chrome where a
+  CI runner has it; else a skip that says why): the home page's title, a setting's name in the
+  settings reference, and a search for it finding that page. The screenshots are kept in
+  .test-reports/screenshots/.
 - Every Python block of docs/ runs (pytest-markdown-docs, as the READMEs' do in
   test_readmes.py; a `python notest` fence is left out), and every command of its shell
   blocks names what exists: a make target of the template's or the generated service's
@@ -15,11 +20,20 @@ examples run.
 from __future__ import annotations
 
 import argparse
+import base64
+import functools
+import http.server
 import json
+import os
 import re
+import shutil
 import subprocess
 import sys
+import threading
+import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import ROOT
@@ -31,6 +45,10 @@ from scripts import docs_reference
 DOCS = ROOT / "docs"
 METRICS_SOURCE = ROOT / "engine" / "src" / "sqs_worker_engine" / "base" / "telemetry" / "metrics.py"
 TEMPLATE_MAKEFILE = ROOT / "{{cookiecutter.project_slug}}" / "Makefile"
+SCREENSHOTS = ROOT / ".test-reports" / "screenshots"
+BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
+# A setting the browser looks for: in the settings reference, and found by the site's search.
+SOUGHT = "WORKER_PREFETCH"
 # The modules whose `python -m` is the CLI: the engine, a service (as the docs write it, and
 # as the defaults name it).
 CLI_MODULES = ("sqs_worker_engine", "<package>", "orders_worker")
@@ -138,17 +156,21 @@ def test_the_variables_reference_lists_every_cookiecutter_variable_with_its_prom
         assert f"- `{name}`: " in how_to, f"docs/how-to/index.md leaves out {name}"
 
 
-def test_the_site_builds_strictly_with_no_warning(tmp_path: Path) -> None:
+def build_site(site: Path) -> subprocess.CompletedProcess[str]:
     mkdocs = Path(sys.executable).parent / "mkdocs"
-    result = subprocess.run(
-        [str(mkdocs), "build", "--strict", "--site-dir", str(tmp_path / "site")],
+    return subprocess.run(
+        [str(mkdocs), "build", "--strict", "--site-dir", str(site)],
         check=False,
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=300,
-        env={"PATH": "/usr/bin:/bin", "NO_MKDOCS_2_WARNING": "1", "HOME": str(tmp_path)},
+        env={"PATH": "/usr/bin:/bin", "NO_MKDOCS_2_WARNING": "1", "HOME": str(site.parent)},
     )
+
+
+def test_the_site_builds_strictly_with_no_warning(tmp_path: Path) -> None:
+    result = build_site(tmp_path / "site")
     output = result.stdout + result.stderr
     warnings = [line for line in output.splitlines() if "WARNING" in line]
     assert result.returncode == 0 and not warnings, f"mkdocs build --strict:\n{output[-4000:]}"
@@ -226,3 +248,147 @@ def test_the_command_check_names_what_does_not_exist(argv: list[str], problem: s
     targets = makefile_targets(ROOT / "Makefile")
     variables = set(json.loads((ROOT / "cookiecutter.json").read_text()))
     assert command_problems(argv, targets, set(cli_commands()), variables) == [problem]
+
+
+@pytest.fixture(scope="module")
+def browser() -> str:
+    """A headless Chromium: found, else Debian's package installed when the suite runs as root."""
+    found = next(filter(None, map(shutil.which, BROWSERS)), None)
+    if found is None and os.geteuid() == 0 and shutil.which("apt-get"):
+        install = ["apt-get", "install", "-y", "-qq", "--no-install-recommends", "chromium"]
+        if subprocess.run(install, capture_output=True, check=False, timeout=600).returncode != 0:
+            subprocess.run(["apt-get", "update", "-qq"], capture_output=True, check=False, timeout=600)
+            subprocess.run(install, capture_output=True, check=False, timeout=600)
+        found = shutil.which("chromium")
+    if found is None:
+        pytest.skip(f"no headless browser ({', '.join(BROWSERS)}): apt-get install chromium to see the site rendered")
+    return found
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The built site, served over HTTP from a thread: the address of its root."""
+    site = tmp_path_factory.mktemp("served") / "site"
+    built = build_site(site)
+    assert built.returncode == 0, built.stdout + built.stderr
+    handler = functools.partial(QuietHandler, directory=str(site))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+class QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+class Chromium:
+    """Headless Chromium driven over its DevTools pipe (`--remote-debugging-pipe`: JSON
+    messages ended by NUL on file descriptors 3 and 4), so that the test waits for what the
+    page shows rather than for a guessed time; standard library only."""
+
+    def __init__(self, binary: str, profile: Path) -> None:
+        to_child, self._out = os.pipe()
+        self._in, from_child = os.pipe()
+
+        def as_3_and_4() -> None:  # in the child: dup first, as either pipe end may be 3 or 4 already
+            ends = os.dup(to_child), os.dup(from_child)
+            os.dup2(ends[0], 3)
+            os.dup2(ends[1], 4)
+
+        argv = [binary, "--headless", "--no-sandbox", "--disable-gpu", "--remote-debugging-pipe"]
+        argv += [f"--user-data-dir={profile}", "--window-size=1280,1000", "about:blank"]
+        # preexec_fn, though the site's server thread runs: it only dups descriptors, and no
+        # other way puts the pipe's ends at 3 and 4 in the child.
+        self.process = subprocess.Popen(
+            argv,
+            close_fds=False,
+            preexec_fn=as_3_and_4,  # noqa: PLW1509
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        os.close(to_child)
+        os.close(from_child)
+        self._buffer, self._id = b"", 0
+
+    def send(self, method: str, session: str | None = None, **params: object) -> dict[str, Any]:
+        self._id += 1
+        message: dict[str, object] = {"id": self._id, "method": method, "params": params}
+        if session:
+            message["sessionId"] = session
+        os.write(self._out, json.dumps(message).encode() + b"\0")
+        while True:  # events come between the replies: read to this call's
+            while b"\0" not in self._buffer:
+                chunk = os.read(self._in, 1 << 16)
+                assert chunk, f"the browser closed its pipe during {method}"
+                self._buffer += chunk
+            raw, self._buffer = self._buffer.split(b"\0", 1)
+            reply = json.loads(raw)
+            if reply.get("id") == self._id:
+                assert "error" not in reply, f"{method}: {reply['error']}"
+                return dict(reply["result"])
+
+    def open(self, url: str) -> str:
+        """A new tab at `url`; its session."""
+        target = self.send("Target.createTarget", url=url)["targetId"]
+        return str(self.send("Target.attachToTarget", targetId=target, flatten=True)["sessionId"])
+
+    def evaluate(self, session: str, expression: str) -> Any:
+        return self.send("Runtime.evaluate", session, expression=expression, returnByValue=True)["result"].get("value")
+
+    def wait_for(self, session: str, expression: str, ceiling: float = 60) -> Any:
+        """`expression`'s value once truthy, asked every 0.2 s; None at the ceiling (a bound
+        for a page that never shows it, not a measure of speed)."""
+        deadline = time.monotonic() + ceiling
+        while time.monotonic() < deadline:
+            value = self.evaluate(session, expression)
+            if value:
+                return value
+            time.sleep(0.2)
+        return None
+
+    def screenshot(self, session: str, name: str) -> None:
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        data = self.send("Page.captureScreenshot", session, format="png")["data"]
+        (SCREENSHOTS / name).write_bytes(base64.b64decode(data))
+
+    def close(self) -> None:
+        self.process.kill()
+        self.process.wait(timeout=30)
+        os.close(self._in)
+        os.close(self._out)
+
+
+def test_a_reader_sees_the_home_page_a_setting_and_finds_it_by_search(
+    browser: str, served: str, tmp_path: Path
+) -> None:
+    chromium = Chromium(browser, tmp_path / "profile")
+    try:
+        home = chromium.open(f"{served}/")
+        title = chromium.wait_for(home, "document.readyState == 'complete' && document.title")
+        assert title == "SQS worker template", f"the home page's title: {title!r}"
+        text = chromium.evaluate(home, "document.querySelector('article').innerText")
+        assert "This is the owner's manual" in text, f"the home page shows: {text[:500]!r}"
+        chromium.screenshot(home, "home.png")
+
+        settings = chromium.open(f"{served}/reference/settings/")
+        codes = chromium.wait_for(
+            settings, "Array.from(document.querySelectorAll('article td code')).map(c => c.textContent).join(' ')"
+        )
+        assert codes and SOUGHT in codes.split(), f"{SOUGHT} is not in the settings reference's table"
+        chromium.screenshot(settings, "settings.png")
+
+        search = chromium.open(f"{served}/?q={SOUGHT}")  # Material's search, opened with its query
+        found = chromium.wait_for(
+            search,
+            "Array.from(document.querySelectorAll('.md-search-result__item a')).map(a => a.pathname).join(' ')",
+        )
+        chromium.screenshot(search, "search.png")
+        assert found and "/reference/settings/" in found.split(), f"a search for {SOUGHT} found: {found!r}"
+    finally:
+        chromium.close()
