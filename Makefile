@@ -54,12 +54,13 @@ test-full:
 	$(MAKE) test FULL=1
 
 # The inner loop, before each commit: the engine's unit and model tests (the property suites
-# at a tenth of their everyday examples) and one bake, locked, linted, type-checked and its
-# handler tests run. No LocalStack; under a minute on 2 cores. `make test` before a push.
+# at a tenth of their everyday examples, the few tests of several seconds marked `slow` left
+# to `make test`) and one bake, locked, linted, type-checked and its handler tests run. No
+# LocalStack; under a minute on 2 quiet cores. `make test` before a push.
 CHECK_BAKE := idempotency-long-names
 check: install
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" TEMPLATE_TESTS_NO_LOCALSTACK=1 SCHEDULES=30 COMPOSITIONS=30 SHARED_COMPOSITIONS=10 \
-	  $(VENV)/bin/pytest -n 2 -q engine/tests/unit engine/tests/model \
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" TEMPLATE_TESTS_NO_LOCALSTACK=1 SCHEDULES=30 COMPOSITIONS=30 SHARED_COMPOSITIONS=5 \
+	  $(VENV)/bin/pytest -n 2 -q -m "not slow" engine/tests/unit engine/tests/model \
 	  "tests/test_bake.py::test_a_checked_set_lints_type_checks_and_passes_its_handler_tests[$(CHECK_BAKE)]"
 
 demo: install

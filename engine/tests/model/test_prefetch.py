@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 
+import pytest
+
 from sqs_worker_engine.base import clock
 from sqs_worker_engine.handlers.job import Job
 
@@ -185,6 +187,7 @@ def test_a_place_comes_back_when_its_delete_is_sent_within_a_bound() -> None:
     assert max(runs.values()) == 1
 
 
+@pytest.mark.slow
 def test_short_jobs_at_an_in_region_round_trip_run_near_their_concurrency_by_default() -> None:
     """10 ms jobs at concurrency 50, every receive and delete taking 20 ms (SQS in-region),
     the default prefetch: at least 0.9 of the 5,000 jobs a second the slots allow. With a

@@ -361,6 +361,7 @@ def test_a_quiet_spell_never_holds_a_message_back_for_its_group() -> None:
             assert at - group.first <= traffic.MAX_SPAN + traffic.STEP
 
 
+@pytest.mark.slow
 def test_the_same_seed_gives_the_same_traffic() -> None:
     shape = traffic.SHAPES["spike"]
     a = list(traffic.arrivals(shape, 80.0, 1, seed=5))

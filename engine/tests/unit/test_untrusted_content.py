@@ -89,6 +89,7 @@ SHAPED = st.one_of(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(doc=SHAPED, kind=st.sampled_from(ENVELOPES))
 def test_opening_any_envelope_fails_only_with_a_payload_error(doc: Any, kind: Any) -> None:
