@@ -305,7 +305,7 @@ def test_release_roles(projects: dict[str, Path], key: str) -> None:
 
 def test_docs_workflow() -> None:
     """The docs site built strictly on each version tag (and by hand), as `make docs` builds it,
-    with a read-only token: no job may write until the Pages deploy is pinned and added."""
+    and published to GitHub Pages by a job of its own, the only one with Pages rights."""
     path = ROOT / ".github" / "workflows" / "docs.yml"
     assert jsonschema_cli_problems("vendor.github-workflows", path) == []
     assert actionlint_problems(path) == []
@@ -324,3 +324,11 @@ def test_docs_workflow() -> None:
             assert any("deploy-pages" in step.get("uses", "") for step in job["steps"]), (
                 f"{name}: Pages rights without a deploy-pages step"
             )
+    # What `make docs` builds is what is published: the site/ folder, deployed after the build.
+    build, deploy = workflow["jobs"]["build"], workflow["jobs"]["deploy"]
+    (upload,) = [step for step in build["steps"] if "upload-pages-artifact" in step.get("uses", "")]
+    named = re.search(r"^site_dir:\s*(\S+)", (ROOT / "mkdocs.yml").read_text(), re.MULTILINE)
+    site_dir = named.group(1) if named else "site"  # mkdocs.yml may hold tags a safe loader refuses
+    assert upload["with"]["path"] == site_dir, (upload, site_dir)
+    assert deploy["needs"] == "build" and deploy["permissions"] == {"pages": "write", "id-token": "write"}
+    assert deploy["environment"]["name"] == "github-pages"
