@@ -116,13 +116,14 @@ class Rendered:
                 yield obj["spec"]["jobTargetRef"]["template"]
 
 
-def commands(markdown: str) -> Iterator[str]:
+def commands(markdown: str, blocks_only: bool = False) -> Iterator[str]:
     """The commands a doc gives: each line of its shell blocks (continuations joined,
-    heredoc bodies and comments left out), and inline code that starts like a command."""
+    heredoc bodies and comments left out), and inline code that starts like a command
+    (`blocks_only`: the blocks' alone, what a reader following the steps runs)."""
     for token in MarkdownIt().parse(markdown):
         if token.type == "fence" and token.info.split()[:1] and token.info.split()[0] in SHELLS:
             yield from _block_commands(token.content)
-        elif token.type == "inline":
+        elif token.type == "inline" and not blocks_only:
             for child in token.children or []:
                 if child.type == "code_inline" and re.match(r"(?:[A-Z_]+=\S+ )*(make|kubectl|aws) ", child.content):
                     yield child.content

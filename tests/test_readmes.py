@@ -186,6 +186,13 @@ def test_the_first_ecs_service_deploy_passes_the_secrets_settings_and_alarms_mad
     copied = [argv for argv in listed[:at] if argv[:3] == ["aws", "s3", "cp"] and argv[3] == "deploy/settings.env"]
     assert copied, "deploy/settings.env is not uploaded before the service deploy"
     destination = copied[0][4].removeprefix("s3://")
+    # ...to a bucket a step makes first: the steps' commands followed in order (prose that
+    # mentions `aws s3 mb` runs nothing) had no bucket to copy to.
+    steps = [words(c) for c in commands((project / "deploy" / "README.md").read_text(), blocks_only=True)]
+    bucket = destination.split("/", 1)[0]
+    upload = steps.index(copied[0])
+    made = [argv for argv in steps[:upload] if argv[:3] == ["aws", "s3", "mb"] and argv[3:4] == [f"s3://{bucket}"]]
+    assert made, f"no step makes the bucket {bucket} before deploy/settings.env is copied to it"
     arn = given["SettingsFileArn"]
     assert re.fullmatch(rf"arn:aws[a-z-]*:s3:::{re.escape(destination)}", arn), f"uploads {destination}, passes {arn}"
     stack = load_cfn(project / "deploy" / "ecs" / "service.yaml")
