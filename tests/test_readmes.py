@@ -236,3 +236,43 @@ def test_the_eks_steps_make_the_settings_and_secrets_before_the_workload(project
         assert namespace < secret < workload, "the Secret is made between the namespace and the workload"
         made = {w.split("=", 1)[1].split("=", 1)[0] for w in listed[secret] if w.startswith("--from-literal=")}
         assert made == set(answers.secrets), f"the Secret holds {sorted(made)}, the service reads {answers.secrets}"
+
+
+@pytest.mark.parametrize("key", EKS_KEYS)
+def test_the_eks_steps_give_kedas_operator_a_role_that_may_assume_the_scaler_role(
+    projects: dict[str, Path], key: str
+) -> None:
+    """KEDA reads the backlog through the scaler role its TriggerAuthentication names, which
+    it assumes with its operator's own credentials: the steps, run in order, must give the
+    operator a role (IRSA on a cluster with an OIDC provider, or an EKS Pod Identity
+    association made before KEDA starts) and let that role assume the scaler role. The
+    grant was prose alone, and with Pod Identity the operator's role came from IRSA."""
+    project = projects[key]
+    steps = [words(c) for c in commands((project / "deploy" / "README.md").read_text(), blocks_only=True)]
+    helm = first(steps, lambda argv: argv[:3] == ["helm", "install", "keda"], "installs KEDA")
+    scaler = first(
+        steps,
+        lambda argv: argv[:3] == ["aws", "iam", "create-role"] and argv[4].endswith("-keda-scaler"),
+        "creates the scaler role",
+    )
+    grants = [
+        i
+        for i, argv in enumerate(steps)
+        if argv[:3] == ["aws", "iam", "put-role-policy"] and argv[3:5] == ["--role-name", "CHANGE-ME-keda-operator"]
+    ]
+    assert grants and grants[0] > scaler, "no step lets KEDA's operator role assume the scaler role"
+    if SUPPORTED[key].answers.get("eks_identity") == "pod-identity":
+        association = first(
+            steps,
+            lambda argv: (
+                argv[:3] == ["aws", "eks", "create-pod-identity-association"]
+                and argv[argv.index("--service-account") + 1] == "keda-operator"
+            ),
+            "associates KEDA's operator with its role",
+        )
+        assert association < helm, "KEDA starts before its operator has a role"
+        assert not any("irsa" in word for word in steps[helm]), f"KEDA told to use IRSA: {steps[helm]}"
+    else:
+        cluster = first(steps, lambda argv: argv[:3] == ["eksctl", "create", "cluster"], "creates the cluster")
+        assert "--with-oidc" in steps[cluster], "IRSA needs the cluster's OIDC provider"
+        assert any(word.startswith("podIdentity.aws.irsa.roleArn=") for word in steps[helm]), steps[helm]
