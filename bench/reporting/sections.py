@@ -23,6 +23,11 @@ from reporting.results import (
 from reporting.tables import drain_text, fmt_requests, num, ratio_text, round_trips, scenario_table, table
 
 
+def in_contender_order(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A section's rows in the order the report lists contenders (measuring.plan.CONTENDERS)."""
+    return sorted(rows, key=lambda r: CONTENDERS.index(r["contender"]))
+
+
 def machine(results: dict[str, Any]) -> list[str]:
     """The machine and the versions the figures were measured on."""
     m = results["machine"]
@@ -108,7 +113,7 @@ def idle(results: dict[str, Any]) -> list[str]:
     add = parts.append
     add("\n## Idle\n")
     rows = []
-    for r in sorted(results["idle"], key=lambda r: CONTENDERS.index(r["contender"])):
+    for r in in_contender_order(results["idle"]):
         if "error" in r:
             rows.append([labels[r["contender"]], "error", "", "", "", "", ""])
             continue
@@ -148,7 +153,7 @@ def memory(results: dict[str, Any]) -> list[str]:
     add = parts.append
     add("\n## Memory with every slot busy\n")
     rows = []
-    for r in sorted(results["memory"], key=lambda r: CONTENDERS.index(r["contender"])):
+    for r in in_contender_order(results["memory"]):
         peak = num(r["peak_rss_bytes"] / MiB) if "peak_rss_bytes" in r else "error"
         rows.append([labels[r["contender"]], str(r["concurrency"]), f"{r['message_bytes'] // 1024} KiB", peak])
     add(table(["contender", "concurrency", "payload", "peak RSS (MiB)"], rows) + "\n")
@@ -162,7 +167,7 @@ def drain(results: dict[str, Any]) -> list[str]:
     add = parts.append
     add("\n## Drain with jobs in flight\n")
     rows = []
-    for r in sorted(results["drain"], key=lambda r: CONTENDERS.index(r["contender"])):
+    for r in in_contender_order(results["drain"]):
         if "error" in r:
             rows.append([labels[r["contender"]], "error", "", "", "", "", "", ""])
             continue
@@ -204,7 +209,7 @@ def kill(results: dict[str, Any]) -> list[str]:
     add = parts.append
     add("\n## SIGKILL with jobs in flight\n")
     rows = []
-    for r in sorted(results.get("kill", []), key=lambda r: CONTENDERS.index(r["contender"])):
+    for r in in_contender_order(results.get("kill", [])):
         if "error" in r:
             rows.append([labels[r["contender"]], "error", "", "", "", ""])
             continue
