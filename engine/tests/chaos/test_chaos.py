@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import random
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -167,6 +168,7 @@ def test_sqs_outage_then_injected_faults_lose_nothing(
     probes: list[tuple[str, list[int], list[int]]] = []
     recovery: list[float] = []
     seen: dict[str, int] = {}
+    outage_errors: Counter[str] = Counter()
     try:
         fleet.start_all(WORKERS)
         workers = list(fleet.current.values())
@@ -199,6 +201,9 @@ def test_sqs_outage_then_injected_faults_lose_nothing(
                 ("up", [probe(m.port, "/readyz") for m in workers], [probe(m.port, "/livez") for m in workers])
             )
 
+        # What the outages alone cost the pollers, read before the faults below add their own
+        # dropped connections.
+        outage_errors = fleet.metric_totals(("worker_poll_errors_total",))
         for op in ("GetQueueUrl", "GetQueueAttributes"):
             proxy.flaky(op, 0.2, 400, "ThrottlingException")
         proxy.flaky("ReceiveMessage", 0.08, 400, "ThrottlingException")
@@ -271,7 +276,15 @@ def test_sqs_outage_then_injected_faults_lose_nothing(
     # (each worker runs one per 10 places: its concurrency and its default prefetch cap).
     concurrency = int(str(WORKER_ENV["WORKER_CONCURRENCY"]))
     pollers = math.ceil((concurrency + default_prefetch(concurrency)) / MAX_RECEIVE_BATCH)
-    refused = seen.get('worker_poll_errors_total{code="EndpointConnectionError"}', 0)
-    assert WORKERS <= refused <= 12 * WORKERS * pollers * len(outages), seen
+    # An outage shows as a refused connection (EndpointConnectionError) to a poll that starts
+    # in it and as a closed one (ConnectionClosedError) to a long poll it cuts; botocore's own
+    # retries can outlast a short outage, so a loaded run may see few of either: at least one,
+    # and every worker not ready (the probes above).
+    unreachable = sum(
+        count
+        for key, count in outage_errors.items()
+        if any(code in key for code in ("EndpointConnectionError", "ConnectionClosedError"))
+    )
+    assert 1 <= unreachable <= 12 * WORKERS * pollers * len(outages), outage_errors
     kinds = {k.split(":")[0] for k in proxy.injected}
     assert {"400", "503", "slow", "dropped_mid_response", "failed_entries"} <= kinds, proxy.injected
