@@ -643,6 +643,17 @@ def test_the_unprefixed_settings_limits_names_are_the_engines() -> None:
     assert unprefixed == set(UNPREFIXED_SETTINGS)
 
 
+def test_every_setting_says_what_it_does() -> None:
+    """The settings reference (docs/reference/settings.md) is written from each field's
+    description: a setting without one would reach its operators as a blank cell."""
+    from sqs_worker_engine.process.settings import Settings
+    from sqs_worker_engine.process.settings.fields import ALIASES
+
+    variable = {name: var for var, name in reversed(ALIASES.items())}  # AWS_REGION before AWS_DEFAULT_REGION
+    blank = [variable[name] for name, info in Settings.model_fields.items() if not (info.description or "").strip()]
+    assert not blank, f"settings without a description=: {', '.join(blank)}"
+
+
 @pytest.mark.parametrize(
     ("concurrency", "cap", "pollers"),
     [(1, 50, 6), (8, 50, 6), (20, 60, 8), (50, 150, 20), (100, 200, 30), (200, 200, 40), (500, 500, 100)],
