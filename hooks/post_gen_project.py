@@ -146,9 +146,7 @@ def before_install(locked: bool) -> list[str]:
         return []
 
     def publish(where: str) -> str:
-        return (
-            f"  publish sqs-worker-engine=={ENGINE_VERSION} to {where} (the template's engine/README.md, 'Releasing')"
-        )
+        return f"  publish sqs-worker-engine=={ENGINE_VERSION} to {where} (the template's docs/engine/development.md, 'Releasing')"
 
     name = ENGINE_INDEX_NAME.upper()
     credentials = f"  if the index asks for credentials, export UV_INDEX_{name}_USERNAME and UV_INDEX_{name}_PASSWORD"

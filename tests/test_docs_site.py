@@ -12,9 +12,16 @@ examples run.
   settings reference, and a search for it finding that page. The screenshots are kept in
   .test-reports/screenshots/.
 - Every Python block of docs/ runs (pytest-markdown-docs, as the READMEs' do in
-  test_readmes.py; a `python notest` fence is left out), and every command of its shell
-  blocks names what exists: a make target of the template's or the generated service's
-  Makefile, a command of the CLI, a cookiecutter variable.
+  test_readmes.py; a `python notest` fence is left out), against the suite's LocalStack in
+  an AWS account of its own, as the engine README's examples ran before they moved to
+  docs/engine/; and every command of its shell blocks names what exists: a make target of
+  the template's or the generated service's Makefile, a command of the CLI, a cookiecutter
+  variable.
+- The engine's README is an overview of at most 250 lines that points into docs/engine/:
+  it links every page there, each of its links leads to a file that exists (a heading too,
+  where it names one), and it links into docs/ by absolute address, since it is also the
+  package's description on the index, where a relative link leads nowhere. Its map of the
+  engine's layers names every folder and module of the package.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ import http.server
 import json
 import os
 import re
+import secrets
 import shutil
 import subprocess
 import sys
@@ -43,6 +51,11 @@ from markdown_it import MarkdownIt
 from scripts import docs_reference
 
 DOCS = ROOT / "docs"
+ENGINE_README = ROOT / "engine" / "README.md"
+PACKAGE = ROOT / "engine" / "src" / "sqs_worker_engine"
+# Where a file of this repository is read on the web, as the docs and the engine's README link it.
+REPOSITORY_FILES = "https://github.com/org/sqs-worker-template/blob/main/"
+README_MOST_LINES = 250
 METRICS_SOURCE = ROOT / "engine" / "src" / "sqs_worker_engine" / "base" / "telemetry" / "metrics.py"
 TEMPLATE_MAKEFILE = ROOT / "{{cookiecutter.project_slug}}" / "Makefile"
 SCREENSHOTS = ROOT / ".test-reports" / "screenshots"
@@ -186,18 +199,134 @@ def python_blocks(path: Path) -> int:
     return sum(1 for t in fences if t.info.split()[:1] == ["python"] and "notest" not in t.info.split())
 
 
-def test_every_python_block_of_the_docs_runs(tmp_path: Path) -> None:
+def private_account() -> dict[str, str]:
+    """Credentials for an account of this test's own on the shared LocalStack (LocalStack
+    takes a 12-digit access key id as the account), as test_readmes.py makes them."""
+    return {"AWS_ACCESS_KEY_ID": str(secrets.randbelow(9 * 10**11) + 10**11), "AWS_SECRET_ACCESS_KEY": "test"}
+
+
+def test_every_python_block_of_the_docs_runs(localstack_endpoint: str, tmp_path: Path) -> None:
     pages = sorted(DOCS.rglob("*.md"))
     blocks = sum(python_blocks(p) for p in pages)
-    assert blocks >= 1, "the docs have no Python block left to run"
+    # The engine's examples that moved here from its README: the lifespan, batch handlers,
+    # an S3 envelope, sending, proving a service, a handler on the test's loop.
+    engine = sum(python_blocks(p) for p in sorted((DOCS / "engine").glob("*.md")))
+    assert engine >= 6, f"docs/engine/ has {engine} Python blocks left to run"
     ini = tmp_path / "pytest.ini"  # the suite's own configuration and plugins stay out of it
     ini.write_text("[pytest]\n")
     argv = [sys.executable, "-m", "pytest", "-c", str(ini), "--rootdir", str(ROOT), "-p", "no:cacheprovider"]
     argv += ["-p", "readme_examples", "--markdown-docs", "-q", *map(str, pages)]
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT / "tests"), "PYTHONDONTWRITEBYTECODE": "1"}
+    env |= {**private_account(), "AWS_ENDPOINT_URL": localstack_endpoint, "AWS_REGION": "us-east-1"}
     result = subprocess.run(argv, check=False, cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
     output = result.stdout + result.stderr
     assert result.returncode == 0 and f"{blocks} passed" in output, f"{blocks} Python blocks, yet:\n{output[-4000:]}"
+
+
+def links(markdown: str) -> list[str]:
+    """Every link's address, inline or by reference, as markdown-it reads the text."""
+    found: list[str] = []
+
+    def walk(tokens: list[Any]) -> None:
+        for token in tokens:
+            if token.type == "link_open":
+                found.append(str(token.attrGet("href")))
+            walk(token.children or [])
+
+    walk(MarkdownIt().parse(markdown))
+    return found
+
+
+def anchors(path: Path) -> set[str]:
+    """The anchors of a page's headings, as MkDocs' toc and GitHub make them."""
+    tokens = MarkdownIt().parse(path.read_text())
+    titles = [tokens[i + 1].content for i, t in enumerate(tokens) if t.type == "heading_open"]
+    return {re.sub(r"[-\s]+", "-", re.sub(r"[^\w\s-]", "", title.lower()).strip()) for title in titles}
+
+
+def readme_link_problems(markdown: str) -> tuple[int, list[str]]:
+    """(links checked, what is wrong with them) for the engine's README: each relative link
+    (read from engine/, as GitHub and a checkout read it) and each address of a file of this
+    repository leads to a file that exists, and to its heading where it names one; a link
+    into docs/ is the absolute address, the only one that leads anywhere on the index."""
+    checked, found = 0, []
+    for href in links(markdown):
+        target, _, anchor = href.partition("#")
+        if href.startswith(REPOSITORY_FILES):
+            path = ROOT / target.removeprefix(REPOSITORY_FILES)
+        elif re.match(r"[a-z]+:", href):
+            continue  # another site's address
+        else:
+            path = (ENGINE_README.parent / target).resolve() if target else ENGINE_README
+            if path.is_relative_to(DOCS):
+                found.append(f"{href}: relative, so it leads nowhere on the package index (link {REPOSITORY_FILES}...)")
+        checked += 1
+        if not path.is_file():
+            found.append(f"{href}: there is no file {os.path.relpath(path, ROOT)}")
+        elif anchor and path.suffix == ".md" and anchor not in anchors(path):
+            found.append(f"{href}: {os.path.relpath(path, ROOT)} has no heading #{anchor}")
+    return checked, found
+
+
+def test_the_engine_readme_is_an_overview_that_links_every_engine_page() -> None:
+    text = ENGINE_README.read_text()
+    lines = len(text.splitlines())
+    assert lines <= README_MOST_LINES, f"engine/README.md is {lines} lines: move a section to docs/engine/"
+    linked = {href.removeprefix(REPOSITORY_FILES).partition("#")[0] for href in links(text)}
+    pages = {p.relative_to(ROOT).as_posix() for p in (DOCS / "engine").glob("*.md")}
+    assert len(pages) >= 10 and not pages - linked, f"engine/README.md does not link {sorted(pages - linked)}"
+
+
+def test_every_link_of_the_engine_readme_leads_to_a_file_that_exists() -> None:
+    checked, found = readme_link_problems(ENGINE_README.read_text())
+    assert checked >= 15 and not found, "\n".join(found) or f"only {checked} links checked"
+
+
+@pytest.mark.parametrize(
+    ("link", "problem"),
+    [
+        ("nowhere.md", "there is no file engine/nowhere.md"),
+        ("../docs/engine/handlers.md", "relative, so it leads nowhere on the package index"),
+        (f"{REPOSITORY_FILES}docs/engine/nowhere.md", "there is no file docs/engine/nowhere.md"),
+        (f"{REPOSITORY_FILES}docs/engine/handlers.md#nowhere", "has no heading #nowhere"),
+        ("#nowhere", "engine/README.md has no heading #nowhere"),
+    ],
+)
+def test_the_readme_link_check_names_what_leads_nowhere(link: str, problem: str) -> None:
+    good = f"[Handlers]({REPOSITORY_FILES}docs/engine/handlers.md#public-api) and [the changelog](CHANGELOG.md)"
+    assert readme_link_problems(good) == (2, [])
+    checked, found = readme_link_problems(f"{good}, and [this][it].\n\n[it]: {link}\n")
+    assert checked == 3 and len(found) == 1 and problem in found[0], found
+
+
+def layer_map() -> dict[str, str]:
+    """The README's map of the engine's layers: each entry's path in the package (a folder,
+    `""` for the package itself, or a module that is a layer of its own) -> what its line says."""
+    section = ENGINE_README.read_text().split("\n## The engine's layers\n", 1)[1].split("\n## ", 1)[0]
+    block = section.split("```\n", 2)[1]
+    entries: dict[str, str] = {}
+    stack: list[str] = []
+    for line in block.splitlines():
+        depth = (len(line) - len(line.lstrip(" "))) // 2
+        name, _, says = line.strip().partition(" ")
+        stack[depth:] = [name.rstrip("/")]
+        entries["/".join(stack[1:])] = says
+    return entries
+
+
+def test_the_engine_readmes_map_names_every_folder_and_module_of_the_package() -> None:
+    entries = layer_map()
+    missing = [f"{path}: no such folder or module" for path in entries if not (PACKAGE / path).exists()]
+    for module in sorted(PACKAGE.rglob("*.py")):
+        folder = module.parent.relative_to(PACKAGE).as_posix().removeprefix(".")
+        own_line = module.relative_to(PACKAGE).as_posix() in entries  # reporting.py, sqs.py
+        named = re.compile(rf"(?<![\w.]){re.escape(module.stem)}(?!\w)")
+        if folder not in entries:
+            missing.append(f"{folder}/: not on the map")
+        elif not (module.stem.startswith("__") or own_line or named.search(entries[folder])):
+            missing.append(f"{folder or 'sqs_worker_engine'}/ does not name {module.stem}")
+    problems = "\n".join(sorted(set(missing)))
+    assert len(entries) >= 20 and not missing, f"engine/README.md, The engine's layers:\n{problems}"
 
 
 def command_problems(argv: list[str], targets: set[str], cli: set[tuple[str, ...]], variables: set[str]) -> list[str]:

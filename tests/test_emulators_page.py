@@ -28,6 +28,8 @@ def test_every_variable_the_page_names_is_read_by_the_emulator_starter() -> None
 def test_the_readmes_that_speak_of_emulators_link_to_the_page() -> None:
     for readme, link in (
         (ROOT / "README.md", "docs/emulators.md"),
-        (ROOT / "engine" / "README.md", "../docs/emulators.md"),
+        # The package's description on the index too, where only an absolute link leads anywhere.
+        (ROOT / "engine" / "README.md", "https://github.com/org/sqs-worker-template/blob/main/docs/emulators.md"),
+        (ROOT / "docs" / "engine" / "emulator-fidelity.md", "../emulators.md"),
     ):
         assert f"]({link})" in readme.read_text(), f"{readme.relative_to(ROOT)} does not link to {link}"

@@ -1,5 +1,6 @@
-"""The examples people copy compile: every Python block of a generated service's README and of
-the engine's README, written into a baked service as modules of its package, passes the
+"""The examples people copy compile: every Python block of a generated service's README, of
+the engine's README and of the engine's docs pages (docs/engine/, where most of the engine's
+examples are), written into a baked service as modules of its package, passes the
 service's own strict mypy; and the service's mypy configuration gives its tests their
 override (untyped helpers allowed) without a warning."""
 
@@ -32,7 +33,9 @@ def test_every_readme_example_type_checks_in_the_service(name: str, tmp_path: Pa
     examples.mkdir()
     (examples / "__init__.py").write_text("")
     written = []
-    for source, readme in (("service", project / "README.md"), ("engine", ROOT / "engine" / "README.md")):
+    docs = [("service", project / "README.md"), ("engine", ROOT / "engine" / "README.md")]
+    docs += [(f"engine_{p.stem.replace('-', '_')}", p) for p in sorted((ROOT / "docs" / "engine").glob("*.md"))]
+    for source, readme in docs:
         for i, block in enumerate(python_blocks(readme)):
             path = examples / f"{source}_{i}.py"
             path.write_text(block)

@@ -100,11 +100,13 @@ def test_every_python_example_of_the_readmes_runs(
 
 
 def test_every_python_example_of_the_engine_readme_runs(localstack_endpoint: str, tmp_path: Path) -> None:
+    """The README is the engine's overview: it keeps one example that runs (a handler tried
+    without AWS); the examples of docs/engine/ run in test_docs_site.py, as these did."""
     readme = ROOT / "engine" / "README.md"
     env = {**private_account(), "AWS_ENDPOINT_URL": localstack_endpoint, "PYTHONPATH": str(TESTS)}
-    output = run_markdown([readme], ROOT / "engine", tmp_path, **env)
+    output = run_markdown([readme], ROOT / "engine", tmp_path, AWS_REGION="us-east-1", **env)
     blocks = python_blocks(readme)
-    assert blocks >= 5 and f"{blocks} passed" in output, output[-3000:]
+    assert blocks >= 1 and f"{blocks} passed" in output, output[-3000:]
 
 
 @pytest.mark.parametrize("key", list(SUPPORTED))

@@ -1,7 +1,7 @@
 """sqs-worker-engine: an asyncio SQS worker that leases, heartbeats, settles and drains.
 
 A service registers its handlers on a `Router` and runs `entry.main(ServiceDefaults(...))`;
-see the README for the whole public API.
+the README lists the public API in brief, docs/engine/handlers.md in full.
 
 The names below are imported on first use (PEP 562), so that `sqs_worker_engine.entry`
 can catch a stop signal before the heavy dependencies load.

@@ -52,7 +52,7 @@ Run and operate {name}: the worker, messages for its queues, the queues themselv
 configuration and health, and its dead-letter queue.
 
 Settings are environment variables (WORKER_QUEUES, WORKER_CONCURRENCY, AWS_REGION,
-AWS_ENDPOINT_URL...; the README's "Configuration" lists them); `config` prints what is in
+AWS_ENDPOINT_URL...; docs/engine/configuration.md lists them); `config` prints what is in
 effect. Exit codes: 0 done, 1 the command failed, 2 bad configuration or arguments,
 3 the worker cannot start (a missing queue, a port in use, a failed startup)."""
 

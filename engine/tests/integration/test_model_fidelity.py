@@ -1,5 +1,5 @@
 """The SQS behaviour the engine relies on, run the same way on the in-memory model, LocalStack
-and moto's server (engine/README.md, "Emulator fidelity", tables each test here).
+and moto's server (docs/engine/emulator-fidelity.md tables each test here).
 
 LocalStack is the truth for the model. Where an emulator departs from SQS, the test asserts
 what that emulator does (so a change in it is noticed) and says what SQS does instead; the

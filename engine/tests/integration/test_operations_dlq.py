@@ -99,8 +99,8 @@ def fill_dlq(sqs: Sqs, queue: Any, count: int) -> None:
         sqs.client.send_message_batch(QueueUrl=queue.dlq_url, Entries=entries)
 
 
-# On moto's server too: its lack of StartMessageMoveTask leaves `redrive --copy` (README,
-# "Emulator fidelity").
+# On moto's server too: its lack of StartMessageMoveTask leaves `redrive --copy`
+# (docs/engine/emulator-fidelity.md).
 @pytest.mark.parametrize("emulator", EMULATORS)
 def test_copy_redrive_interrupted_then_resumed_moves_each_message_once(sqs: Sqs, tmp_path: Path) -> None:
     queue = sqs.create(max_receive=2)

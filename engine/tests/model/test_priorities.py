@@ -1,6 +1,6 @@
 """Priorities across queues on one budget (budget.py, WORKER_SHARED_CONCURRENCY): two
 backlogged queues sharing 4 slots, the real worker against the in-memory SQS on virtual
-time. The figures asserted are the README's ("Priorities on one budget")."""
+time. The figures asserted are docs/engine/protections.md's ("Priorities on one budget")."""
 
 from __future__ import annotations
 

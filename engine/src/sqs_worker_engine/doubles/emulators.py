@@ -7,7 +7,8 @@ SNS and EventBridge; `stop()` stops it only if it was started here):
   tests hold the engine to.
 - moto's server (`moto[server]` from PyPI): no Docker, no auth token, about a second to start.
   The way out should LocalStack's last free image (see `VERSION`) stop working. Where the two
-  differ is measured by the engine's fidelity tests and tabled in its README.
+  differ is measured by the engine's fidelity tests and tabled in
+  docs/engine/emulator-fidelity.md.
 
 `SQS_EMULATOR=localstack|moto` chooses (unset: LocalStack). Not a `WORKER_*` name: the worker's
 settings refuse unknown ones, and this is a choice of the tooling, not of the worker.

@@ -4,7 +4,7 @@ uvloop (libuv underneath, the `uvloop` extra: `sqs-worker-engine[uvloop]`) runs 
 own work, the sockets, timers and callbacks every message goes through, in C. `auto` uses
 it when it is installed and the standard loop otherwise; `uvloop` insists on it (refused
 at start-up when it is missing), `asyncio` never uses it. What it saved, measured side by
-side against a raw receive/delete loop, is in the README ("Event loop").
+side against a raw receive/delete loop, is in docs/engine/protections.md ("Event loop").
 
 Decisions as pure functions: `loop_problem` says what is wrong with a choice (the settings
 refuse to boot on it), `resolve` which loop a choice means here, `new_loop` makes it.
