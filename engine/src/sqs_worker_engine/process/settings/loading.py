@@ -82,7 +82,7 @@ def unknown_setting(var: str) -> str:
     close = difflib.get_close_matches(var, known, n=1, cutoff=0.75)
     if close:
         return f"unknown setting; did you mean {close[0]}?"
-    return "unknown setting (the README's Configuration lists them; per queue: WORKER_QUEUE_<KEY>_<SETTING>)"
+    return "unknown setting (the settings reference lists them: docs/reference/settings.md; per queue: WORKER_QUEUE_<KEY>_<SETTING>)"
 
 
 def _reads(info: Any, name: str, key: str) -> bool:
