@@ -6,6 +6,7 @@ under the same name (a harness's own `observability`) would be taken instead.
 By job, each module importing only those before it:
 - checkout.py: this checkout, as a bake reads it: the engine's limits.py and version, git;
 - source.py: where a bake gets its engine, and the template repository its documents link;
+- guides.py: the docs site's how-to page of each answer and envelope (imports nothing);
 - aws.py: partitions and DNS suffixes, the worker's IAM policy, the owner's secrets;
 - filters.py: values written out as YAML or JSON;
 - alerts.py, dashboard.py, emf.py: what a bake alerts on and shows, one table each, and the

@@ -5,7 +5,7 @@ templates and hooks use.
 Globals: `limits` (the engine's limits.py) and `limits_file` (its path, for the hooks),
 `engine_version`, `engine_source`, `engine_index`, `engine_index_unnamed`,
 `engine_index_name`, `index_variables`, `template_origin`, `engine_link`,
-`template_doc_link`, `git_credential_helper`, `template_commit`, `worker_policy`,
+`template_doc_link`, `how_to_guides`, `git_credential_helper`, `template_commit`, `worker_policy`,
 `payload_bucket_placeholder`, `alerts`, `dashboard`, `emf_metrics`, `emf_dimensions`,
 `secrets`, `secret_path`. Filters: `dlq_name`, `partition`, `dns_suffix`, `to_yaml`,
 `to_json`, `secret_parameter`.
@@ -24,7 +24,7 @@ from typing import Any
 
 from jinja2.ext import Extension
 
-from . import alerts, aws, dashboard, emf, filters, source
+from . import alerts, aws, dashboard, emf, filters, guides, source
 from .checkout import LIMITS_FILE, ROOT, engine_version, git, load_limits
 
 PACKAGE = __name__.rpartition(".")[0]
@@ -57,6 +57,7 @@ class EngineExtension(Extension):
         environment.globals["template_origin"] = source.template_origin
         environment.globals["engine_link"] = source.engine_link
         environment.globals["template_doc_link"] = source.template_doc_link
+        environment.globals["how_to_guides"] = guides.guides
         environment.globals["git_credential_helper"] = source.GIT_CREDENTIAL_HELPER
         environment.globals["template_commit"] = lambda: git("rev-parse", "HEAD") or ""
         environment.globals["worker_policy"] = aws.worker_policy

@@ -8,7 +8,8 @@ was baked from.
 - `template_origin(cookiecutter)`: where `cruft update` finds the template again.
 - `engine_link(cookiecutter)`: the engine named in the generated README, linked to the
   repository the service was baked from (or the checkout's path, for a local bake);
-  `template_doc_link(cookiecutter, doc)` the same for one of its documents.
+  `template_doc_link(cookiecutter, doc, label, anchor)` the same for one of its documents
+  (the docs site's pages: the generated README's "Read on").
 - `GIT_CREDENTIAL_HELPER`: the git credential helper the Dockerfile and CI of a service with
   the engine as a git source use to read the template repository with a token.
 """
@@ -185,11 +186,20 @@ def engine_link(cookiecutter: dict[str, Any]) -> str:
     return f"`sqs-worker-engine` (`engine/` of the template checkout `{origin.removeprefix('file://')}`)"
 
 
-def template_doc_link(cookiecutter: dict[str, Any], doc: str) -> str:
+def template_doc_link(cookiecutter: dict[str, Any], doc: str, label: str = "", anchor: str = "") -> str:
     """Markdown naming one of the template repository's documents (docs/scaling.md) where it
-    is: a link at the commit baked from, or its path in the checkout for a local bake."""
+    is: a link at the commit baked from, or its path in the checkout for a local bake. The
+    commit's page is the one that matches the engine the service pins.
+
+    `label`: the link's text instead of the path, for a list of pages (a local bake's then
+    names the path after it, not the checkout: say once where the checkout is, with a link
+    without a label); `anchor`: a section of the document (a heading's slug)."""
     origin = template_origin(cookiecutter)
     page = web_url(origin, git("rev-parse", "HEAD") or "", doc, "blob")
+    target = f"{doc}#{anchor}" if anchor else doc
     if page:
-        return f"[{doc}]({page}) in the template's repository"
-    return f"`{doc}` of the template checkout `{origin.removeprefix('file://')}`"
+        url = f"{page}#{anchor}" if anchor else page
+        return f"[{label}]({url})" if label else f"[{target}]({url}) in the template's repository"
+    if label:
+        return f"{label} (`{target}`)"
+    return f"`{target}` of the template checkout `{origin.removeprefix('file://')}`"

@@ -28,6 +28,7 @@ from conftest import ROOT, bake, run, seed_mypy_cache
 from matrix import COOKIECUTTER
 from validators import dockerfile_instructions, jsonschema_cli_problems, load_workflow
 
+from sqs_worker_template_jinja import source as template_source
 from sqs_worker_template_jinja.source import (
     ENGINE_INDEX,
     GIT_CREDENTIAL_HELPER,
@@ -119,6 +120,37 @@ def test_the_readme_links_the_scaling_doc_where_the_service_was_baked_from() -> 
     """The README's link to docs/scaling.md: the repository the bake came from, at its commit."""
     page = web_url("https://github.com/acme/tpl.git", COMMIT, "docs/scaling.md", "blob")
     assert page == f"https://github.com/acme/tpl/blob/{COMMIT}/docs/scaling.md"
+
+
+@pytest.mark.parametrize(
+    ("origin", "labelled", "plain"),
+    [
+        (
+            "https://github.com/acme/tpl.git",
+            f"[Long jobs](https://github.com/acme/tpl/blob/{COMMIT}/docs/service/long-jobs.md#on-ecs)",
+            (
+                f"[docs/service/long-jobs.md#on-ecs](https://github.com/acme/tpl/blob/{COMMIT}/docs/service/long-jobs.md#on-ecs)"
+                " in the template's repository"
+            ),
+        ),
+        (
+            "/home/me/tpl",
+            "Long jobs (`docs/service/long-jobs.md#on-ecs`)",
+            "`docs/service/long-jobs.md#on-ecs` of the template checkout `/home/me/tpl`",
+        ),
+    ],
+)
+def test_the_readme_links_a_docs_site_page_by_its_title_and_section(
+    monkeypatch: pytest.MonkeyPatch, origin: str, labelled: str, plain: str
+) -> None:
+    """The README's "Read on" names each page by its title, at the commit baked from (a local
+    bake: its path, the checkout named once by a link without a label); a link may lead to a
+    section of the page."""
+    monkeypatch.setattr(template_source, "template_origin", lambda cookiecutter: origin)
+    monkeypatch.setattr(template_source, "git", lambda *args: COMMIT)
+    doc, anchor = "docs/service/long-jobs.md", "on-ecs"
+    assert template_source.template_doc_link({}, doc, "Long jobs", anchor) == labelled
+    assert template_source.template_doc_link({}, doc, anchor=anchor) == plain
 
 
 # --- the index route, end to end ---------------------------------------------------------------
