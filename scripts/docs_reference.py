@@ -12,9 +12,11 @@ page differs from what `pages()` returns now.
   (one TypedDict an event), and what the module docstring says of it.
 - docs/reference/cli.md: every command and option of the CLI, from `cli.build_parser`.
 - docs/reference/variables.md and docs/how-to/index.md: cookiecutter.json's variables,
-  choices, defaults and prompts.
+  choices, defaults and prompts; the how-to index links each answer, and each envelope of the
+  engine's, to its guide (sqs_worker_template_jinja/guides.py, which the generated README
+  reads too).
 
-Standard library and the installed engine only. Nothing here depends on the Python version
+Standard library, the installed engine and that table only. Nothing here depends on the Python version
 running it (argparse's help layout does, so no help text is rendered, only the parser's
 actions), so the pages are the same on every Python the suite runs on.
 """
@@ -371,23 +373,67 @@ def variables_page() -> str:
     return "\n".join(out) + "\n"
 
 
+def template_guides() -> types.ModuleType:
+    """The template's table of how-to guides (sqs_worker_template_jinja/guides.py, which
+    imports nothing), the same the generated README reads: `make docs-reference` runs this
+    file as a script, without the template's root on sys.path."""
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    from sqs_worker_template_jinja import guides
+
+    return guides
+
+
+def guide_link(guide: Any, text: str) -> str:
+    return f"[{text}]({guide.page})"
+
+
 def how_to_index() -> str:
+    """Each cookiecutter question, and each of its answers other than the default linked to its
+    guide (guides.py's ANSWERS); then each envelope a handler may declare, linked to its own.
+    Fails when an envelope of the engine's has no guide, or a guide names one it does not have."""
+    from sqs_worker_engine.formats.envelopes import EnvelopeKind
+
+    guides = template_guides()
     variables, prompts = cookiecutter_variables()
+    kinds = [kind for kind in typing.get_args(EnvelopeKind) if kind != "raw"]
+    listed = [guide.answer for guide in guides.ENVELOPES]
+    if sorted(kinds) != sorted(listed):
+        raise SystemExit(f"guides.py's ENVELOPES {listed} are not the engine's envelopes {kinds}")
     out = [
         "# How-to",
         "",
-        GENERATED.format(source="cookiecutter.json"),
+        GENERATED.format(source="cookiecutter.json and sqs_worker_template_jinja/guides.py"),
         "",
         "Each answer `cookiecutter` takes other than its default changes what the service is and how it",
-        "deploys. A how-to guide per such answer is where this section is heading; until then, each",
-        "question, what it asks, and the answers it offers other than the default (every default and",
-        "choice: [Cookiecutter variables](../reference/variables.md)).",
+        "deploys: each question, what it asks, and the answers it offers other than the default, each",
+        "linked to the guide that says what it adds (every default and choice:",
+        "[Cookiecutter variables](../reference/variables.md)). A service's README links the guides of",
+        "the answers it was generated with; what every service holds is in [Your service](../service/index.md).",
         "",
     ]
     for name, value in variables.items():
-        other = ", ".join(code(choice) for choice in value[1:]) if isinstance(value, list) else ""
+        by_answer = {guide.answer: guide for guide in guides.ANSWERS if guide.variable == name}
         line = f"- {code(name)}: {prompt_of(prompts, name)}"
-        out.append(f"{line} (other answers: {other})" if other else line)
+        if isinstance(value, list):
+            other = ", ".join(
+                guide_link(by_answer[choice], code(choice)) if choice in by_answer else code(choice)
+                for choice in value[1:]
+            )
+            line = f"{line} (other answers: {other})" if other else line
+        elif by_answer:  # a free answer: the forms of it that have a guide (a queue name ending in .fifo)
+            line += "".join(f" (ending in {code(a)}: {guide_link(g, g.title)})" for a, g in by_answer.items())
+        out.append(line)
+    out += [
+        "",
+        "## Where messages come from",
+        "",
+        "Not a question of `cookiecutter`'s: a handler's `envelope=` says what wraps its payload, and",
+        "the worker opens it ([Where messages come from](../service/messages.md)). Each envelope's guide,",
+        "with its example:",
+        "",
+    ]
+    out += [f"- {guide_link(guide, code(guide.answer))}: {guide.title}" for guide in guides.ENVELOPES]
     return "\n".join(out) + "\n"
 
 
