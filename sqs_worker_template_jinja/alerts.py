@@ -480,7 +480,7 @@ def _noisy_groups(b: Bake) -> Alert:
         "give-back log lines, which name the tenant (`group`); worker_tenants_at_cap and "
         "worker_tenant_capped_total (whether the engine caps it already); the tenant's producer.",
         do="Throttle the tenant: WORKER_GROUP_CONCURRENCY (WORKER_QUEUE_<KEY>_GROUP_CONCURRENCY for one queue) "
-        "caps how many of one tenant's jobs run at once per process (the README's \"Fair tenants\"); ask its "
-        "producer to spread its sends. Every tenant slow at once is the fleet's capacity instead "
-        "(SQSOldestMessageAgeHigh).",
+        "caps how many of one tenant's jobs run at once per process (the README's \"Read on\": Several "
+        "queues, priorities and tenants); ask its producer to spread its sends. Every tenant slow at once "
+        "is the fleet's capacity instead (SQSOldestMessageAgeHigh).",
     )

@@ -1,9 +1,10 @@
 """What the commands of a generated service's docs name, held to what its bake renders.
 
 `problems(project)` reads the shell blocks of README.md and deploy/README.md (and the inline
-code spans that are commands: `make upgrade`, `kubectl ...`) with markdown-it, the parser
-pytest-markdown-docs uses, splits each command into words with shlex, and names every word
-that points at something the bake does not have:
+code spans that are commands: `make upgrade`, `kubectl ...`), and of the docs site's owner's
+pages the README links (`site_links`, under docs/service/ and docs/how-to/: where its long
+parts went, the how-to guides of its answers among them), with markdown-it, the parser pytest-markdown-docs uses, splits each command into words
+with shlex, and names every word that points at something the bake does not have:
 
 - a file or folder (`deploy/...`, `--template-file`, `kubectl apply -f`);
 - a make target of the service's Makefile;
@@ -30,6 +31,15 @@ from markdown_it import MarkdownIt
 from validators import load_cfn
 
 DOCS = ("README.md", "deploy/README.md")
+# The template checkout the bakes are made from: the docs site's pages a README links are its.
+TEMPLATE_ROOT = Path(__file__).resolve().parents[1]
+# The docs site's sections written for a service's owner: their commands are the service's
+# (the site's other pages, docs/scaling.md among them, speak of the template's own).
+OWNER_PAGES = ("docs/service/", "docs/how-to/")
+# A page of the template repository's docs site as the generated README names it
+# (sqs_worker_template_jinja/source.py, `template_doc_link`): its path in backticks for a bake
+# from a checkout, or the address of the file at the commit baked from; `#anchor` a heading.
+SITE_LINK = re.compile(r"(?:`|/blob/[0-9a-f]{7,40}/)(docs/[\w./-]+?\.md)(?:#([\w-]+))?")
 SHELLS = ("sh", "bash", "shell", "console")
 # kubectl's names for the kinds the docs use, and which rendered kind makes objects of a
 # kind the bake does not render itself (pods of a Deployment, Jobs of a ScaledJob).
@@ -153,9 +163,23 @@ def words(command: str) -> list[str]:
         return command.split()
 
 
+def site_links(markdown: str) -> list[tuple[str, str]]:
+    """The docs site's pages a generated README names, in order: (path in the template
+    repository, anchor or "")."""
+    return [(doc, anchor or "") for doc, anchor in SITE_LINK.findall(markdown)]
+
+
 def problems(project: Path) -> list[str]:
     rendered = Rendered.of(project)
     found: list[str] = []
+    readme = (project / "README.md").read_text()
+    for doc in dict.fromkeys(doc for doc, _ in site_links(readme) if doc.startswith(OWNER_PAGES)):
+        path = TEMPLATE_ROOT / doc
+        if not path.is_file():
+            found.append(f"README.md: names {doc}, which the template does not have")
+            continue
+        for command in commands(path.read_text()):
+            found += [f"{doc}: `{command}`: {p}" for p in _command_problems(rendered, words(command))]
     for doc in DOCS:
         path = project / doc
         if not path.is_file():

@@ -1,6 +1,8 @@
 """The examples people copy compile: every Python block of a generated service's README, of
 the engine's README and of the engine's docs pages (docs/engine/, where most of the engine's
-examples are), written into a baked service as modules of its package, passes the
+examples are), and of the docs site's pages for a service's owner (docs/service/ and
+docs/how-to/, where the service README's long parts went), written into a baked service as
+modules of its package, passes the
 service's own strict mypy; and the service's mypy configuration gives its tests their
 override (untyped helpers allowed) without a warning."""
 
@@ -35,6 +37,9 @@ def test_every_readme_example_type_checks_in_the_service(name: str, tmp_path: Pa
     written = []
     docs = [("service", project / "README.md"), ("engine", ROOT / "engine" / "README.md")]
     docs += [(f"engine_{p.stem.replace('-', '_')}", p) for p in sorted((ROOT / "docs" / "engine").glob("*.md"))]
+    for section in ("service", "how-to"):
+        pages = sorted((ROOT / "docs" / section).glob("*.md"))
+        docs += [(f"site_{section.replace('-', '_')}_{p.stem.replace('-', '_')}", p) for p in pages]
     for source, readme in docs:
         for i, block in enumerate(python_blocks(readme)):
             path = examples / f"{source}_{i}.py"

@@ -5,10 +5,17 @@ answer set of tests/matrix.py, on the bakes the test_artifacts_* files make (con
   reader would save it as (pytest-markdown-docs, with tests/readme_examples.py making each
   block `__main__`), against the suite's LocalStack, in an AWS account of its own (LocalStack
   takes a 12-digit access key id as the account) where the service's own `bootstrap` made
-  its queues first: the producer example sends, and SQS holds every message it sent.
+  its queues first: the producer example sends, and SQS holds every message it sent. The
+  README keeps the examples that import the service's package (the example handler, a
+  handler test, the producer); the rest moved to the docs site's pages, which run in
+  test_docs_site.py.
 - The engine's README runs the same way.
+- The README is a front page: at most 300 lines for every answer set, and every page of the
+  docs site it names (the service's pages, the how-to guides of the answers it was baked
+  with and of no others) exists, with the heading it names.
 - Every command of the docs names only what the bake renders (tests/doc_commands.py): files,
-  Kubernetes kinds, names and containers, stack parameters and outputs, make targets.
+  Kubernetes kinds, names and containers, stack parameters and outputs, make targets; the
+  docs site's pages the README links included.
 
 They run with the suite's interpreter and the bake's src/ on the path (as the artifact tests
 import a bake), not in an environment per bake: the bake's own `make test` (test_bake.py)
@@ -17,6 +24,7 @@ installs one for the answer sets that run it.
 
 from __future__ import annotations
 
+import json
 import re
 import secrets
 import sys
@@ -27,16 +35,21 @@ import boto3
 import pytest
 from artifacts import ANSWERS
 from conftest import ROOT, run
-from doc_commands import commands, problems, words
+from doc_commands import commands, problems, site_links, words
 from markdown_it import MarkdownIt
 from matrix import SHAPES, SUPPORTED
 from validators import load_cfn
 
 from sqs_worker_template_jinja.aws import secret_parameter
+from sqs_worker_template_jinja.guides import ANSWERS as GUIDES
 
 TESTS = Path(__file__).resolve().parent
 # What the producer example sends when run: one task, a batch of two, and one from sync code.
 SENT_BY_THE_PRODUCER_EXAMPLE = 4
+# The README's Python blocks: the example handler, a handler test and the producer (with
+# use_idempotency=yes, the idempotent handler too); deploy/README.md has none.
+README_BLOCKS = 3
+README_MOST_LINES = 300
 
 
 def python_blocks(readme: Path) -> int:
@@ -85,7 +98,7 @@ def test_every_python_example_of_the_readmes_runs(
     docs = [project / "README.md", project / "deploy" / "README.md"]
     output = run_markdown(docs, project, tmp_path, **env)
     blocks = sum(python_blocks(doc) for doc in docs)
-    assert blocks >= 8 and f"{blocks} passed" in output, f"{blocks} Python blocks, yet:\n{output[-3000:]}"
+    assert blocks >= README_BLOCKS and f"{blocks} passed" in output, f"{blocks} Python blocks, yet:\n{output[-3000:]}"
 
     sqs = boto3.client(
         "sqs",
@@ -115,17 +128,84 @@ def test_the_docs_commands_name_only_what_the_bake_renders(projects: dict[str, P
     assert not found, "\n".join(found)
 
 
+def anchors(page: Path) -> set[str]:
+    """The anchors of a page's headings, as MkDocs' toc and GitHub make them."""
+    tokens = MarkdownIt().parse(page.read_text())
+    titles = [tokens[i + 1].content for i, t in enumerate(tokens) if t.type == "heading_open"]
+    return {re.sub(r"[-\s]+", "-", re.sub(r"[^\w\s-]", "", title.lower()).strip()) for title in titles}
+
+
+def page_section(page: Path, heading: str) -> str:
+    """A `## heading` section of a docs page, its whitespace folded."""
+    text = page.read_text()
+    assert f"\n## {heading}\n" in text, f"{page.relative_to(ROOT)} has no section {heading!r}"
+    return " ".join(text.split(f"\n## {heading}\n", 1)[1].split("\n## ", 1)[0].split())
+
+
+def baked_answers(project: Path) -> dict[str, str]:
+    """Every answer a bake was made with, defaults included, as .cruft.json records them."""
+    context = json.loads((project / ".cruft.json").read_text())["context"]["cookiecutter"]
+    return {name: str(value) for name, value in context.items() if not name.startswith("_")}
+
+
+@pytest.mark.parametrize("key", list(SUPPORTED))
+def test_the_readme_is_a_front_page_whose_docs_site_pages_exist(projects: dict[str, Path], key: str) -> None:
+    """What the service is, its daily commands, its example handler and its own numbers, in at
+    most 300 lines whatever the answers; the rest is on the docs site's pages it names, each
+    of which exists in the repository (a heading too, where it names one): every page of the
+    service's section, and the how-to guide of each answer it was baked with other than the
+    default, and of no other answer."""
+    project = projects[key]
+    readme = (project / "README.md").read_text()
+    lines = len(readme.splitlines())
+    assert lines <= README_MOST_LINES, f"README.md is {lines} lines, over {README_MOST_LINES}"
+
+    linked = site_links(readme)
+    assert len(linked) >= 15, f"the README names only {linked} of the docs site"
+    for doc, anchor in linked:
+        page = ROOT / doc
+        assert page.is_file(), f"the README names {doc}, which the repository does not have"
+        assert not anchor or anchor in anchors(page), f"the README names {doc}#{anchor}: no such heading"
+    named = {doc for doc, _ in linked}
+    service = {f"docs/service/{page.name}" for page in (ROOT / "docs" / "service").glob("*.md")}
+    assert service <= named, f"the README leaves out {sorted(service - named)}"
+
+    # Each guide's answer, read from the bake's own record of its answers; a Kubernetes
+    # answer counts where the bake has Kubernetes files.
+    answers = baked_answers(project)
+    kubernetes = (project / "deploy" / "k8s").is_dir()
+    baked = set()
+    for guide in GUIDES:
+        value = answers[guide.variable]
+        holds = value.endswith(guide.answer) if guide.variable == "queue_name" else value == guide.answer
+        if holds and (kubernetes or guide.variable not in ("kubernetes_workload", "eks_identity")):
+            baked.add(guide.doc)
+    guides = {doc for doc in named if doc.startswith("docs/how-to/") and doc != "docs/how-to/index.md"}
+    assert guides == baked, f"the README links the guides {sorted(guides)}, its answers' are {sorted(baked)}"
+    if answers["queue_name"].endswith(".fifo"):
+        assert "docs/how-to/fifo.md" in guides, "a FIFO queue's guide must be linked"
+
+
 @pytest.mark.parametrize("key", list(SUPPORTED))
 def test_a_fifo_bakes_readme_says_what_message_groups_do_to_scaling(projects: dict[str, Path], key: str) -> None:
     """Replicas beyond the groups with messages waiting receive nothing, and the fleet
-    simulator runs a FIFO queue as a standard one: a FIFO bake's owner reads both where
-    `make simulate` and the autoscaling are explained, a standard bake's owner neither."""
-    readme = " ".join((projects[key] / "README.md").read_text().split())
-    section = readme.split("## Scaling the fleet", 1)[1].split(" ## ", 1)[0]
+    simulator runs a FIFO queue as a standard one: a FIFO bake's owner is led to both where
+    the README points to `make simulate` and the autoscaling (the FIFO guide's section, linked
+    beside the page on the fleet), a standard bake's owner to neither: the page on the fleet,
+    which every README links, leaves them to the FIFO guide."""
+    readme = (projects[key] / "README.md").read_text()
     fifo = SUPPORTED[key].answers.get("queue_name", "").endswith(".fifo")
-    said = "On this FIFO queue, SQS hands a message group's messages to one consumer at a time" in section
-    assert said == fifo, key
-    assert ("`make simulate` runs a FIFO queue as a standard one" in section) == fifo, key
+    (fleet_line,) = [line for line in readme.splitlines() if ("docs/service/fleet.md", "") in site_links(line)]
+    scaling = ("docs/how-to/fifo.md", "scaling-and-message-groups")
+    assert (scaling in site_links(fleet_line)) == fifo, (key, fleet_line)
+    assert (scaling in site_links(readme)) == fifo, key
+
+    section = page_section(ROOT / "docs" / "how-to" / "fifo.md", "Scaling and message groups")
+    assert "On a FIFO queue, SQS hands a message group's messages to one consumer at a time" in section
+    assert "`make simulate` runs a FIFO queue as a standard one" in section
+    fleet = " ".join((ROOT / "docs" / "service" / "fleet.md").read_text().split())
+    assert "one consumer at a time" not in fleet and "runs a FIFO queue as a standard one" not in fleet
+    assert "(../how-to/fifo.md#scaling-and-message-groups)" in fleet
 
 
 def ordered_commands(project: Path) -> list[list[str]]:

@@ -3,7 +3,7 @@ generated with as the defaults of the engine's environment variables, and its ow
 
 Every value here is only a default: the environment (the ECS task definition, the
 Kubernetes Deployment, docker compose) overrides any of them, and each is validated as
-its variable is (README: "Configuration"). Change a default here, or per deployment there.
+its variable is (README, "Read on": Configuration). Change a default here, or per deployment there.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ class Settings(BaseSettings):
     missing or bad value refuses to start (exit 2) naming its variable, secrets and URLs
     never shown; `config` prints them (secrets redacted). Name each field's variable with
     `validation_alias`; handlers read them with `Settings()`, in the lifespan say, which
-    cannot fail once the worker has started. README: "Your own settings".
+    cannot fail once the worker has started. README, "Read on": Configuration, "Your own settings".
     """
 
     model_config = SettingsConfigDict(frozen=True, extra="ignore")
@@ -56,8 +56,8 @@ SERVICE = ServiceDefaults(
     },
     settings=Settings,
     # The service's secrets, filled by the deploy files from Secrets Manager or SSM: `config`
-    # shows each as set or unset, never its value. Add one here and in deploy/ (README:
-    # "Configuration"), or answer `secrets` again with `make upgrade`.
+    # shows each as set or unset, never its value. Add one here and in deploy/ (README,
+    # "Read on": Configuration), or answer `secrets` again with `make upgrade`.
     secrets=({% for name in secrets(cookiecutter) %}"{{ name }}"{% if not loop.last %}, {% elif loop.length == 1 %},{% endif %}{% endfor %}),
 )
 
