@@ -131,6 +131,9 @@ def _math(
 OUTCOMES = ("success", "retry", "dead_letter", "timeout", "lease_lost", "released", "dropped", "deferred")
 FAILED_OUTCOMES = ("retry", "dead_letter", "timeout")
 ERROR_RATIO = 0.1
+# A release whose jobs fail: more than this share failed in each of RELEASE_MINUTES minutes.
+RELEASE_ERROR_RATIO = 0.5
+RELEASE_MINUTES = 2
 OLDEST_AGE_SECONDS = 600
 
 
@@ -443,7 +446,13 @@ def alerts(cookiecutter: dict[str, Any]) -> list[Alert]:
             "overloading it; a limit that should not adapt: WORKER_ADAPTIVE_CONCURRENCY=false.",
             why="Only with adaptive concurrency (worker_concurrency_floor exists then).",
         ),
-    ] + ([] if b.fifo else [_noisy_groups(b)])
+    ] + _only_some(b, outcomes)
+
+
+def _only_some(b: Bake, outcomes: dict[str, str]) -> list[Alert]:
+    """The alerts of some bakes alone: SQS's noisy groups on a standard queue, the release
+    alarm where ECS deploys."""
+    return ([] if b.fifo else [_noisy_groups(b)]) + ([_release_failing(b, outcomes)] if b.ecs else [])
 
 
 def _noisy_groups(b: Bake) -> Alert:
@@ -483,4 +492,40 @@ def _noisy_groups(b: Bake) -> Alert:
         "caps how many of one tenant's jobs run at once per process (the README's \"Read on\": Several "
         "queues, priorities and tenants); ask its producer to spread its sends. Every tenant slow at once "
         "is the fleet's capacity instead (SQSOldestMessageAgeHigh).",
+    )
+
+
+def _release_failing(b: Bake, outcomes: dict[str, str]) -> Alert:
+    """ECS's deployments watch it (DeploymentConfiguration.Alarms) to roll a bad release back
+    before its failures spend the messages' attempts: the job error ratio on one-minute
+    periods, where WorkerJobErrorRatioHigh waits fifteen minutes to page. Between
+    deployments nothing acts on it: no page, no Prometheus rule (a person rolls back on
+    Kubernetes, on WorkerJobErrorRatioHigh)."""
+    failed = "+".join(f"FILL({i}, 0)" for i, o in outcomes.items() if o in FAILED_OUTCOMES)
+    every = "+".join(f"FILL({i}, 0)" for i in outcomes)
+    queue = {"queue": b.queue}
+    return Alert(
+        name="WorkerReleaseFailing",
+        severity="info",
+        title=f"{b.queue}: more than {RELEASE_ERROR_RATIO:.0%} of jobs failed in each of {RELEASE_MINUTES} minutes. "
+        "Watched by the ECS deployment, which rolls a release back on it; not a page.",
+        summary="",
+        expr=None,
+        wait=None,
+        stack="service",
+        pages=False,
+        alarm=_math(
+            [_stat(i, b.slug, "jobs_processed_total", queue | {"outcome": o}, "Sum", 60) for i, o in outcomes.items()]
+            + [_expression(f"({failed}) / ({every})", "Failed share of jobs", 60)],
+            RELEASE_ERROR_RATIO,
+            RELEASE_MINUTES,
+        ),
+        means="During a deployment or its bake time: the new release fails its jobs, and ECS rolls it back "
+        "to the task definition before it. At other times: what WorkerJobErrorRatioHigh means, sooner.",
+        look="The service's deployment events (`aws ecs describe-services`: a rollback names the alarm), "
+        "the new task definition's logs by outcome (`job failed`).",
+        do="Fix the release and deploy again; the messages its failures retried run on the release before "
+        'it (their retries outlast the rollback: WORKER_RETRY_BASE_SECONDS). "Rolling back" says more.',
+        why="Two one-minute periods: a rollback begins within about four minutes of a broken release's "
+        "first jobs, before a message's retries run out.",
     )

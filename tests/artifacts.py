@@ -237,6 +237,7 @@ class Answers:
                 "WORKER_VISIBILITY_TIMEOUT_SECONDS": str(self.visibility),
                 "WORKER_HEARTBEAT_FRACTION": "0.5",
                 "WORKER_MAX_RECEIVE_COUNT": str(self.max_receive),
+                "WORKER_RETRY_BASE_SECONDS": str(LIMITS.retry_base_outlasting(self.max_receive)),
                 "WORKER_METRICS_HOST": "0.0.0.0",
                 "WORKER_METRICS_PORT": str(self.port),
                 "WORKER_HEALTH_FILE": f"/tmp/{self.slug}.progress",
@@ -304,6 +305,7 @@ ECS_RESOURCES = {
     "Service.Name": "service-name",
     # An alarm's Ref is its name (the deployment alarms name it).
     "WorkerJobErrorRatioHighAlarm": "stack-WorkerJobErrorRatioHighAlarm-0123456789AB",
+    "WorkerReleaseFailingAlarm": "stack-WorkerReleaseFailingAlarm-0123456789AB",
     "ScalableTarget": "scalable-target-id",
     "BacklogStepPolicy": (
         f"arn:aws:autoscaling:us-east-1:{PLACEHOLDER_ACCOUNT}:scalingPolicy:00000000-0000-0000-0000-000000000000:"

@@ -47,7 +47,8 @@ def test_artifacts_agree(projects: dict[str, Path], key: str) -> None:
     defaults = dict(service.environ)
     assert defaults.pop("WORKER_HANDLERS") == f"{answers.package}.handlers:router"
     answered = ("WORKER_QUEUES", "WORKER_CONCURRENCY", "WORKER_VISIBILITY_TIMEOUT_SECONDS", "WORKER_JOB_TIMEOUT_MS")
-    answered += ("WORKER_SHUTDOWN_TIMEOUT_MS", "WORKER_MAX_RECEIVE_COUNT", "WORKER_METRICS_PORT", "AWS_REGION")
+    answered += ("WORKER_SHUTDOWN_TIMEOUT_MS", "WORKER_MAX_RECEIVE_COUNT", "WORKER_RETRY_BASE_SECONDS")
+    answered += ("WORKER_METRICS_PORT", "AWS_REGION")
     assert defaults == {var: answers.env()[var] for var in answered}
     assert served == [answers.queue]
 

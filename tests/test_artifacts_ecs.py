@@ -489,9 +489,15 @@ def test_ecs_releases_roll_back_on_the_alarms_that_say_the_release_is_bad(projec
         refs = [item["Ref"] for branch in written["Fn::If"][1:] for item in as_list(branch) if "Ref" in item]
         assert set(refs) <= set(alarms) | {"DeadLetterAlarmName"}, refs
         ours = {name for name in alarms if ECS_RESOURCES.get(name) in rollback["alarmNames"]}
-        assert ours == {"WorkerJobErrorRatioHighAlarm"}, f"the service's alarms it rolls back on: {ours}"
+        expected = {"WorkerReleaseFailingAlarm", "WorkerJobErrorRatioHighAlarm"}
+        assert ours == expected, f"the service's alarms it rolls back on: {ours}"
         assert (given in rollback["alarmNames"]) is bool(given), rollback["alarmNames"]
-        assert len(rollback["alarmNames"]) == 1 + bool(given)
+        assert len(rollback["alarmNames"]) == len(expected) + bool(given)
+        # The release alarm pages no one: deployments act on it, and WorkerJobErrorRatioHigh
+        # pages for the same failures when they last.
+        fast = alarms["WorkerReleaseFailingAlarm"]
+        assert "AlarmActions" not in fast and fast["EvaluationPeriods"] == fast["DatapointsToAlarm"] == 2
+        assert {m.get("MetricStat", m).get("Period") for m in fast["Metrics"]} == {60}
         for name in ours:
             alarm = alarms[name]
             assert alarm["TreatMissingData"] == "notBreaching", f"{name}: a first deploy has no datapoint yet"

@@ -207,7 +207,8 @@ def test_the_ecs_stack_s_deployment_alarms_are_ones_the_simulator_evaluates(defa
     the simulation produces: the worker's jobs_processed_total by outcome, the DLQ's depth."""
     alarms = releases.read(defaults)
     assert alarms is not None and alarms.rollback
-    assert {a.name for a in alarms.alarms} == {"WorkerJobErrorRatioHighAlarm", "DeadLetterQueueInflowAlarm"}
+    names = {a.name for a in alarms.alarms}
+    assert names == {"WorkerReleaseFailingAlarm", "WorkerJobErrorRatioHighAlarm", "DeadLetterQueueInflowAlarm"}
     assert alarms.not_simulated == ()
     assert alarms.bake_seconds == max(a.window for a in alarms.alarms)
 
@@ -231,11 +232,12 @@ def test_a_bad_release_of_the_generated_ecs_service_is_rolled_back_by_its_alarms
     options = Options(scale=8, job_seconds=2.0, deployment_alarms=releases.read(defaults))
     result = simulate(Run(BAD, "ecs", deployfiles.read(defaults), options))
     release = result["release"]
-    assert release["rolled_back"] and release["alarm"] == "DeadLetterQueueInflowAlarm", release
+    assert release["rolled_back"] and release["alarm"] == "WorkerReleaseFailingAlarm", release
     assert result["messages_lost"] == 0 and result["unfinished"] == 0
-    # maxReceiveCount 5 lets the first failed messages reach the DLQ (four retries with
-    # backoff, 75-150 s) before the alarm on it acts: the report says how many.
-    assert release["dead_lettered"] == result["dead_lettered"] > 0
+    # The one-minute error ratio rolls the release back within minutes, and the bake's retry
+    # base (WORKER_RETRY_BASE_SECONDS: four retries of at least 435 s in all at maxReceiveCount
+    # 5) outlasts the rollback: the release's failures spend no message's last attempt.
+    assert release["jobs_failed"] > 0 and release["dead_lettered"] == result["dead_lettered"] == 0, release
 
 
 @pytest.mark.parametrize("name", ["defaults", "eks-py313-fifo"])

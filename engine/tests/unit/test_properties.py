@@ -16,6 +16,7 @@ from pydantic import BaseModel
 from sqs_worker_engine.base.backoff import backoff_delay
 from sqs_worker_engine.base.errors import NonRetryableError, PayloadError
 from sqs_worker_engine.base.limits import MAX_VISIBILITY_SECONDS as MAX_LEASE_SECONDS
+from sqs_worker_engine.base.limits import RETRY_BASES, retries_wait_at_least, retry_base_outlasting
 from sqs_worker_engine.formats.dlq import (
     ATTRIBUTE_NAME,
     ERROR_ATTRIBUTES,
@@ -281,6 +282,30 @@ def test_backoff_stays_within_half_a_step_and_the_cap(attempt: int, base: float,
     delay = backoff_delay(attempt, base, cap, rand)
     step = min(cap, base * 2.0 ** min(max(attempt - 1, 0), 32))
     assert step / 2 <= delay <= step <= cap or math.isclose(delay, step)
+
+
+@PROPERTY
+@given(st.integers(1, 40), st.floats(0, 1e4), st.floats(0, 1e4))
+def test_the_least_the_retries_wait_is_the_backoff_with_the_jitter_at_its_least(
+    attempts: int, base: float, cap: float
+) -> None:
+    """What the templates size the retry base by is the engine's own backoff, retry by retry."""
+    least = sum(backoff_delay(retry, base, cap, rand=0.0) for retry in range(1, attempts))
+    assert math.isclose(retries_wait_at_least(base, attempts, cap), least, rel_tol=1e-9, abs_tol=1e-9)
+
+
+@PROPERTY
+@given(st.integers(1, 1000), st.floats(0, 3600))
+def test_the_retry_base_is_the_smallest_whose_retries_outlast(attempts: int, seconds: float) -> None:
+    base = retry_base_outlasting(attempts, seconds)
+    assert base in RETRY_BASES
+    outlasting = [b for b in RETRY_BASES if retries_wait_at_least(b, attempts) >= seconds]
+    if attempts <= 1:
+        assert base == RETRY_BASES[0]  # no retry to size
+    elif outlasting:
+        assert base == outlasting[0]
+    else:
+        assert base == RETRY_BASES[-1]  # none outlasts: the one that comes closest
 
 
 @PROPERTY

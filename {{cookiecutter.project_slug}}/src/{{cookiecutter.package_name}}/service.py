@@ -44,6 +44,9 @@ SERVICE = ServiceDefaults(
         "WORKER_JOB_TIMEOUT_MS": "{{ cookiecutter.job_timeout_seconds | int * 1000 }}",
         "WORKER_SHUTDOWN_TIMEOUT_MS": "{{ cookiecutter.shutdown_timeout_seconds | int * 1000 }}",
         "WORKER_MAX_RECEIVE_COUNT": "{{ cookiecutter.max_receive_count | int }}",
+        # Retries that outlast a bad release's rollback at this many attempts (deploy/README.md,
+        # "Rolling back"); the engine's default is 10 s.
+        "WORKER_RETRY_BASE_SECONDS": "{{ limits.retry_base_outlasting(cookiecutter.max_receive_count | int) }}",
         "WORKER_METRICS_PORT": "{{ cookiecutter.metrics_port | int }}",
         "AWS_REGION": "{{ cookiecutter.aws_region }}",
 {%- set concurrency = cookiecutter.worker_concurrency | int %}

@@ -46,6 +46,19 @@ EKS_POD_IDENTITY_AGENT_PORT = 80
 # The oldest KEDA the Kubernetes manifests work with: TriggerAuthentication's
 # `podIdentity.provider: aws` with a `roleArn` (the operator assumes the scaler role) came in 2.13.
 KEDA_MIN_VERSION = "2.13"
+# The retry backoff's step grows to this at most (WORKER_RETRY_MAX_SECONDS's default).
+RETRY_MAX_SECONDS = 300.0
+# A bad release on ECS, from its rollout's start to every task back on the release before it:
+# the deployment's alarm (WorkerReleaseFailing: two one-minute datapoints, each published
+# about a minute late, evaluated once a minute) fails the deployment, and ECS rolls back at
+# the service's pace. Simulated on the default bake (docs/scaling.md, "Spot interruptions and
+# a bad release"): the rollback began 4.6 minutes after the release did, the last task was
+# back 6.8 minutes after. A message's retries must outlast it, or the release spends its
+# attempts and SQS dead-letters it before the rollback lands.
+RELEASE_ROLLBACK_SECONDS = 420
+# The retry bases the templates choose from (WORKER_RETRY_BASE_SECONDS): the engine's
+# default first, then steps an owner reads at a glance.
+RETRY_BASES = (10, 15, 20, 30, 45, 60, 90, 120, 180, 240, 300)
 # Handlers in flight across a whole fleet that the scaling caps are sized against by default
 # (replicas x concurrency stays within it): a downstream's capacity, not the queue's.
 FLEET_CONCURRENCY_BUDGET = 80
@@ -137,3 +150,26 @@ def busy_replica_holds(concurrency: int, job_seconds: float = SCALING_JOB_SECOND
     their delete on its way."""
     cap = default_prefetch(concurrency) if prefetch is None else prefetch
     return concurrency + prefetch_target(concurrency, cap, SQS_ROUND_TRIP_SECONDS, job_seconds)
+
+
+def retries_wait_at_least(base: float, attempts: int, cap: float = RETRY_MAX_SECONDS) -> float:
+    """The least a message's retries wait in all before its last of `attempts` deliveries:
+    the backoff's "equal jitter" keeps half of each step (base, doubling, at most `cap`),
+    for each of the `attempts - 1` retries (backoff.py)."""
+    return sum(min(cap, base * 2.0 ** min(k, 32)) / 2 for k in range(max(0, attempts - 1)))
+
+
+def retry_base_outlasting(
+    attempts: int, seconds: float = RELEASE_ROLLBACK_SECONDS, cap: float = RETRY_MAX_SECONDS
+) -> int:
+    """The smallest of RETRY_BASES whose retries, over `attempts` deliveries (the queue's
+    maxReceiveCount), wait at least `seconds` in all however the jitter falls: 90 at 5
+    attempts, the engine's 10 from 8. With too few attempts for any (3 and under: two
+    retries wait 300 s at most) the largest, which comes closest; with no retry at all
+    (1), the engine's default."""
+    if attempts <= 1:
+        return RETRY_BASES[0]
+    for base in RETRY_BASES:
+        if retries_wait_at_least(base, attempts, cap) >= seconds:
+            return base
+    return RETRY_BASES[-1]

@@ -25,6 +25,7 @@ from ...base.limits import (
     MAX_VISIBILITY_SECONDS,
     MAX_WAIT_SECONDS,
     RESERVED_PREFIXES,
+    RETRY_MAX_SECONDS,
     SECRET_NAME_PATTERN,
 )
 from ...runtime.protections.budget import PRIORITIES, Priority
@@ -238,7 +239,7 @@ class Settings(BaseSettings):
         ),
     )
     retry_max_seconds: float = Field(
-        default=300.0,
+        default=RETRY_MAX_SECONDS,
         ge=0,
         le=MAX_VISIBILITY_SECONDS,
         validation_alias="WORKER_RETRY_MAX_SECONDS",
