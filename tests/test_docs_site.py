@@ -277,6 +277,19 @@ def test_the_engine_readme_is_an_overview_that_links_every_engine_page() -> None
     assert len(pages) >= 10 and not pages - linked, f"engine/README.md does not link {sorted(pages - linked)}"
 
 
+def test_the_template_readme_is_a_front_page_that_links_the_template_pages() -> None:
+    """The repository's README: the two commands, the answers, what a service does; the rest
+    on docs/template/ pages it links (GitHub renders it: relative links are right there)."""
+    text = (ROOT / "README.md").read_text()
+    lines = len(text.splitlines())
+    assert lines <= README_MOST_LINES, f"README.md is {lines} lines: move a section to docs/template/"
+    linked = {href.partition("#")[0] for href in links(text)}
+    pages = {p.relative_to(ROOT).as_posix() for p in (DOCS / "template").glob("*.md")}
+    assert pages and not pages - linked, f"README.md does not link {sorted(pages - linked)}"
+    missing = sorted(href for href in linked if "://" not in href and href and not (ROOT / href).exists())
+    assert not missing, f"README.md links files that do not exist: {missing}"
+
+
 def test_every_link_of_the_engine_readme_leads_to_a_file_that_exists() -> None:
     checked, found = readme_link_problems(ENGINE_README.read_text())
     assert checked >= 15 and not found, "\n".join(found) or f"only {checked} links checked"
