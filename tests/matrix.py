@@ -344,6 +344,33 @@ COVERING: dict[str, Combination] = {
 }
 
 
+# The security scanners (tests/test_scanners.py) judge the files each answer adds, not what a
+# name or a number looks like: every pair of choice values, those of the deploy files alone
+# among them, in at least one bake after the defaults (whose broken copy shows they look).
+# The nightly run scans every shape.
+SCAN_FACTORS: dict[str, tuple[str, ...]] = {
+    **{
+        name: tuple(values)
+        for name, values in COOKIECUTTER.items()
+        if isinstance(values, list) and not name.startswith("_")
+    },
+    "queue": tuple(QUEUE_KINDS),
+}
+SCANNED: dict[str, Combination] = (
+    SHAPES
+    if FULL
+    else {
+        "defaults": SUPPORTED["defaults"],
+        **{
+            f"scan-{number}": Combination(
+                covering_answers(row), "artifacts", "pairwise: " + ", ".join(f"{k}={v}" for k, v in row.items())
+            )
+            for number, row in enumerate(cover(SCAN_FACTORS, meaningful, [run_row({})]), start=1)
+        },
+    }
+)
+
+
 def end_to_end() -> list[str]:
     """The sets whose whole generated `make test` runs (tests/test_bake.py): the "full" sets,
     and with FULL every other set that can be locked here; then the covering set."""

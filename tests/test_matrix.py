@@ -85,6 +85,18 @@ def test_the_covering_set_and_the_full_sets_hold_every_pair_of_answer_values() -
     assert len(required(RUN_FACTORS, meaningful)) > 150, "the pairs of every choice and the queue's kind"
 
 
+def test_the_scanned_sets_hold_every_pair_of_answer_values_deploy_file_choices_too() -> None:
+    def scan_row(answers: Mapping[str, str]) -> dict[str, str]:
+        row = {name: answers.get(name, values[0]) for name, values in matrix.SCAN_FACTORS.items() if name != "queue"}
+        return row | {"queue": run_row(answers)["queue"]}
+
+    scanned = [scan_row(combo.answers) for combo in matrix.SCANNED.values()]
+    left_out = missing(scanned, matrix.SCAN_FACTORS, meaningful)
+    assert left_out == [], f"{len(left_out)} pairs of answer values never scanned: {left_out[:10]}"
+    assert {"spot-mix", "arm64", "pod-identity"} <= {value for row in scanned for value in row.values()}
+    assert "defaults" in matrix.SCANNED, "the broken copy is made of the defaults"
+
+
 def test_every_choice_of_cookiecutter_json_is_a_factor_of_the_covering_set() -> None:
     choices = {name for name, values in COOKIECUTTER.items() if isinstance(values, list) and not name.startswith("_")}
     assert set(RUN_FACTORS) == choices | {"queue"}, "a new choice joins the covering set by itself"

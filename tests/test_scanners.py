@@ -1,4 +1,4 @@
-"""Security scanners over every supported bake: checkov (CloudFormation, Kubernetes,
+"""Security scanners over the bakes of every pair of answer values (every shape nightly): checkov (CloudFormation, Kubernetes,
 Dockerfile, GitHub Actions) and zizmor (the workflows). Nothing may be found that is not
 accepted in place, in the file, with its reason; the accepted findings are listed here so
 that a new skip cannot slip in unreviewed. A deliberately broken copy of one bake runs in
@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import yaml
 from conftest import ROOT, bake, run
-from matrix import COOKIECUTTER, SHAPES
+from matrix import COOKIECUTTER, SCANNED
 from validators import tool
 
 # Each accepted finding, and where its reason is written.
@@ -35,7 +35,7 @@ ACCEPTED = {
 BROKEN = "broken"  # the defaults, with a privileged container and an unpinned action
 # The bakes by deploy target: one scan each, so the three can run on different test workers.
 DEFAULT_TARGET = COOKIECUTTER["deploy_target"][0]
-TARGETS = sorted({combo.answers.get("deploy_target", DEFAULT_TARGET) for combo in SHAPES.values()})
+TARGETS = sorted({combo.answers.get("deploy_target", DEFAULT_TARGET) for combo in SCANNED.values()})
 
 
 def write_scaledjob_as_job(project: Path) -> None:
@@ -51,10 +51,11 @@ def write_scaledjob_as_job(project: Path) -> None:
 
 
 def bakes(out: Path, target: str) -> dict[str, Path]:
-    """Every supported set of this target, baked; with the defaults, a broken copy of them."""
+    """The scanned sets of this target (matrix.SCANNED: every pair of choice values; every
+    shape nightly), baked; with the defaults, a broken copy of them."""
     projects = {
         key: bake(out / key, **combo.answers)
-        for key, combo in SHAPES.items()
+        for key, combo in SCANNED.items()
         if combo.answers.get("deploy_target", DEFAULT_TARGET) == target
     }
     for project in projects.values():

@@ -32,7 +32,7 @@ Checked in every composition:
 
 `test_a_leaked_probe_is_caught` breaks admission on purpose (the probe of a pause is never
 handed back when its job leaves without an answer) and checks that this suite's liveness
-check fails on it. Examples are derandomized; COMPOSITIONS sets how many (default 300; the
+check fails on it. Examples are derandomized; COMPOSITIONS sets how many (default 100; the
 nightly CI run plays 3,000).
 """
 
@@ -68,7 +68,7 @@ from sqs_worker_engine.runtime.settling.delivery import State
 from . import life, vtime
 from .harness import Running, config
 
-COMPOSITIONS = int(os.environ.get("COMPOSITIONS", "300"))
+COMPOSITIONS = int(os.environ.get("COMPOSITIONS", "100"))
 MAX_RECEIVE = 5
 SHUTDOWN_S = 20.0
 EXIT_MARGIN = 12.0

@@ -44,7 +44,7 @@ from . import vtime
 from .harness import config
 from .vtime import VirtualTimeLoop
 
-SCHEDULES = int(os.environ.get("SCHEDULES", "300"))  # the compositions suite covers the protections composed
+SCHEDULES = int(os.environ.get("SCHEDULES", "100"))  # the compositions suite covers the protections composed
 MAX_RECEIVE = 5
 SHUTDOWN_S = 20.0
 EXIT_MARGIN = 12.0  # the release margin for polls out (10 s) plus the cut grace, rounded up
