@@ -10,7 +10,7 @@ JOBS ?= 4
 
 SCANNERS := .venv-scanners
 
-.PHONY: install tools scanners scanners-lock test test-full check demo format bench bench-versions bench-instructions bench-tracing bench-memory bench-adaptive bench-priorities simulate fleet-check docs docs-reference clean
+.PHONY: install tools scanners scanners-lock test test-full check demo format bench bench-versions bench-instructions bench-tracing bench-memory bench-adaptive bench-priorities simulate fleet-check docs docs-versions docs-reference clean
 
 $(UV):
 	$(PYTHON) -m venv $(VENV)
@@ -138,6 +138,14 @@ docs-reference: install
 
 docs: install
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
+
+# The site as published (.github/workflows/docs.yml): site/ emptied, then a copy of the site
+# built strictly from each engine release tag's own tree (site/<version>/; a tag with no
+# mkdocs.yml is skipped and named), this checkout beside them as "<version> (unreleased)"
+# while no tag names its version, site/versions.json for the version selector, site/latest/
+# (the newest release) and site/index.html sending a reader there (scripts/docs_versions.py).
+docs-versions: install
+	$(VENV)/bin/python scripts/docs_versions.py
 
 format: install
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/python scripts/format_template.py

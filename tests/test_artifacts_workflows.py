@@ -305,7 +305,8 @@ def test_release_roles(projects: dict[str, Path], key: str) -> None:
 
 def test_docs_workflow() -> None:
     """The docs site built strictly on each version tag (and by hand), as `make docs` builds it,
-    and published to GitHub Pages by a job of its own, the only one with Pages rights."""
+    then once for each engine release (`make docs-versions`), and published to GitHub Pages by a
+    job of its own, the only one with Pages rights."""
     path = ROOT / ".github" / "workflows" / "docs.yml"
     assert jsonschema_cli_problems("vendor.github-workflows", path) == []
     assert actionlint_problems(path) == []
@@ -315,6 +316,14 @@ def test_docs_workflow() -> None:
     runs = [step.get("run", "") for job in workflow["jobs"].values() for step in job["steps"]]
     assert "make docs" in runs, "the site is built as `make docs` builds it locally"
     assert "--strict" in (ROOT / "Makefile").read_text().split("\ndocs:", 1)[1].split("\n\n", 1)[0]
+    # Then a copy for each engine release, from each engine-v* tag's tree: the whole history
+    # and its tags checked out, the token still not kept in the checkout.
+    build_runs = [step.get("run", "") for step in workflow["jobs"]["build"]["steps"]]
+    assert build_runs.index("make docs-versions") > build_runs.index("make docs"), build_runs
+    versions_target = (ROOT / "Makefile").read_text().split("\ndocs-versions:", 1)[1].split("\n\n", 1)[0]
+    assert "scripts/docs_versions.py" in versions_target, versions_target
+    (checkout,) = [s for s in workflow["jobs"]["build"]["steps"] if s.get("uses", "").startswith("actions/checkout@")]
+    assert checkout["with"] == {"fetch-depth": 0, "persist-credentials": False}, checkout
     pins, ci = action_pins(path), action_pins(ROOT / ".github" / "workflows" / "ci.yml")
     shared = pins.keys() & ci.keys()
     assert shared and {a: pins[a] for a in shared} == {a: ci[a] for a in shared}, "an action at another commit"
