@@ -358,3 +358,41 @@ def test_the_eks_steps_give_kedas_operator_a_role_that_may_assume_the_scaler_rol
         cluster = first(steps, lambda argv: argv[:3] == ["eksctl", "create", "cluster"], "creates the cluster")
         assert "--with-oidc" in steps[cluster], "IRSA needs the cluster's OIDC provider"
         assert any(word.startswith("podIdentity.aws.irsa.roleArn=") for word in steps[helm]), steps[helm]
+        # The role KEDA is told to use is made by a step before KEDA starts, trusting the
+        # cluster's OIDC provider for KEDA's service account (it was prose in a later step).
+        operator = first(
+            steps,
+            lambda argv: argv[:3] == ["aws", "iam", "create-role"] and argv[4] == "CHANGE-ME-keda-operator",
+            "creates KEDA's operator role",
+        )
+        assert cluster < operator < helm, "KEDA starts before its operator's role exists"
+        (document,) = [w.removeprefix("file://") for w in steps[operator] if w.startswith("file://")]
+        readme = (project / "deploy" / "README.md").read_text()
+        trust = readme.split(f"cat > {document} <<JSON\n", 1)[1].split("\n", 3)
+        assert "AssumeRoleWithWebIdentity" in trust[0] and "system:serviceaccount:keda:keda-operator" in trust[2], trust
+
+
+@pytest.mark.parametrize("key", list(SHAPES))
+def test_each_stack_deploy_passes_the_parameters_whose_default_is_a_placeholder(
+    projects: dict[str, Path], key: str
+) -> None:
+    """A parameter defaulting to a CHANGE-ME placeholder (a cluster's name) must be passed where
+    the stack is first deployed, where the owner replaces it with the rest: left to its
+    default, the release roles' deploy permission named a cluster called CHANGE-ME-cluster.
+    (A later deploy of the same stack keeps the values it does not pass.)"""
+    project = projects[key]
+    steps = [words(c) for c in commands((project / "deploy" / "README.md").read_text(), blocks_only=True)]
+    firsts: dict[str, list[str]] = {}
+    for argv in steps:
+        if argv[:3] == ["aws", "cloudformation", "deploy"]:
+            firsts.setdefault(argv[argv.index("--stack-name") + 1], argv)
+    assert firsts, "no stack is deployed"
+    for argv in firsts.values():
+        template = load_cfn(project / argv[argv.index("--template-file") + 1])
+        placeholders = {
+            name
+            for name, parameter in template.get("Parameters", {}).items()
+            if str(parameter.get("Default", "")).startswith("CHANGE-ME")
+        }
+        given = {word.split("=", 1)[0] for word in argv[argv.index("--parameter-overrides") + 1 :] if "=" in word}
+        assert placeholders <= given, f"{argv[argv.index('--template-file') + 1]}: {sorted(placeholders - given)}"
