@@ -178,3 +178,17 @@ def test_a_port_the_system_picks_twice_is_given_once(monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(this_machine, "bound", bound)
     monkeypatch.setattr(this_machine, "_PICKED", set(), raising=False)  # none picked before this test
     assert [emulators.free_port(), emulators.free_port()] == [40941, 40942]
+
+
+def test_another_emulator_of_this_project_is_refused_naming_how_to_use_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`make send` after `SQS_EMULATOR=moto make dev`, without the variable: the refusal names
+    the variable that reaches the running one, as well as how to start the other."""
+    running = emulators.Emulator("http://127.0.0.1:38057", "host", kind=emulators.MOTO)
+    monkeypatch.delenv(emulators.SWITCH, raising=False)
+    monkeypatch.setattr(emulators, "kept", lambda port, project=None: running)
+    monkeypatch.setattr(emulators, "identify", lambda endpoint, *args, **kwargs: emulators.MOTO)
+    with pytest.raises(emulators.EmulatorError) as refused:
+        emulators.start()
+    said = str(refused.value)
+    assert "moto's server runs at http://127.0.0.1:38057" in said
+    assert f"{emulators.SWITCH}=moto" in said and "LocalStack" in said, said

@@ -106,6 +106,10 @@ def record_completion(task: Task) -> dict[str, str]:
 #     async with asyncpg.create_pool(os.environ["DATABASE_URL"]) as db:
 #         yield Resources(db=db)
 #
+# An HTTP client (httpx.AsyncClient, say) opens the same way; in the tests,
+# `sqs_worker_engine.testing.stand_in_http` serves a stand-in of the API on 127.0.0.1
+# (tests/test_end_to_end.py shows it).
+#
 # Readiness: add a check for each dependency a job cannot run without. /readyz fails while
 # one fails (the platform stops sending traffic); liveness never looks at them.
 #

@@ -496,7 +496,8 @@ def start() -> str:
         if mine.running() and identify(mine.endpoint) == mine.kind:
             if mine.kind != kind:
                 raise EmulatorError(
-                    f"this project's {mine.name} runs at {mine.endpoint}: stop it first to start {_name(kind)}"
+                    f"this project's {mine.name} runs at {mine.endpoint}: set {SWITCH}={mine.kind} to use it "
+                    f"(as the command that started it did), or stop it first to start {_name(kind)}"
                 )
             say(f"{mine.name} at {mine.endpoint}: started earlier for this project, still running")
             return mine.endpoint
