@@ -7,6 +7,7 @@ kubernetes-validate, actionlint and zizmor, checkov) hold the same files to thei
 from __future__ import annotations
 
 import ipaddress
+import re
 from pathlib import Path
 from typing import Any
 
@@ -108,11 +109,13 @@ def test_the_release_builds_an_image_for_each_architecture_the_tasks_run_on(
     else:
         assert platforms is None, f"{key}: an x86_64 bake builds the runner's platform only"
         assert qemu == [], f"{key}: no emulator for a build of the runner's own platform"
-    # `make build` stays the host's architecture: no platform forced on a local build.
-    build_lines = [
-        line for line in (project / "Makefile").read_text().splitlines() if line.lstrip().startswith("docker build")
-    ]
-    assert build_lines and not any("--platform" in line for line in build_lines), build_lines
+    # `make build` (the first deploy's step 3) builds what the tasks and pods run, whatever the
+    # host: an x86 laptop's image pushed for Graviton tasks would not start (and the reverse).
+    makefile = (project / "Makefile").read_text()
+    build_lines = [line for line in makefile.splitlines() if line.lstrip().startswith("docker build")]
+    assert build_lines and all("--platform $(IMAGE_PLATFORM)" in line for line in build_lines), build_lines
+    (platform,) = re.findall(r"^IMAGE_PLATFORM \?= (\S+)$", makefile, re.MULTILINE)
+    assert platform == f"linux/{'arm64' if choices(key)['cpu_architecture'] == 'arm64' else 'amd64'}", platform
 
 
 @pytest.mark.parametrize("key", EKS_SETS)
