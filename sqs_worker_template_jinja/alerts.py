@@ -157,9 +157,6 @@ def alerts(cookiecutter: dict[str, Any]) -> list[Alert]:
     standard = int(limits.MAX_INFLIGHT_STANDARD * limits.INFLIGHT_ALERT_FRACTION)
     fifo = int(limits.MAX_INFLIGHT_FIFO * limits.INFLIGHT_ALERT_FRACTION)
     inflight = limits.inflight_alert_threshold(b.queue)
-    outcomes = {f"o{i}": o for i, o in enumerate(OUTCOMES)}
-    failed = "+".join(f"FILL({i}, 0)" for i, o in outcomes.items() if o in FAILED_OUTCOMES)
-    every = "+".join(f"FILL({i}, 0)" for i in outcomes)
     return [
         Alert(
             name="SQSOldestMessageAgeHigh",
@@ -295,8 +292,7 @@ def alerts(cookiecutter: dict[str, Any]) -> list[Alert]:
             wait="15m",
             stack="service",
             alarm=_math(
-                [_stat(i, ns, "jobs_processed_total", queue | {"outcome": o}, "Sum", 300) for i, o in outcomes.items()]
-                + [_expression(f"({failed}) / ({every})", "Failed share of jobs", 300)],
+                _failed_share(b, 300),
                 ERROR_RATIO,
                 3,
             ),
@@ -446,13 +442,26 @@ def alerts(cookiecutter: dict[str, Any]) -> list[Alert]:
             "overloading it; a limit that should not adapt: WORKER_ADAPTIVE_CONCURRENCY=false.",
             why="Only with adaptive concurrency (worker_concurrency_floor exists then).",
         ),
-    ] + _only_some(b, outcomes)
+    ] + _only_some(b)
 
 
-def _only_some(b: Bake, outcomes: dict[str, str]) -> list[Alert]:
+def _failed_share(b: Bake, period: int) -> list[dict[str, Any]]:
+    """The share of the queue's jobs that failed (retried, dead-lettered, timed out) over
+    each `period` seconds, as metric math on the collector's EMF: the two job error alarms'."""
+    outcomes = {f"o{i}": o for i, o in enumerate(OUTCOMES)}
+    failed = "+".join(f"FILL({i}, 0)" for i, o in outcomes.items() if o in FAILED_OUTCOMES)
+    every = "+".join(f"FILL({i}, 0)" for i in outcomes)
+    stats = [
+        _stat(i, b.slug, "jobs_processed_total", {"queue": b.queue, "outcome": o}, "Sum", period)
+        for i, o in outcomes.items()
+    ]
+    return [*stats, _expression(f"({failed}) / ({every})", "Failed share of jobs", period)]
+
+
+def _only_some(b: Bake) -> list[Alert]:
     """The alerts of some bakes alone: SQS's noisy groups on a standard queue, the release
     alarm where ECS deploys."""
-    return ([] if b.fifo else [_noisy_groups(b)]) + ([_release_failing(b, outcomes)] if b.ecs else [])
+    return ([] if b.fifo else [_noisy_groups(b)]) + ([_release_failing(b)] if b.ecs else [])
 
 
 def _noisy_groups(b: Bake) -> Alert:
@@ -495,15 +504,12 @@ def _noisy_groups(b: Bake) -> Alert:
     )
 
 
-def _release_failing(b: Bake, outcomes: dict[str, str]) -> Alert:
+def _release_failing(b: Bake) -> Alert:
     """ECS's deployments watch it (DeploymentConfiguration.Alarms) to roll a bad release back
     before its failures spend the messages' attempts: the job error ratio on one-minute
     periods, where WorkerJobErrorRatioHigh waits fifteen minutes to page. Between
     deployments nothing acts on it: no page, no Prometheus rule (a person rolls back on
     Kubernetes, on WorkerJobErrorRatioHigh)."""
-    failed = "+".join(f"FILL({i}, 0)" for i, o in outcomes.items() if o in FAILED_OUTCOMES)
-    every = "+".join(f"FILL({i}, 0)" for i in outcomes)
-    queue = {"queue": b.queue}
     return Alert(
         name="WorkerReleaseFailing",
         severity="info",
@@ -515,8 +521,7 @@ def _release_failing(b: Bake, outcomes: dict[str, str]) -> Alert:
         stack="service",
         pages=False,
         alarm=_math(
-            [_stat(i, b.slug, "jobs_processed_total", queue | {"outcome": o}, "Sum", 60) for i, o in outcomes.items()]
-            + [_expression(f"({failed}) / ({every})", "Failed share of jobs", 60)],
+            _failed_share(b, 60),
             RELEASE_ERROR_RATIO,
             RELEASE_MINUTES,
         ),
