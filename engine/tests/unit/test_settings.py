@@ -654,6 +654,26 @@ def test_every_setting_says_what_it_does() -> None:
     assert not blank, f"settings without a description=: {', '.join(blank)}"
 
 
+def test_every_description_belongs_to_a_setting() -> None:
+    """A missing description is a KeyError at import (`setting()`); one left behind by a
+    removed or renamed setting would be text that no operator ever reads."""
+    from pydantic import AliasChoices
+
+    from sqs_worker_engine.process.settings import Settings
+    from sqs_worker_engine.process.settings.descriptions import DESCRIPTIONS
+
+    first = {
+        name: info.validation_alias.choices[0]
+        if isinstance(info.validation_alias, AliasChoices)
+        else info.validation_alias
+        for name, info in Settings.model_fields.items()
+    }
+    assert sorted(DESCRIPTIONS) == sorted(map(str, first.values()))
+    assert {name: info.description for name, info in Settings.model_fields.items()} == {
+        name: DESCRIPTIONS[str(var)] for name, var in first.items()
+    }
+
+
 @pytest.mark.parametrize(
     ("concurrency", "cap", "pollers"),
     [(1, 50, 6), (8, 50, 6), (20, 60, 8), (50, 150, 20), (100, 200, 30), (200, 200, 40), (500, 500, 100)],

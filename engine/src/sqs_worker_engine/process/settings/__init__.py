@@ -11,15 +11,16 @@ upper case with every character other than A-Z and 0-9 replaced by `_`
 CONCURRENCY, JOB_TIMEOUT_MS, VISIBILITY_TIMEOUT_SECONDS, POLLERS, RATE_LIMIT,
 RATE_BURST, GROUP_CONCURRENCY, PREFETCH, ADAPTIVE_CONCURRENCY, CONCURRENCY_FLOOR, WEIGHT. A per-queue
 value is read by the same reader as its global one (`whole_number`, `rate_per_second`).
-Kubernetes' service links (service_links.py) are dropped before any of the engine's
+Kubernetes' service links (loading.py) are dropped before any of the engine's
 settings is read: whatever its name (a Service `worker-metrics` writes
 WORKER_METRICS_PORT=tcp://...), a link is never a setting.
 
-`load_settings` (loading.py) is the one entry; a module a job: fields.py (every setting:
-its variable, default, bounds and reader; `ServiceDefaults`, `ConfigError`), queues.py (the
-per-queue overrides), checks.py (the checks across settings), config.py (`WorkerConfig`,
-and how it is told: `describe`, `summary`), redaction.py (what may be shown of a URL),
-service_links.py.
+`load_settings` (loading.py, which also tells a service link from a setting) is the one
+entry; a module a job: fields.py (every setting: its variable, default, bounds and reader;
+`ServiceDefaults`, `ConfigError`), descriptions.py (what each setting does, for its
+operators and the docs' reference), queues.py (the per-queue overrides), checks.py (the
+checks across settings), config.py (`WorkerConfig`, and how it is told: `describe`,
+`summary`), redaction.py (what may be shown of a URL).
 """
 
 from .config import WorkerConfig

@@ -1,8 +1,9 @@
 """The engine's settings, one field each: its environment variable, its default, its bounds,
 what it does for the person operating a service (its `description`, from which the docs
-site's settings reference is written), and how its value is read (`whole_number`,
-`rate_per_second`: the same reader for a global value and a per-queue one, queues.py); what
-a service tells the engine (`ServiceDefaults`) and how a refusal is said (`ConfigError`).
+site's settings reference is written: descriptions.py, looked up by `setting()`), and how
+its value is read (`whole_number`, `rate_per_second`: the same reader for a global value and
+a per-queue one, queues.py); what a service tells the engine (`ServiceDefaults`) and how a
+refusal is said (`ConfigError`).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from ...runtime.protections.budget import PRIORITIES, Priority
 from ...runtime.protections.throttle import parse_rate
 from ..host.loops import EventLoop, loop_problem, uvloop_installed
 from ..platform.otlp_metrics import exporter_problem, otlp_installed
+from .descriptions import DESCRIPTIONS
 from .redaction import http_url_problem
 
 # S3's rule for bucket names (the common subset: lower case, digits, dots, hyphens).
@@ -112,6 +114,14 @@ class ConfigError(Exception):
         super().__init__("invalid configuration:\n" + "\n".join(lines))
 
 
+def setting(variable: str, *fallbacks: str, **field: Any) -> Any:
+    """A field read from the environment variable `variable` (else from the first of
+    `fallbacks` set) and described by `DESCRIPTIONS[variable]`: a setting without a
+    description is a KeyError at import. Every other keyword is pydantic's `Field`'s."""
+    alias = AliasChoices(variable, *fallbacks) if fallbacks else variable
+    return Field(validation_alias=alias, description=DESCRIPTIONS[variable], **field)
+
+
 class Settings(BaseSettings):
     """Process-wide settings. Field aliases are the environment variable names."""
 
@@ -131,500 +141,100 @@ class Settings(BaseSettings):
         # variables into a mapping's settings, and costs more than the validation itself.
         return (init_settings,)
 
-    queues: Annotated[list[str], NoDecode] = Field(
-        default=[],
-        validate_default=True,
-        validation_alias="WORKER_QUEUES",
-        description=(
-            "The SQS queues this process serves, as comma-separated names, each with its own pool and a handler in "
-            "the Router. Required: with none the worker refuses to start (a generated service defaults to the "
-            "queue it was generated with)."
-        ),
+    queues: Annotated[list[str], NoDecode] = setting("WORKER_QUEUES", default=[], validate_default=True)
+    concurrency: int = setting("WORKER_CONCURRENCY", default=8, ge=1, le=1000)
+    job_timeout_ms: int = setting("WORKER_JOB_TIMEOUT_MS", default=60_000, ge=100, le=MAX_VISIBILITY_SECONDS * 1000)
+    shutdown_timeout_ms: int = setting(
+        "WORKER_SHUTDOWN_TIMEOUT_MS", default=90_000, ge=100, le=MAX_VISIBILITY_SECONDS * 1000
     )
-    concurrency: int = Field(
-        default=8,
-        ge=1,
-        le=1000,
-        validation_alias="WORKER_CONCURRENCY",
-        description=(
-            "Handlers running at once per queue in each worker process (with adaptive concurrency, the most it "
-            "may run). With `WORKER_SHARED_CONCURRENCY` and this variable unset, each queue may take the whole "
-            "shared budget."
-        ),
+    visibility_timeout_seconds: int = setting(
+        "WORKER_VISIBILITY_TIMEOUT_SECONDS", default=30, ge=2, le=MAX_VISIBILITY_SECONDS
     )
-    job_timeout_ms: int = Field(
-        default=60_000,
-        ge=100,
-        le=MAX_VISIBILITY_SECONDS * 1000,
-        validation_alias="WORKER_JOB_TIMEOUT_MS",
-        description=(
-            "Milliseconds a job may run before it is cancelled and retried as a timeout (the default is one "
-            "minute); it must be below `WORKER_SHUTDOWN_TIMEOUT_MS`."
-        ),
-    )
-    shutdown_timeout_ms: int = Field(
-        default=90_000,
-        ge=100,
-        le=MAX_VISIBILITY_SECONDS * 1000,
-        validation_alias="WORKER_SHUTDOWN_TIMEOUT_MS",
-        description=(
-            "Milliseconds the worker process gives its running jobs to finish after SIGTERM, receiving nothing "
-            "more, before it cancels them and releases their messages (the default is 90 s). It must exceed every "
-            "job timeout and stay below the platform's grace period."
-        ),
-    )
-    visibility_timeout_seconds: int = Field(
-        default=30,
-        ge=2,
-        le=MAX_VISIBILITY_SECONDS,
-        validation_alias="WORKER_VISIBILITY_TIMEOUT_SECONDS",
-        description=(
-            "Seconds of a message's lease (its SQS visibility timeout), asked for on receive and again at each "
-            "extension while its job runs: a message whose worker dies is visible again within this long. "
-            "`bootstrap` also sets it as the queue's VisibilityTimeout."
-        ),
-    )
-    heartbeat_fraction: float = Field(
-        default=0.5,
-        ge=0.1,
-        le=0.9,
-        validation_alias="WORKER_HEARTBEAT_FRACTION",
-        description=(
-            "The fraction of the visibility timeout after which a running job's lease is extended by another "
-            "visibility timeout (the default 0.5: halfway through)."
-        ),
-    )
-    wait_time_seconds: int = Field(
-        default=MAX_WAIT_SECONDS,
-        ge=0,
-        le=MAX_WAIT_SECONDS,
-        validation_alias="WORKER_WAIT_TIME_SECONDS",
-        description=(
-            "Seconds a receive waits on an empty queue (SQS's long poll; the default 20 makes the fewest calls); "
-            "0 short-polls, pausing 1 s whenever the queue answers empty."
-        ),
-    )
-    pollers: int = Field(
-        default=0,
-        ge=0,
-        le=MAX_POLLERS,
-        validation_alias="WORKER_POLLERS",
-        description=(
-            "Receives each queue keeps in flight while it has work, each holding a connection; 0 (the default) "
-            "sizes it to (concurrency + prefetch) / 10 rounded up. On an empty queue only the first keeps "
-            "long-polling."
-        ),
-    )
+    heartbeat_fraction: float = setting("WORKER_HEARTBEAT_FRACTION", default=0.5, ge=0.1, le=0.9)
+    wait_time_seconds: int = setting("WORKER_WAIT_TIME_SECONDS", default=MAX_WAIT_SECONDS, ge=0, le=MAX_WAIT_SECONDS)
+    pollers: int = setting("WORKER_POLLERS", default=0, ge=0, le=MAX_POLLERS)
     # A poll cancelled at shutdown keeps running inside SQS until its wait ends (SQS
     # behaviour, reported against every AWS SDK).
-    drain_polls: bool = Field(
-        default=False,
-        validation_alias="WORKER_DRAIN_POLLS",
-        description=(
-            "`true`: on shutdown, wait out the long polls still waiting on an empty queue (up to "
-            "`WORKER_WAIT_TIME_SECONDS`), so that no message arriving during the stop is held back. `false` (the "
-            "default): cancel them and exit at once; such a poll may still take one arriving message and hide it "
-            "for a visibility timeout."
-        ),
+    drain_polls: bool = setting("WORKER_DRAIN_POLLS", default=False)
+    retry_base_seconds: float = setting("WORKER_RETRY_BASE_SECONDS", default=10.0, ge=0, le=MAX_VISIBILITY_SECONDS)
+    retry_max_seconds: float = setting(
+        "WORKER_RETRY_MAX_SECONDS", default=RETRY_MAX_SECONDS, ge=0, le=MAX_VISIBILITY_SECONDS
     )
-    retry_base_seconds: float = Field(
-        default=10.0,
-        ge=0,
-        le=MAX_VISIBILITY_SECONDS,
-        validation_alias="WORKER_RETRY_BASE_SECONDS",
-        description=(
-            "Seconds of the retry backoff's first step: a failed job's first retry waits between half of it and "
-            "all of it, each later retry a step twice as long, up to `WORKER_RETRY_MAX_SECONDS`. A delay the "
-            "handler asks for (`RetryLater`) replaces it."
-        ),
-    )
-    retry_max_seconds: float = Field(
-        default=RETRY_MAX_SECONDS,
-        ge=0,
-        le=MAX_VISIBILITY_SECONDS,
-        validation_alias="WORKER_RETRY_MAX_SECONDS",
-        description=(
-            "Seconds the retry backoff's step grows to at most (the default is five minutes), and the longest a "
-            "queue pauses after repeated `DownstreamUnavailable`; at least `WORKER_RETRY_BASE_SECONDS`."
-        ),
-    )
-    ack_flush_ms: int = Field(
-        default=100,
-        ge=1,
-        le=10_000,
-        validation_alias="WORKER_ACK_FLUSH_MS",
-        description=(
-            "Milliseconds a delete or a visibility change may wait for others of its queue to share one batch "
-            "call; ten waiting go at once."
-        ),
-    )
-    max_receive_count: int = Field(
-        default=5,
-        ge=1,
-        le=1000,
-        validation_alias="WORKER_MAX_RECEIVE_COUNT",
-        description=(
-            "Receives before SQS moves a message to its dead-letter queue, as `bootstrap` writes it into each "
-            "queue's RedrivePolicy; a running worker reads the queue's own RedrivePolicy instead."
-        ),
-    )
-    process_pool_size: int = Field(
-        default=0,
-        ge=0,
-        le=256,
-        validation_alias="WORKER_PROCESS_POOL_SIZE",
-        description=(
-            'Processes that run the handlers declared with `executor="process"`, one pool a worker process, '
-            "started only when such a handler exists; 0 (the default): the machine's CPU count."
-        ),
-    )
-    handlers: str | None = Field(
-        default=None,
-        validation_alias="WORKER_HANDLERS",
-        description=(
-            "Where the Router the worker serves lives, as `package.module:attribute`. Unset: a generated service "
-            "names its own, and the engine run alone refuses the commands that need handlers."
-        ),
-    )
-    worker_id: str = Field(
-        default_factory=socket.gethostname,
-        min_length=1,
-        max_length=128,
-        validation_alias="WORKER_ID",
-        description=(
-            "This worker's id in its logs, events and `worker_info` metric; the default is the host name (on "
-            "Kubernetes, the pod's name)."
-        ),
-    )
+    ack_flush_ms: int = setting("WORKER_ACK_FLUSH_MS", default=100, ge=1, le=10_000)
+    max_receive_count: int = setting("WORKER_MAX_RECEIVE_COUNT", default=5, ge=1, le=1000)
+    process_pool_size: int = setting("WORKER_PROCESS_POOL_SIZE", default=0, ge=0, le=256)
+    handlers: str | None = setting("WORKER_HANDLERS", default=None)
+    worker_id: str = setting("WORKER_ID", default_factory=socket.gethostname, min_length=1, max_length=128)
 
-    metrics_host: str = Field(
+    metrics_host: str = setting(
+        "WORKER_METRICS_HOST",
         default="0.0.0.0",  # noqa: S104 - scraped from outside the container
         min_length=1,
-        validation_alias="WORKER_METRICS_HOST",
-        description=(
-            "The address the HTTP server of `/metrics`, `/livez` and `/readyz` listens on; the default 0.0.0.0 "
-            "takes connections on every interface, so that it is reached from outside the container."
-        ),
     )
-    metrics_port: int = Field(
-        default=9102,
-        ge=0,
-        le=65535,
-        validation_alias="WORKER_METRICS_PORT",
-        description="The port of the HTTP server of `/metrics`, `/livez` and `/readyz`; 0 turns the server off.",
-    )
+    metrics_port: int = setting("WORKER_METRICS_PORT", default=9102, ge=0, le=65535)
     # Where metrics go: otlp_metrics.py.
-    metrics_exporter: Literal["prometheus", "otlp", "both"] = Field(
-        default="prometheus",
-        validation_alias="WORKER_METRICS_EXPORTER",
-        description=(
-            "Where metrics go: `prometheus` (the default) serves them at `/metrics`; `otlp` pushes them over "
-            "OTLP/HTTP to `OTEL_EXPORTER_OTLP_[METRICS_]ENDPOINT` under the same names, with no `/metrics`; "
-            "`both` does both. The last two refuse to start without the engine's `otlp` extra."
-        ),
-    )
+    metrics_exporter: Literal["prometheus", "otlp", "both"] = setting("WORKER_METRICS_EXPORTER", default="prometheus")
     # Bounded: an absurd or infinite threshold would switch liveness off without a word.
-    stalled_after_seconds: float | None = Field(
-        default=None,
-        gt=0,
-        le=2 * MAX_VISIBILITY_SECONDS,
-        validation_alias="WORKER_STALLED_AFTER_SECONDS",
-        description=(
-            "Seconds without progress (a long poll answering, a job ending) after which the worker counts as "
-            "stalled: `/livez` answers 503 and `healthcheck` fails. Unset: the longest job timeout plus 60 s; a "
-            "value set must exceed both the longest job timeout and the long-poll wait plus 5 s."
-        ),
+    stalled_after_seconds: float | None = setting(
+        "WORKER_STALLED_AFTER_SECONDS", default=None, gt=0, le=2 * MAX_VISIBILITY_SECONDS
     )
     # The file of each process: health.progress_file.
-    health_file: str = Field(
-        default="",
-        validation_alias="WORKER_HEALTH_FILE",
-        description=(
-            "The file each worker process writes its progress to, with its pid before the suffix, and "
-            "`healthcheck` reads; empty (the default): `$TMPDIR/<service>.progress`, named after "
-            "`OTEL_SERVICE_NAME`."
-        ),
-    )
-    backlog_sample_seconds: float = Field(
-        default=30.0,
-        ge=1,
-        le=3600,
-        validation_alias="WORKER_BACKLOG_SAMPLE_SECONDS",
-        description=(
-            "Seconds between two samples of each queue's depth and oldest message's age for the metrics (one "
-            "GetQueueAttributes call a queue; a queue found idle and empty is not asked again until it has work)."
-        ),
-    )
-    scale_in_protection_minutes: int = Field(
-        default=5,
-        ge=1,
-        le=2880,
-        validation_alias="WORKER_SCALE_IN_PROTECTION_MINUTES",
-        description=(
-            "Minutes an ECS task scale-in protection lasts, renewed halfway while the worker is busy, so that a "
-            "worker that dies pins its task no longer; read only on ECS (`ECS_AGENT_URI`)."
-        ),
-    )
-    ecs_agent_uri: str | None = Field(
-        default=None,
-        validation_alias="ECS_AGENT_URI",
-        description=(
-            "The ECS agent's address, which ECS sets in every task: with it the worker protects its task from "
-            "scale-in while it has jobs, and lets the protection go after 10 s idle. Unset (not on ECS): no "
-            "protection."
-        ),
-    )
+    health_file: str = setting("WORKER_HEALTH_FILE", default="")
+    backlog_sample_seconds: float = setting("WORKER_BACKLOG_SAMPLE_SECONDS", default=30.0, ge=1, le=3600)
+    scale_in_protection_minutes: int = setting("WORKER_SCALE_IN_PROTECTION_MINUTES", default=5, ge=1, le=2880)
+    ecs_agent_uri: str | None = setting("ECS_AGENT_URI", default=None)
 
     # Large payloads, in the SQS extended client's format: offload.py. A pointer is message
     # content, which whoever may send to the queue writes: it is followed only into the
     # buckets named here.
-    large_payload_bucket: str | None = Field(
-        default=None,
-        pattern=BUCKET_NAME,
-        validation_alias="WORKER_LARGE_PAYLOAD_BUCKET",
-        description=(
-            "The S3 bucket of this service's offloaded payloads: received pointers may name it, `send` offloads "
-            "large messages to it, `bootstrap` creates it, and it is the only bucket objects are deleted in. "
-            "Unset: nothing is offloaded, and pointers are followed only into `WORKER_LARGE_PAYLOAD_READ_BUCKETS`."
-        ),
+    large_payload_bucket: str | None = setting("WORKER_LARGE_PAYLOAD_BUCKET", default=None, pattern=BUCKET_NAME)
+    large_payload_read_buckets: Annotated[list[str], NoDecode] = setting(
+        "WORKER_LARGE_PAYLOAD_READ_BUCKETS", default=[]
     )
-    large_payload_read_buckets: Annotated[list[str], NoDecode] = Field(
-        default=[],
-        validation_alias="WORKER_LARGE_PAYLOAD_READ_BUCKETS",
-        description=(
-            "Other S3 buckets, comma-separated, that received pointers may name: their objects are read, never "
-            "deleted. A pointer into a bucket neither here nor in `WORKER_LARGE_PAYLOAD_BUCKET` is dead-lettered."
-        ),
+    large_payload_max_bytes: int = setting(
+        "WORKER_LARGE_PAYLOAD_MAX_BYTES", default=LARGE_PAYLOAD_MAX_BYTES, ge=1, le=2**31
     )
-    large_payload_max_bytes: int = Field(
-        default=LARGE_PAYLOAD_MAX_BYTES,
-        ge=1,
-        le=2**31,
-        validation_alias="WORKER_LARGE_PAYLOAD_MAX_BYTES",
-        description=(
-            "The largest offloaded payload, in bytes, a job reads (the default is 4 MiB); a pointer to a larger "
-            "object is dead-lettered."
-        ),
+    large_payload_threshold_bytes: int = setting(
+        "WORKER_LARGE_PAYLOAD_THRESHOLD_BYTES", default=262_144, ge=1, le=1_048_576
     )
-    large_payload_threshold_bytes: int = Field(
-        default=262_144,
-        ge=1,
-        le=1_048_576,
-        validation_alias="WORKER_LARGE_PAYLOAD_THRESHOLD_BYTES",
-        description=(
-            "Bytes of body and attributes above which the `send` command offloads a message to "
-            "`WORKER_LARGE_PAYLOAD_BUCKET`; the default, 256 KiB, is the extended clients' own."
-        ),
-    )
-    large_payload_delete: bool = Field(
-        default=False,
-        validation_alias="WORKER_LARGE_PAYLOAD_DELETE",
-        description=(
-            "`true`: delete an offloaded payload's S3 object once SQS has confirmed its message's delete (only in "
-            "`WORKER_LARGE_PAYLOAD_BUCKET`). `false` (the default): keep it, as the extended clients do, for the "
-            "bucket's lifecycle rule to expire."
-        ),
-    )
+    large_payload_delete: bool = setting("WORKER_LARGE_PAYLOAD_DELETE", default=False)
 
     # signatures.py.
-    sns_verify_signatures: bool = Field(
-        default=True,
-        validation_alias="WORKER_SNS_VERIFY_SIGNATURES",
-        description=(
-            "Check each SNS notification's signature before its handler sees it: a forged or unsigned one is "
-            "dead-lettered. `false` only for queues whose queue policy admits the topics alone (`aws:SourceArn`)."
-        ),
-    )
+    sns_verify_signatures: bool = setting("WORKER_SNS_VERIFY_SIGNATURES", default=True)
 
     # throttle.py.
-    rate_limit: str | None = Field(
-        default=None,
-        validation_alias="WORKER_RATE_LIMIT",
-        description=(
-            "Jobs started per second per queue and process, as `N/s`, `N/min` or `N/h` (`50/s`), evenly spaced; "
-            "unset: no limit but the concurrency. A fleet-wide limit is this times the replicas."
-        ),
-    )
-    rate_burst: int | None = Field(
-        default=None,
-        ge=1,
-        le=1_000_000,
-        validation_alias="WORKER_RATE_BURST",
-        description=(
-            "Starts the rate limit lets go together, at most the rate's count in one window; unset: 1, starts "
-            "evenly spaced. Only with `WORKER_RATE_LIMIT`."
-        ),
-    )
+    rate_limit: str | None = setting("WORKER_RATE_LIMIT", default=None)
+    rate_burst: int | None = setting("WORKER_RATE_BURST", default=None, ge=1, le=1_000_000)
     # tenants.py.
-    group_concurrency: int | None = Field(
-        default=None,
-        ge=1,
-        le=1000,
-        validation_alias="WORKER_GROUP_CONCURRENCY",
-        description=(
-            "On standard queues, jobs of one message group (a tenant) running at once per queue and process; "
-            "unset: no cap but the concurrency. FIFO queues run one job of a group at a time anyway."
-        ),
-    )
+    group_concurrency: int | None = setting("WORKER_GROUP_CONCURRENCY", default=None, ge=1, le=1000)
     # prefetch.py sizes what is held within this; the default is limits.default_prefetch.
-    prefetch: int | None = Field(
-        default=None,
-        ge=0,
-        le=10_000,
-        validation_alias="WORKER_PREFETCH",
-        description=(
-            "Messages a queue may hold beyond its concurrency, received ahead so that a freed slot never waits "
-            "for a receive; each is one more a SIGKILL leaves invisible for a visibility timeout. Unset: three "
-            "times the concurrency, at least 50, at most 200 or the concurrency; 0 turns it off."
-        ),
-    )
+    prefetch: int | None = setting("WORKER_PREFETCH", default=None, ge=0, le=10_000)
     # adaptive.py.
-    adaptive_concurrency: bool = Field(
-        default=False,
-        validation_alias="WORKER_ADAPTIVE_CONCURRENCY",
-        description=(
-            "`true`: each queue's handlers running at once follow the downstream's latency, between "
-            "`WORKER_CONCURRENCY_FLOOR` and `WORKER_CONCURRENCY`, and shrink on timeouts and "
-            "`DownstreamUnavailable`. `false` (the default): always the concurrency."
-        ),
-    )
-    concurrency_floor: int = Field(
-        default=1,
-        ge=1,
-        le=1000,
-        validation_alias="WORKER_CONCURRENCY_FLOOR",
-        description=(
-            "The fewest handlers running at once that adaptive concurrency keeps a queue to; at most the "
-            "queue's concurrency."
-        ),
-    )
+    adaptive_concurrency: bool = setting("WORKER_ADAPTIVE_CONCURRENCY", default=False)
+    concurrency_floor: int = setting("WORKER_CONCURRENCY_FLOOR", default=1, ge=1, le=1000)
     # Run to completion: completion.py. Process-wide, not per queue: the pod or task is what ends.
-    max_jobs: int | None = Field(
-        default=None,
-        ge=1,
-        le=1_000_000_000,
-        validation_alias="WORKER_MAX_JOBS",
-        description=(
-            "Jobs (messages whose handler was called, every queue together) the process runs before it drains "
-            "and exits 0, receiving nothing it will not run; unset: no limit."
-        ),
-    )
-    idle_exit_seconds: float | None = Field(
-        default=None,
-        gt=0,
-        le=7 * 86_400,
-        validation_alias="WORKER_IDLE_EXIT_SECONDS",
-        description=(
-            "Seconds with nothing received, waiting or running after which the process exits 0; unset: it never "
-            "exits for being idle."
-        ),
-    )
+    max_jobs: int | None = setting("WORKER_MAX_JOBS", default=None, ge=1, le=1_000_000_000)
+    idle_exit_seconds: float | None = setting("WORKER_IDLE_EXIT_SECONDS", default=None, gt=0, le=7 * 86_400)
     # Priorities on one budget: budget.py.
-    shared_concurrency: int | None = Field(
-        default=None,
-        ge=1,
-        le=1000,
-        validation_alias="WORKER_SHARED_CONCURRENCY",
-        description=(
-            "Running jobs the queues of this process share, each queue still capped by its own concurrency; "
-            "unset: nothing is shared, each queue runs its own concurrency."
-        ),
-    )
-    priority: Priority | None = Field(
-        default=None,
-        validation_alias="WORKER_PRIORITY",
-        description=(
-            "Which queue gets a freed slot of the shared budget: `weighted` (the default; in proportion to each "
-            "`WORKER_QUEUE_<KEY>_WEIGHT`) or `strict` (in the order of `WORKER_QUEUES`). Only with "
-            "`WORKER_SHARED_CONCURRENCY`."
-        ),
-    )
+    shared_concurrency: int | None = setting("WORKER_SHARED_CONCURRENCY", default=None, ge=1, le=1000)
+    priority: Priority | None = setting("WORKER_PRIORITY", default=None)
     # tracing.py.
-    trace_parent: bool = Field(
-        default=True,
-        validation_alias="WORKER_TRACE_PARENT",
-        description=(
-            "`true` (the default): each job's span is a child of the producer's, in its trace; `false`: each job "
-            "has a trace of its own, linked to the producer's."
-        ),
-    )
+    trace_parent: bool = setting("WORKER_TRACE_PARENT", default=True)
     # loops.py.
-    event_loop: EventLoop = Field(
-        default="auto",
-        validation_alias="WORKER_EVENT_LOOP",
-        description=(
-            "The event loop: `auto` (the default) runs on uvloop where it is installed and on the standard loop "
-            "elsewhere; `uvloop` refuses to start without it; `asyncio` never uses it."
-        ),
-    )
+    event_loop: EventLoop = setting("WORKER_EVENT_LOOP", default="auto")
 
-    db_pool_size: int | None = Field(
-        default=None,
-        ge=1,
-        le=100_000,
-        validation_alias="DB_POOL_SIZE",
-        description=(
-            "Connections in the service's database pool: when set, the handlers that may run at once (every "
-            "queue's concurrency, or the shared budget) must fit it or the worker refuses to start, and the "
-            "`db_pool_in_use` gauge is served for the service to set. Unset: not checked."
-        ),
-    )
-    database_url: SecretStr | None = Field(
-        default=None,
-        validation_alias="DATABASE_URL",
-        description=(
-            "The service's database, a secret (`config` shows it redacted): when set, `/readyz` checks that a "
-            "TCP connection to its host and port opens. Unset: no database check."
-        ),
-    )
-    service_name: str = Field(
-        default="sqs-worker",
-        min_length=1,
-        validation_alias="OTEL_SERVICE_NAME",
-        description=(
-            "The service's name in logs, traces and OTLP metrics, and in the default health file's name; the "
-            "default is the service's own name (`sqs-worker` for the engine alone)."
-        ),
-    )
-    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
-        default="INFO",
-        validation_alias="LOG_LEVEL",
-        description=(
-            "The lowest level logged; the AWS SDK's and aiohttp's loggers stay at `WARNING` unless this is `DEBUG`."
-        ),
-    )
-    log_payloads: bool = Field(
-        default=False,
-        validation_alias="LOG_PAYLOADS",
-        description=(
-            "`true`: log each job's message body as the job starts (a `job payload` line at INFO). `false` (the "
-            "default): bodies, which may hold personal data, are never logged."
-        ),
-    )
+    db_pool_size: int | None = setting("DB_POOL_SIZE", default=None, ge=1, le=100_000)
+    database_url: SecretStr | None = setting("DATABASE_URL", default=None)
+    service_name: str = setting("OTEL_SERVICE_NAME", default="sqs-worker", min_length=1)
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = setting("LOG_LEVEL", default="INFO")
+    log_payloads: bool = setting("LOG_PAYLOADS", default=False)
     # logs.py.
-    log_format: Literal["json", "text"] = Field(
-        default="json",
-        validation_alias="LOG_FORMAT",
-        description=(
-            "`json` (the default, as deployed): one JSON object a line, for a log pipeline; `text`: lines for a "
-            "person at a terminal (`make dev`), with the same keys."
-        ),
-    )
+    log_format: Literal["json", "text"] = setting("LOG_FORMAT", default="json")
 
-    aws_region: str = Field(
-        default="us-east-1",
-        pattern=r"^[a-z]{2}(-[a-z]+)+-\d+$",
-        validation_alias=AliasChoices("AWS_REGION", "AWS_DEFAULT_REGION"),
-        description="The AWS region of the queues and buckets: `AWS_REGION`, else `AWS_DEFAULT_REGION`.",
+    aws_region: str = setting(
+        "AWS_REGION", "AWS_DEFAULT_REGION", default="us-east-1", pattern=r"^[a-z]{2}(-[a-z]+)+-\d+$"
     )
-    aws_endpoint_url: str | None = Field(
-        default=None,
-        validation_alias="AWS_ENDPOINT_URL",
-        description=(
-            "An endpoint standing in for AWS's (SQS, S3, SNS's signing certificates), such as LocalStack's; unset: "
-            "AWS's own."
-        ),
-    )
+    aws_endpoint_url: str | None = setting("AWS_ENDPOINT_URL", default=None)
 
     @field_validator("queues", mode="before")
     @classmethod
