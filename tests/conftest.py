@@ -30,7 +30,9 @@ LOCALSTACK_SERVICES = "sqs,sns,s3,events,cloudformation,iam,sts,logs,cloudwatch,
 
 def tool_env(**extra: str) -> dict[str, str]:
     """Environment for commands run on baked projects: our tools first on PATH, every
-    installed pyenv interpreter visible to uv, one shared uv cache."""
+    installed pyenv interpreter visible to uv, and uv's own cache (UV_CACHE_DIR, else the
+    user's), the one `make install` and the engine's other-Python environments fill: a
+    fresh clone's bakes link what is already there rather than download it again."""
     env = dict(os.environ)
     env["PATH"] = f"{ROOT / '.venv' / 'bin'}{os.pathsep}{env.get('PATH', '')}"
     env.pop("VIRTUAL_ENV", None)
@@ -38,7 +40,6 @@ def tool_env(**extra: str) -> dict[str, str]:
     # module is compiled by the first and read back by the rest (compiling all of it at
     # install costs more than it saves; the image does that, for the processes it will run).
     env.pop("PYTHONDONTWRITEBYTECODE", None)
-    env.setdefault("UV_CACHE_DIR", str(ROOT / ".venv" / "uv-cache"))
     env.setdefault("AWS_ACCESS_KEY_ID", "test")
     env.setdefault("AWS_SECRET_ACCESS_KEY", "test")
     if "PYENV_VERSION" not in env and shutil.which("pyenv"):
@@ -56,8 +57,9 @@ def tool_env(**extra: str) -> dict[str, str]:
 # strict run over the service's dependencies costs about seven times a warm one. Copied into
 # a bake before its checks (never shared while written: each bake writes its own copy); mypy
 # checks every entry against the sources and options it was made from, so a seed from
-# another bake, another session or an older engine is as safe as the bake's own cache.
-MYPY_SEEDS = ROOT / ".venv" / "mypy-seeds"
+# another bake, another session, another clone or an older engine is as safe as the bake's
+# own cache. Kept per user, beside uv's cache, so a fresh clone's first run starts warm.
+MYPY_SEEDS = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "sqs-worker-template" / "mypy-seeds"
 
 
 def seed_mypy_cache(project: Path) -> None:
