@@ -171,8 +171,13 @@ def engine_metrics() -> Iterator[tuple[str, str, tuple[str, ...], str]]:
     from prometheus_client.metrics import MetricWrapperBase
     from sqs_worker_engine.base.telemetry import metrics
 
-    wrappers = [value for value in vars(metrics).values() if isinstance(value, MetricWrapperBase)]
-    saved = {name: getattr(metrics, name) for name in ("_db_pool", "_jobs_left")}
+    on_demand = ("_db_pool", "_jobs_left")
+    # The on-demand gauges are left out of the module's own: a worker run earlier in this
+    # process may have registered them, and they would be listed twice.
+    wrappers = [
+        value for name, value in vars(metrics).items() if isinstance(value, MetricWrapperBase) and name not in on_demand
+    ]
+    saved = {name: getattr(metrics, name) for name in on_demand}
     try:
         for name in saved:
             setattr(metrics, name, None)

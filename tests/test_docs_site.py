@@ -104,6 +104,24 @@ def test_each_generated_page_is_what_the_code_says_now() -> None:
         assert committed.read_text() == text, f"docs/{path} differs from the code: run `make docs-reference`"
 
 
+def test_the_metrics_page_lists_each_metric_once_after_a_worker_in_this_process_registered_them_all() -> None:
+    """Its on-demand gauges, already registered by a worker run earlier in the same test
+    process, were listed twice: the page then differed from the committed one."""
+    from prometheus_client import CollectorRegistry
+    from sqs_worker_engine.base.telemetry import metrics
+
+    saved = (metrics._db_pool, metrics._jobs_left)
+    try:
+        metrics._db_pool = metrics._jobs_left = None
+        registry = CollectorRegistry()
+        metrics.enable_db_pool_gauge(registry), metrics.enable_jobs_left_gauge(registry)
+        names = [name for name, *_ in docs_reference.engine_metrics()]
+    finally:
+        metrics._db_pool, metrics._jobs_left = saved
+    assert len(names) == len(set(names)), sorted(n for n in names if names.count(n) > 1)
+    assert {"db_pool_in_use", "worker_jobs_left"} <= set(names)
+
+
 def test_the_settings_reference_lists_every_setting_and_its_per_queue_form() -> None:
     from sqs_worker_engine.process.settings.fields import ALIASES
     from sqs_worker_engine.process.settings.queues import QUEUE_OVERRIDES
