@@ -307,13 +307,9 @@ ECS_RESOURCES = {
     "WorkerJobErrorRatioHighAlarm": "stack-WorkerJobErrorRatioHighAlarm-0123456789AB",
     "WorkerReleaseFailingAlarm": "stack-WorkerReleaseFailingAlarm-0123456789AB",
     "ScalableTarget": "scalable-target-id",
-    "BacklogStepPolicy": (
+    "DemandStepPolicy": (
         f"arn:aws:autoscaling:us-east-1:{PLACEHOLDER_ACCOUNT}:scalingPolicy:00000000-0000-0000-0000-000000000000:"
-        "resource/ecs/service/cluster/service-name:policyName/service-name-sqs-backlog-step"
-    ),
-    "BacklogGrowthStepPolicy": (
-        f"arn:aws:autoscaling:us-east-1:{PLACEHOLDER_ACCOUNT}:scalingPolicy:00000000-0000-0000-0000-000000000002:"
-        "resource/ecs/service/cluster/service-name:policyName/service-name-sqs-backlog-growth-step"
+        "resource/ecs/service/cluster/service-name:policyName/service-name-sqs-demand-step"
     ),
     "BacklogScaleInPolicy": (
         f"arn:aws:autoscaling:us-east-1:{PLACEHOLDER_ACCOUNT}:scalingPolicy:00000000-0000-0000-0000-000000000001:"
@@ -337,8 +333,8 @@ class EcsStack:
         names = cfn_names(template, region, ECS_RESOURCES)
         resources: dict[str, dict[str, Any]] = {}
         for resource in template["Resources"].values():
-            # Two roles and two log groups (the worker's logs first, then its EMF metrics); two
-            # scaling policies (target tracking first, then the step policy).
+            # Two roles and two log groups (the worker's logs first, then its EMF metrics); three
+            # scaling policies (target tracking, the scale-out step policy, the scale-in one).
             repeatable = (
                 "AWS::IAM::",
                 "AWS::Logs::LogGroup",

@@ -23,6 +23,7 @@ from artifacts import (
     worker_pod,
 )
 from matrix import COOKIECUTTER, LIMITS
+from sqs_worker_engine.fleet.sqs import metricmath
 from validators import (
     PLACEHOLDER_ACCOUNT,
     api_problems,
@@ -243,10 +244,6 @@ def test_ecs_service(projects: dict[str, Path], key: str) -> None:
     assert api_problems("ecs", "CreateService", service) == []
     target = stack.api["AWS::ApplicationAutoScaling::ScalableTarget"]
     assert api_problems("application-autoscaling", "RegisterScalableTarget", target) == []
-    policy = dict(stack.api["AWS::ApplicationAutoScaling::ScalingPolicy"])
-    assert policy.pop("ScalingTargetId") == ECS_RESOURCES["ScalableTarget"]
-    policy.update({k: target[k] for k in ("ServiceNamespace", "ResourceId", "ScalableDimension")})
-    assert api_problems("application-autoscaling", "PutScalingPolicy", policy) == []
 
     # The service: private tasks, the roles' tag on every task, no exec, a guarded rollout.
     # Fargate, or with capacity=spot-mix Fargate Spot beside it (test_artifacts_platform.py).
@@ -271,84 +268,81 @@ def test_ecs_service(projects: dict[str, Path], key: str) -> None:
         assert desired - healthy >= 1, f"a rollout of {desired} tasks can neither start nor stop one"
     assert high * answers.concurrency <= max(LIMITS.FLEET_CONCURRENCY_BUDGET, answers.concurrency)
 
-    # Autoscaling on backlog per task, never on CPU.
+    # Autoscaling on the queue's work, never on CPU.
     assert target["ScalableDimension"] == "ecs:service:DesiredCount" and target["ServiceNamespace"] == "ecs"
     assert target["ResourceId"] == f"service/CHANGE-ME-cluster/{ECS_RESOURCES['Service.Name']}"
+    policies = {n: r for n, r in stack.template["Resources"].items() if r["Type"].endswith("::ScalingPolicy")}
+    assert set(policies) == {"InFlightPerTaskPolicy", "DemandStepPolicy", "BacklogScaleInPolicy"}
+    known = cfn_names(stack.template, answers.region, ECS_RESOURCES)
+    policy = cfn_resolve(policies["InFlightPerTaskPolicy"]["Properties"], known)
+    assert policy.pop("ScalingTargetId") == ECS_RESOURCES["ScalableTarget"]
+    policy.update({k: target[k] for k in ("ServiceNamespace", "ResourceId", "ScalableDimension")})
+    assert api_problems("application-autoscaling", "PutScalingPolicy", policy) == []
     tracking = policy["TargetTrackingScalingPolicyConfiguration"]
     assert policy["PolicyType"] == "TargetTrackingScaling"
     # Target tracking scales out only; scale-in is the step policy's on a lasting low alarm.
     assert tracking["DisableScaleIn"] is True and tracking["ScaleOutCooldown"] < 300
-    # One round of work per task, visible and in flight: what a busy task holds, its
-    # handlers' jobs and what it receives ahead of them (the engine's prefetch sizing).
+    # Headroom: one round of work per task in flight, what a busy task holds, its handlers'
+    # jobs and what it receives ahead of them (the engine's prefetch sizing). In flight
+    # alone: a backlog of short jobs counted in messages took the service to its maximum.
     holds = LIMITS.busy_replica_holds(answers.concurrency)
-    assert tracking["TargetValue"] == holds
+    assert tracking["TargetValue"] == 1, "one round of work"
+    assert stack.template["Parameters"]["BacklogPerTaskTarget"]["Default"] == holds
     metrics = {m["Id"]: m for m in tracking["CustomizedMetricSpecification"]["Metrics"]}
-    stats = {
-        (m["MetricStat"]["Metric"]["Namespace"], m["MetricStat"]["Metric"]["MetricName"]): m
-        for m in metrics.values()
-        if "MetricStat" in m
-    }
-    visible = stats[("AWS/SQS", "ApproximateNumberOfMessagesVisible")]
-    in_flight = stats[("AWS/SQS", "ApproximateNumberOfMessagesNotVisible")]
-    for counted in (visible, in_flight):
-        assert counted["MetricStat"]["Metric"]["Dimensions"] == [{"Name": "QueueName", "Value": answers.queue}]
-    tasks = stats[("ECS/ContainerInsights", "RunningTaskCount")]
-    returned = [m for m in metrics.values() if m.get("ReturnData")]
-    assert len(returned) == 1
-    assert returned[0]["Expression"].replace(" ", "") == f"({visible['Id']}+{in_flight['Id']})/{tasks['Id']}"
+    stats = {m["MetricStat"]["Metric"]["MetricName"]: m for m in metrics.values() if "MetricStat" in m}
+    assert set(stats) == {"ApproximateNumberOfMessagesNotVisible", "RunningTaskCount"}, "in flight, not visible"
+    in_flight, running = stats["ApproximateNumberOfMessagesNotVisible"], stats["RunningTaskCount"]
+    assert in_flight["MetricStat"]["Metric"]["Dimensions"] == [{"Name": "QueueName", "Value": answers.queue}]
+    (returned,) = [m for m in metrics.values() if m.get("ReturnData")]
+    assert returned["Expression"].replace(" ", "") == f"{in_flight['Id']}/({running['Id']}*{holds})"
 
-    # Beside it, a step policy on the first minute of more than two rounds of work a task
-    # (what target tracking's three datapoints are too slow for): scale-out only, in
-    # proportion to the breach; its alarm's one action is the policy.
-    step_id, alarm_id = "BacklogStepPolicy", "BacklogRoundsHighAlarm"
-    known = cfn_names(stack.template, answers.region, ECS_RESOURCES)
+    # Scale-out: a step policy on the first minute in which, with a backlog of more than a
+    # round of work a task, the queue asked for more than the tasks cleared (messages sent,
+    # and those visible over five minutes, over messages deleted: sums of the whole minute),
+    # in proportion to that ratio; its alarm's one action is the policy.
+    step_id, alarm_id = "DemandStepPolicy", "DemandHighAlarm"
     step = cfn_resolve(stack.template["Resources"][step_id]["Properties"], known)
     assert step.pop("ScalingTargetId") == ECS_RESOURCES["ScalableTarget"]
     step.update({k: target[k] for k in ("ServiceNamespace", "ResourceId", "ScalableDimension")})
     assert api_problems("application-autoscaling", "PutScalingPolicy", step) == []
     assert step["PolicyType"] == "StepScaling"
     config = step["StepScalingPolicyConfiguration"]
+    assert config["AdjustmentType"] == "PercentChangeInCapacity"
     adjustments = config["StepAdjustments"]
     assert all(a["ScalingAdjustment"] > 0 for a in adjustments), "this one scales out only"
     assert adjustments[0]["MetricIntervalLowerBound"] == 0 and "MetricIntervalUpperBound" not in adjustments[-1]
     for lower, upper in itertools.pairwise(adjustments):
         assert lower["MetricIntervalUpperBound"] == upper["MetricIntervalLowerBound"], "steps without a gap"
-    assert config["Cooldown"] <= tracking["ScaleOutCooldown"]
+        assert lower["ScalingAdjustment"] < upper["ScalingAdjustment"], "the larger the ratio, the larger the step"
     alarm = cfn_resolve(stack.template["Resources"][alarm_id]["Properties"], known)
-    assert api_problems("cloudwatch", "PutMetricAlarm", {"AlarmName": "rounds", **alarm}) == []
+    assert api_problems("cloudwatch", "PutMetricAlarm", {"AlarmName": "demand", **alarm}) == []
     assert stack.template["Resources"][alarm_id]["Properties"]["AlarmActions"] == [{"Ref": step_id}]
     assert (alarm["EvaluationPeriods"], alarm["DatapointsToAlarm"]) == (1, 1)
-    assert alarm["ComparisonOperator"] == "GreaterThanThreshold"
+    assert alarm["ComparisonOperator"] == "GreaterThanThreshold" and alarm["Threshold"] > 1, "beyond the tasks' pace"
+    # Each step adds at least the share of capacity at the top of its interval, so that one
+    # scale-out meets the demand its datapoint showed (the last, x8, is the most it adds).
+    for a in adjustments[:-1]:
+        assert a["ScalingAdjustment"] >= (alarm["Threshold"] + a["MetricIntervalUpperBound"] - 1) * 100 - 1e-9
+    assert alarm["TreatMissingData"] == "notBreaching", "nothing deleted: no datapoint, no scale-out"
     alarm_metrics = {m["Id"]: m for m in alarm["Metrics"]}
     assert {m["MetricStat"]["Period"] for m in alarm_metrics.values() if "MetricStat" in m} == {60}
-    for metric_id, metric in metrics.items():
-        if "MetricStat" in metric:  # the same metrics as target tracking's, by the same ids
-            assert alarm_metrics[metric_id]["MetricStat"]["Metric"] == metric["MetricStat"]["Metric"]
-    (rounds,) = [m["Expression"] for m in alarm_metrics.values() if m.get("ReturnData")]
-    assert rounds.replace(" ", "") == f"(visible+in_flight)/(tasks*{holds})"
-
-    # A second step policy on how much the backlog grew over the minute (sent less deleted,
-    # sums of the whole minute): it sees a spike that began after the minute's read of the
-    # counts. The same steps; its alarm's one action is the policy.
-    growth_id, growth_alarm_id = "BacklogGrowthStepPolicy", "BacklogGrowthHighAlarm"
-    growth_step = cfn_resolve(stack.template["Resources"][growth_id]["Properties"], known)
-    assert growth_step.pop("ScalingTargetId") == ECS_RESOURCES["ScalableTarget"]
-    growth_step.update({k: target[k] for k in ("ServiceNamespace", "ResourceId", "ScalableDimension")})
-    assert api_problems("application-autoscaling", "PutScalingPolicy", growth_step) == []
-    assert growth_step["StepScalingPolicyConfiguration"] == config
-    growth_alarm = cfn_resolve(stack.template["Resources"][growth_alarm_id]["Properties"], known)
-    assert api_problems("cloudwatch", "PutMetricAlarm", {"AlarmName": "growth", **growth_alarm}) == []
-    assert stack.template["Resources"][growth_alarm_id]["Properties"]["AlarmActions"] == [{"Ref": growth_id}]
-    assert {
-        k: growth_alarm[k] for k in ("EvaluationPeriods", "DatapointsToAlarm", "ComparisonOperator", "Threshold")
-    } == {k: alarm[k] for k in ("EvaluationPeriods", "DatapointsToAlarm", "ComparisonOperator", "Threshold")}
-    sums = {m["Id"]: m["MetricStat"] for m in growth_alarm["Metrics"] if "MetricStat" in m}
-    for metric_id, name in (("sent", "NumberOfMessagesSent"), ("deleted", "NumberOfMessagesDeleted")):
-        assert sums[metric_id]["Metric"] == {**visible["MetricStat"]["Metric"], "MetricName": name}
-        assert (sums[metric_id]["Stat"], sums[metric_id]["Period"]) == ("Sum", 60), "the whole minute's count"
-    assert sums["tasks"] == alarm_metrics["tasks"]["MetricStat"]
-    (grew,) = [m["Expression"] for m in growth_alarm["Metrics"] if m.get("ReturnData")]
-    assert grew.replace(" ", "") == f"(sent-deleted)/(tasks*{holds})"
+    queue = {"Namespace": "AWS/SQS", "Dimensions": [{"Name": "QueueName", "Value": answers.queue}]}
+    for metric_id, name in (
+        ("sent", "NumberOfMessagesSent"),
+        ("deleted", "NumberOfMessagesDeleted"),
+        ("visible", "ApproximateNumberOfMessagesVisible"),
+    ):
+        stat = alarm_metrics[metric_id]["MetricStat"]
+        assert stat["Metric"] == {**queue, "MetricName": name}
+        assert stat["Stat"] == "Sum", "the whole minute's count (one read a minute for the visible messages)"
+    tasks = alarm_metrics["tasks"]["MetricStat"]
+    assert tasks["Metric"] == running["MetricStat"]["Metric"] and tasks["Stat"] == "Average"
+    (demand,) = [m["Expression"] for m in alarm_metrics.values() if m.get("ReturnData")]
+    backlog = f"visible>tasks*{holds}ORsent-deleted>tasks*{holds}"
+    assert demand.replace(" ", "") == f"IF({backlog},(sent+visible/5)/deleted*tasks/desired,0)"
+    desired = alarm_metrics["desired"]["MetricStat"]
+    assert desired["Metric"] == {**tasks["Metric"], "MetricName": "DesiredTaskCount"}, "the tasks asked for"
+    assert metricmath.check(demand, set(alarm_metrics)) is None, "what the fleet simulator plays"
 
     # Scale-in: a step policy on a low alarm over the same rounds of work, which must hold for
     # many minutes (a dip between bursts removes nothing), one task at a time, one per cooldown.
@@ -368,7 +362,15 @@ def test_ecs_service(projects: dict[str, Path], key: str) -> None:
     assert low["ComparisonOperator"] == "LessThanThreshold" and 0 < low["Threshold"] < 1
     assert low["DatapointsToAlarm"] == low["EvaluationPeriods"] >= 10, "a quiet spell that lasts"
     assert low["TreatMissingData"] == "notBreaching"
-    assert low["Metrics"] == alarm["Metrics"], "the same rounds of work as the high alarm"
+    low_metrics = {m["Id"]: m for m in low["Metrics"]}
+    assert low_metrics["tasks"]["MetricStat"] == tasks
+    assert low_metrics["visible"]["MetricStat"] == alarm_metrics["visible"]["MetricStat"]
+    assert low_metrics["in_flight"]["MetricStat"]["Metric"] == {
+        **queue,
+        "MetricName": "ApproximateNumberOfMessagesNotVisible",
+    }
+    (rounds,) = [m["Expression"] for m in low_metrics.values() if m.get("ReturnData")]
+    assert rounds.replace(" ", "") == f"(visible+in_flight)/(tasks*{holds})", "rounds of work a task"
 
     # Roles: ECS tasks of this account only may assume them. The task role grants exactly
     # the policy file's statements (built by the stack for its partition, region, account

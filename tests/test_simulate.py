@@ -68,20 +68,22 @@ def test_the_simulator_reads_what_the_bake_ships(name: str, tmp_path: Path) -> N
         assert read.ecs.minimum == min(4, most), "four tasks a sudden backlog finds, where the budget has room"
         # A round of work is what a busy task holds, its prefetch with its handlers' jobs.
         holds = LIMITS.busy_replica_holds(answers.concurrency)
-        assert read.ecs.target == holds and read.ecs.in_flight
-        # The step policies beside target tracking, and the alarms that invoke them, played as
-        # shipped: one on the rounds of work a task, one on how much the backlog grew in a minute.
-        step, growth = read.ecs.steps_out
-        assert step.expression.replace(" ", "") == f"(visible+in_flight)/(tasks*{holds})"
-        assert growth.expression.replace(" ", "") == f"(sent-deleted)/(tasks*{holds})"
-        assert dict(growth.metrics)["sent"] == "NumberOfMessagesSent"
-        for policy in (step, growth):
-            assert (policy.threshold, policy.periods, policy.datapoints) == (2.0, 1, 1)
-            assert policy.adjustment_type == "PercentChangeInCapacity" and policy.steps[0].lower == 0
-        # Scale-in by a step policy on a low alarm over the same rounds, not by target tracking.
+        # Headroom: target tracking on what a busy task holds in flight (not what waits visible).
+        assert read.ecs.target == 1 and read.ecs.in_flight and not read.ecs.visible
+        assert read.ecs.tracking_expression.replace(" ", "") == f"in_flight/(tasks*{holds})"
+        # The scale-out, played as shipped: the work asked for over the work cleared in a
+        # minute, once more than a round of work a task waits.
+        (demand,) = read.ecs.steps_out
+        backlog = f"visible>tasks*{holds}ORsent-deleted>tasks*{holds}"
+        assert demand.expression.replace(" ", "") == f"IF({backlog},(sent+visible/5)/deleted*tasks/desired,0)"
+        assert dict(demand.metrics)["deleted"] == "NumberOfMessagesDeleted"
+        assert (demand.threshold, demand.periods, demand.datapoints) == (1.2, 1, 1)
+        assert demand.adjustment_type == "PercentChangeInCapacity" and demand.steps[0].lower == 0
+        # Scale-in by a step policy on a low alarm over rounds of work a task.
         quiet = read.ecs.step_in
         assert read.ecs.scale_in_disabled and quiet is not None and quiet.scales_in
-        assert quiet.expression == step.expression and quiet.datapoints == quiet.periods >= 10
+        assert quiet.expression.replace(" ", "") == f"(visible+in_flight)/(tasks*{holds})"
+        assert quiet.datapoints == quiet.periods >= 10
         assert quiet.adjustment_type == "ChangeInCapacity" and [s.adjustment for s in quiet.steps] == [-1]
 
 
@@ -139,7 +141,8 @@ def sized_for(deploy: Path, job_seconds: float | None, tmp_path: Path) -> deploy
         return deployfiles.read(deploy)
     read = deployfiles.read(deploy)
     assert read.ecs is not None
-    shipped, holds = read.ecs.target, LIMITS.busy_replica_holds(read.ecs.worker.concurrency, job_seconds)
+    shipped = LIMITS.busy_replica_holds(read.ecs.worker.concurrency)  # BacklogPerTaskTarget's default
+    holds = LIMITS.busy_replica_holds(read.ecs.worker.concurrency, job_seconds)
     edited = tmp_path / "deploy"
     shutil.copytree(deploy, edited)
     service = edited / "ecs" / "service.yaml"
@@ -185,7 +188,9 @@ def test_a_fleet_as_busy_as_the_oracle_runs_it_is_not_scaled_out_for_what_its_ta
     tasks = 6
     assert read.ecs is not None and isinstance(read.kubernetes, deployfiles.Deployment)
     ecs = read.ecs
-    point = Datapoint(0, round(tasks * visible), round(tasks * in_flight), 0.0, tasks, sent=0, deleted=0)
+    # What a minute sends and deletes at that pace.
+    minute = round(tasks * 0.9 * read.ecs.worker.concurrency / job_seconds * 60)
+    point = Datapoint(0, round(tasks * visible), round(tasks * in_flight), 0.0, tasks, sent=minute, deleted=minute)
     points = [point] * 15  # a steady quarter hour of one-minute datapoints
     steps = [StepPolicy(s, ecs.minimum, ecs.maximum).decide(0.0, points, tasks) for s in ecs.steps_out]
     ecs_wants = combined(tasks, TargetTracking(ecs).decide(0.0, points, tasks), *steps)
@@ -197,9 +202,41 @@ def test_a_fleet_as_busy_as_the_oracle_runs_it_is_not_scaled_out_for_what_its_ta
         "ApproximateNumberOfMessagesDelayed": 0,
     }
     keda_wants = hpa.proposal(keda.queue_length(counts, sqs), sqs.queue_length, tasks)
-    reads = f"{visible + in_flight:.1f} messages a task ({visible:.1f} visible), a round {ecs.target:g}"
+    reads = f"{visible + in_flight:.1f} messages a task ({visible:.1f} visible)"
     assert ecs_wants <= tasks + 1, f"ECS scales {tasks} tasks to {ecs_wants} on {reads}"
     assert keda_wants <= tasks + 1, f"KEDA scales {tasks} pods to {keda_wants} on {reads}"
+
+
+@pytest.mark.parametrize(
+    ("job_seconds", "sized"), [(0.01, 0.01), (1.0, None), (5.0, None)], ids=["10 ms", "1 s", "5 s"]
+)
+def test_the_ecs_scale_out_adds_what_the_work_needs_whatever_the_jobs_length(
+    defaults: Path, job_seconds: float, sized: float | None, tmp_path: Path
+) -> None:
+    """Four tasks under five tasks' worth of work, a minute's backlog waiting: the demand
+    policy adds half the tasks (six, what the oracle runs), for 10 ms jobs as for 5 s ones.
+    Counted in messages, the same minute was 350 rounds of 10 ms jobs and took the service to
+    its maximum. A 10x spike still takes it to its maximum at once, even when the minute's
+    visible count was read before it began; a rollout's minute (half the tasks starting
+    again) and a minute with nothing deleted (every job failing) add nothing."""
+    read = sized_for(defaults, sized, tmp_path)
+    ecs = read.ecs
+    assert ecs is not None
+    (demand,) = ecs.steps_out
+    task_minute = ecs.worker.concurrency / job_seconds * 60  # what a busy task clears in a minute
+    tasks = 4
+
+    def wants(sent: float, visible: float, deleted: float, running: int = tasks) -> int | None:
+        point = Datapoint(0, round(visible), 0, 0.0, running, sent=round(sent), deleted=round(deleted), desired=tasks)
+        return StepPolicy(demand, ecs.minimum, ecs.maximum).decide(0.0, [point], tasks)
+
+    assert wants(5 * task_minute, task_minute, tasks * task_minute) == 6
+    assert wants(tasks * task_minute, 0, tasks * task_minute) is None, "keeping up: nothing"
+    assert wants(15 * task_minute, 10 * task_minute, tasks * task_minute) == ecs.maximum, "a 10x spike"
+    assert wants(15 * task_minute, 0, tasks * task_minute) == ecs.maximum, "its first minute, read before it began"
+    rollout = wants(tasks * task_minute, 2 * task_minute, 2 * task_minute, running=2)
+    assert rollout is None, "half the tasks replaced: the work needs the tasks asked for, no more"
+    assert wants(5 * task_minute, 5 * task_minute, 0) is None, "nothing deleted: no datapoint, nothing added"
 
 
 def test_the_ecs_stack_s_deployment_alarms_are_ones_the_simulator_evaluates(defaults: Path) -> None:

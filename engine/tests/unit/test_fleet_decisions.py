@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 import sqs_worker_engine
+from sqs_worker_engine.fleet import report
 from sqs_worker_engine.fleet.autoscalers import deployfiles, hpa, keda, oracle
 from sqs_worker_engine.fleet.autoscalers.deployfiles import (
     DEFAULT_SCALE_DOWN,
@@ -35,7 +36,7 @@ from sqs_worker_engine.fleet.load import traffic
 from sqs_worker_engine.fleet.load.work import Durations, Histogram
 from sqs_worker_engine.fleet.simulation import thrash
 from sqs_worker_engine.fleet.sqs.counts import Counts, Datapoint, Truth
-from sqs_worker_engine.fleet.sqs.metricmath import evaluate
+from sqs_worker_engine.fleet.sqs.metricmath import check, evaluate
 
 # The generated ScaledObject's behaviour (deploy/k8s/scaledobject.yaml).
 UP = Rules(0, "Max", (Policy("Percent", 100, 30), Policy("Pods", 4, 30)))
@@ -588,6 +589,8 @@ Resources:
               MetricStat: {Metric: {MetricName: ApproximateNumberOfMessagesVisible}}
             - Id: in_flight
               MetricStat: {Metric: {MetricName: ApproximateNumberOfMessagesNotVisible}}
+            - Id: tasks
+              MetricStat: {Metric: {MetricName: RunningTaskCount}}
             - Id: per_task
               Expression: !Sub "(visible + in_flight) / tasks"
   Step:
@@ -695,6 +698,51 @@ def test_a_step_policy_on_a_low_alarm_is_read_as_the_scale_in_one(tmp_path: Path
     assert (quiet.adjustment_type, quiet.cooldown, quiet.steps) == ("ChangeInCapacity", 120, (Step(None, 0, -1),))
 
 
+# The same service scaled by its step policies alone, as the generated stack is.
+NO_TRACKING = SERVICE[: SERVICE.index("  Policy:\n")] + SERVICE[SERVICE.index("  Step:\n") :]
+
+
+def test_a_stack_without_target_tracking_is_scaled_by_its_step_policies_alone(tmp_path: Path) -> None:
+    (tmp_path / "ecs").mkdir()
+    (tmp_path / "ecs" / "service.yaml").write_text(NO_TRACKING)
+    ecs = deployfiles.read(tmp_path).ecs
+    assert ecs is not None and ecs.target is None and ecs.scale_in_disabled
+    assert [s.expression for s in ecs.steps_out] == ["visible / (tasks * 8)"]
+    points = _points([(400, 2)] * 15)  # far above any target: nothing tracks it
+    assert TargetTracking(ecs).decide(0.0, points, 2) == 2
+    assert (
+        report.describe(deployfiles.Bake(ecs=ecs), "ecs")["kind"]
+        == "ECS service + Application Auto Scaling step scaling"
+    )
+
+
+def test_a_target_on_messages_in_flight_alone_is_read_and_tracked_as_such(tmp_path: Path) -> None:
+    """Headroom without the backlog: what waits visible is left to a policy of its own."""
+    (tmp_path / "ecs").mkdir()
+    in_flight_only = SERVICE.replace(
+        "            - Id: visible\n              MetricStat: {Metric: {MetricName: ApproximateNumberOfMessagesVisible}}\n",
+        "",
+    ).replace('"(visible + in_flight) / tasks"', '"in_flight / tasks"')
+    assert in_flight_only != SERVICE
+    (tmp_path / "ecs" / "service.yaml").write_text(in_flight_only)
+    ecs = deployfiles.read(tmp_path).ecs
+    assert ecs is not None and ecs.in_flight and not ecs.visible
+    tracking = TargetTracking(ecs)
+    backlog = [Datapoint(0, 400, 16, 0.0, 2)] * 3  # 400 visible, 8 in flight a task: at the target
+    assert tracking.decide(0.0, backlog, 2) == 2, "what waits visible is not counted"
+    busy = [Datapoint(0, 0, 40, 0.0, 2)] * 3  # 20 in flight a task: 2.5 times the target
+    assert tracking.decide(0.0, busy, 2) == 5
+    # A target on rounds of work in flight, as the generated stack's: the expression is evaluated.
+    rounds = in_flight_only.replace('"in_flight / tasks"', '"in_flight / (tasks * 10)"').replace(
+        "TargetValue: !Ref Target", "TargetValue: 0.9"
+    )
+    (tmp_path / "ecs" / "service.yaml").write_text(rounds)
+    ecs = deployfiles.read(tmp_path).ecs
+    assert ecs is not None and ecs.tracking_expression == "in_flight / (tasks * 10)"
+    assert TargetTracking(ecs).decide(0.0, [Datapoint(0, 400, 16, 0.0, 2)] * 3, 2) == 2, "0.8 rounds: below"
+    assert TargetTracking(ecs).decide(0.0, [Datapoint(0, 0, 20, 0.0, 2)] * 3, 2) == 3, "1 round: 2 x 1 / 0.9"
+
+
 @pytest.mark.parametrize(
     ("files", "fragment"),
     [
@@ -703,6 +751,14 @@ def test_a_step_policy_on_a_low_alarm_is_read_as_the_scale_in_one(tmp_path: Path
         ({"k8s/a.yaml": "kind: [unclosed\n"}, "not YAML"),
         ({"ecs/service.yaml": "Resources: {}\n"}, "no AWS::ECS::TaskDefinition"),
         ({"ecs/service.yaml": SERVICE.replace("AlarmActions: [!Ref Step]", "AlarmActions: []")}, "no CloudWatch alarm"),
+        (
+            {
+                "ecs/service.yaml": NO_TRACKING.replace("GreaterThanThreshold", "LessThanThreshold")
+                .replace("100}", "-1}")
+                .replace("300}", "-1}")
+            },
+            "no scaling policy scales the service out",
+        ),
         ({"ecs/service.yaml": SERVICE.replace("Period: 60", "Period: 300")}, "one-minute SQS and ECS metrics"),
         ({"ecs/service.yaml": SERVICE.replace('"visible / (tasks * ${Target})"', "SUM(METRICS())")}, "not simulated"),
         (
@@ -725,3 +781,15 @@ def test_a_deploy_directory_the_simulator_cannot_play_is_named_with_why(tmp_path
         (tmp_path / name).write_text(text)
     with pytest.raises(deployfiles.DeployFileError, match=fragment):
         deployfiles.read(tmp_path)
+
+
+def test_metric_math_s_if_takes_the_branch_its_comparison_chooses_and_only_that_one() -> None:
+    values = {"visible": 50.0, "tasks": 4.0, "sent": 300.0, "deleted": 0.0}
+    assert evaluate("IF(visible > tasks * 10, sent / 100, 0)", values) == 3.0
+    assert evaluate("IF(visible > tasks * 20, sent / 100, 0)", values) == 0.0
+    assert evaluate("IF(visible > 1 AND tasks >= 4, 1, 2)", values) == 1.0
+    assert evaluate("IF(visible < 1 || tasks != 4, 1, 2)", values) == 2.0
+    assert evaluate("IF(visible > 1, sent / deleted, 0)", values) is None, "the branch taken divides by zero"
+    assert evaluate("IF(visible < 1, sent / deleted, 0)", values) == 0.0, "the other does not count"
+    assert check("IF(visible > 1, SUM(METRICS()), 0)", {"visible"}), "every branch is checked, taken or not"
+    assert check("IF(visible > 1 AND tasks > 0, sent / deleted, 0)", {"visible", "tasks", "sent", "deleted"}) is None

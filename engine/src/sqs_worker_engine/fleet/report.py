@@ -319,15 +319,29 @@ def describe(bake: Bake, platform: str) -> dict[str, Any]:
     else:
         assert isinstance(spec, EcsService)
         out.update(
-            kind="ECS service + Application Auto Scaling target tracking"
-            + (" (scale-in disabled)" if spec.scale_in_disabled else "")
-            + (" and step scaling" if spec.steps_out or spec.step_in is not None else ""),
+            kind="ECS service + Application Auto Scaling "
+            + " and ".join(
+                part
+                for part, there in (
+                    (
+                        "target tracking" + (" (scale-in disabled)" if spec.scale_in_disabled else ""),
+                        spec.target is not None,
+                    ),
+                    ("step scaling", bool(spec.steps_out) or spec.step_in is not None),
+                )
+                if there
+            ),
             min_replicas=spec.minimum,
             max_replicas=spec.maximum,
-            target=spec.target,
-            scale_out_cooldown=spec.scale_out_cooldown,
-            scale_in_cooldown=spec.scale_in_cooldown,
-            target_tracking_scale_in=not spec.scale_in_disabled,
+        )
+        if spec.target is not None:
+            out.update(
+                target=spec.target,
+                scale_out_cooldown=spec.scale_out_cooldown,
+                scale_in_cooldown=spec.scale_in_cooldown,
+                target_tracking_scale_in=not spec.scale_in_disabled,
+            )
+        out.update(
             min_healthy_percent=spec.min_healthy_percent,
             max_percent=spec.max_percent,
         )

@@ -229,6 +229,7 @@ class Simulation:
             oldest = ledger.oldest_arrival()
             age = max(0.0, now - oldest) if oldest is not None else 0.0
             ready = sum(1 for p in world.pods if p.ready)
+            desired = self.fleet.desired if self.fleet is not None else self.jobs.active() if self.jobs else 0
             self.counts.record(
                 Truth(
                     now,
@@ -240,9 +241,9 @@ class Simulation:
                     ledger.completed,
                     failed=ledger.failed,
                     dead_letters=ledger.dead_lettered,
+                    desired=desired,
                 )
             )
-            desired = self.fleet.desired if self.fleet is not None else self.jobs.active() if self.jobs else 0
             self.series.append(
                 Sample(
                     now - self.t0,
@@ -475,8 +476,8 @@ def _autoscaler(spec: Deployment | ScaledJob | EcsService) -> str:
     if isinstance(spec, ScaledJob):
         return f"keda-scaledjob-{spec.strategy}"
     return (
-        "ecs-target-tracking"
-        + ("-no-scale-in" if spec.scale_in_disabled else "")
+        "ecs"
+        + (("-target-tracking" + ("-no-scale-in" if spec.scale_in_disabled else "")) if spec.target is not None else "")
         + "+step" * len(spec.steps_out)  # one for each scale-out step policy
         + ("+step-in" if spec.step_in is not None else "")
     )

@@ -5,9 +5,10 @@ and its KEDA ScaledObject (replica bounds, polling, the HPA's behaviour, the SQS
 CloudWatch triggers), or the KEDA ScaledJob (its strategy, polling, bounds, Job deadline).
 From `deploy/ecs/service.yaml`: the task's environment and stop timeout, the service's
 deployment configuration, the Application Auto Scaling target, its target tracking policy
-(and whether its scale-in is disabled), and beside it up to two step scaling policies, one
-that scales out on a high alarm and one that scales in on a low alarm, each with the
-CloudWatch alarm that invokes it.
+if it has one (and whether its scale-in is disabled), and its step scaling policies: those
+that scale out, each on a high alarm, and one that scales in on a low alarm, each with the
+CloudWatch alarm that invokes it. The generated stack has no target tracking policy since
+its scale-out is sized on what the tasks clear; a service's own may add one.
 
 Defaults a manifest leaves out are the platforms' own (KEDA's, the HPA's, ECS's), so a
 service whose owner deleted a line is simulated as it would run. Needs PyYAML (the
@@ -179,12 +180,17 @@ class EcsService:
     worker: Worker
     minimum: int
     maximum: int
-    target: float  # visible messages per running task
+    target: float | None  # target tracking's messages per running task (None: the stack has no such policy)
     scale_out_cooldown: int
     scale_in_cooldown: int
     min_healthy_percent: int
     max_percent: int
-    in_flight: bool = False  # the policy's metric counts messages in flight (NotVisible), not only visible ones
+    in_flight: bool = False  # target tracking's metric counts messages in flight (NotVisible)
+    visible: bool = True  # ... and visible ones (a utilization target counts those in flight alone)
+    # Target tracking's metric math, as the stack writes it: its metrics by id, and the
+    # expression whose value is held at the target (empty: messages counted / running tasks).
+    tracking_metrics: tuple[tuple[str, str], ...] = ()
+    tracking_expression: str = ""
     steps_out: tuple[StepScaling, ...] = ()  # step scaling policies that scale out, each on a high alarm of its own
     step_in: StepScaling | None = None  # a step scaling policy that scales in, on a low alarm of its own
     scale_in_disabled: bool = False  # target tracking's DisableScaleIn: it only scales out
@@ -442,30 +448,35 @@ def read_ecs(path: Path) -> EcsService:
         ),
         {},
     )
-    if not policy:
-        raise DeployFileError(f"{path}: the scaling policy is not target tracking")
     counted = {
         m["MetricStat"]["Metric"]["MetricName"]
         for m in policy.get("CustomizedMetricSpecification", {}).get("Metrics", [])
         if "MetricStat" in m
     }
-    if "ApproximateNumberOfMessagesVisible" not in counted:
-        raise DeployFileError(f"{path}: the target tracking policy does not count the queue's visible messages")
+    if policy and not counted & {"ApproximateNumberOfMessagesVisible", "ApproximateNumberOfMessagesNotVisible"}:
+        raise DeployFileError(f"{path}: the target tracking policy counts neither visible messages nor those in flight")
+    tracking_metrics, tracking_expression = _tracking_math(path, policy, resolve)
     steps_out, step_in = _step_policies(path, policies, resources, resolve)
+    if not policy and not steps_out:
+        raise DeployFileError(f"{path}: no scaling policy scales the service out (target tracking or step scaling)")
     return EcsService(
         worker,
         minimum=_int(resolve(target.get("MinCapacity", 1)), "MinCapacity"),
         maximum=_int(resolve(target.get("MaxCapacity", 1)), "MaxCapacity"),
-        target=float(resolve(policy.get("TargetValue", 1))),
+        target=float(resolve(policy["TargetValue"])) if policy else None,
         # Application Auto Scaling's defaults for ECS: 300 s both ways.
         scale_out_cooldown=_int(resolve(policy.get("ScaleOutCooldown", 300)), "ScaleOutCooldown"),
         scale_in_cooldown=_int(resolve(policy.get("ScaleInCooldown", 300)), "ScaleInCooldown"),
         min_healthy_percent=_int(resolve(deployment.get("MinimumHealthyPercent", 100)), "MinimumHealthyPercent"),
         max_percent=_int(resolve(deployment.get("MaximumPercent", 200)), "MaximumPercent"),
         in_flight="ApproximateNumberOfMessagesNotVisible" in counted,
+        visible="ApproximateNumberOfMessagesVisible" in counted or not policy,
+        tracking_metrics=tracking_metrics,
+        tracking_expression=tracking_expression,
         steps_out=steps_out,
         step_in=step_in,
-        scale_in_disabled=_bool(resolve(policy.get("DisableScaleIn", False))),
+        # Without target tracking, nothing but the step policies scales in.
+        scale_in_disabled=_bool(resolve(policy.get("DisableScaleIn", False))) if policy else True,
     )
 
 
@@ -475,10 +486,32 @@ DATAPOINT_METRICS = {
     "ApproximateNumberOfMessagesNotVisible": "inflight",
     "ApproximateAgeOfOldestMessage": "oldest_age",
     "RunningTaskCount": "running",
+    "DesiredTaskCount": "desired",
     "NumberOfMessagesSent": "sent",
     "NumberOfMessagesDeleted": "deleted",
 }
 STEP_ADJUSTMENT_TYPES = ("ChangeInCapacity", "PercentChangeInCapacity", "ExactCapacity")
+
+
+def _tracking_math(
+    path: Path, policy: dict[str, Any], resolve: Callable[[Any], Any]
+) -> tuple[tuple[tuple[str, str], ...], str]:
+    """Target tracking's metrics by id and the expression it tracks (none without a policy)."""
+    metrics, expression = [], ""
+    for metric in policy.get("CustomizedMetricSpecification", {}).get("Metrics", []):
+        if "MetricStat" in metric:
+            metrics.append((str(metric["Id"]), str(metric["MetricStat"]["Metric"].get("MetricName"))))
+        elif metric.get("ReturnData", True) and "Expression" in metric:
+            expression = str(resolve(metric["Expression"]))
+    if not expression:
+        return (), ""
+    unknown = [name for _, name in metrics if name not in DATAPOINT_METRICS]
+    problem = metricmath.check(expression, {metric_id for metric_id, _ in metrics})
+    if unknown or problem:
+        raise DeployFileError(
+            f"{path}: the target tracking policy's metric math is not simulated: {problem or ', '.join(unknown)}"
+        )
+    return tuple(metrics), expression
 
 
 def _step_policies(

@@ -1,5 +1,6 @@
-"""ECS service autoscaling as the generated stack sets it: an Application Auto Scaling
-target tracking policy on messages per running task (metric math over AWS/SQS
+"""ECS service autoscaling as a stack sets it: an Application Auto Scaling target tracking
+policy (where the stack has one: the generated stack's scale-out is a step policy sized on
+what the tasks clear, and its scale-in another) on messages per running task (metric math over AWS/SQS
 ApproximateNumberOfMessagesVisible, plus ApproximateNumberOfMessagesNotVisible when the
 policy counts it, and ECS/ContainerInsights RunningTaskCount).
 
@@ -27,7 +28,8 @@ from dataclasses import dataclass
 
 from ...base import clock
 from ..sqs.counts import Datapoint
-from .deployfiles import EcsService
+from ..sqs.metricmath import evaluate
+from .deployfiles import DATAPOINT_METRICS, EcsService
 from .keda import Readers
 from .platform import ReplicaSet
 from .stepscaling import ScaleInStepPolicy, StepPolicy
@@ -37,13 +39,23 @@ LOW_DATAPOINTS = 15
 LOW_RATIO = 0.9
 
 
-def messages(point: Datapoint, in_flight: bool) -> float:
-    return point.visible + (point.inflight if in_flight else 0)
+def messages(point: Datapoint, in_flight: bool, visible: bool = True) -> float:
+    return (point.visible if visible else 0) + (point.inflight if in_flight else 0)
 
 
-def metric(point: Datapoint, in_flight: bool = False) -> float:
+def metric(point: Datapoint, in_flight: bool = False, visible: bool = True) -> float:
     """messages / tasks: the stack's metric math (no tasks: as many messages as there are)."""
-    return messages(point, in_flight) / point.running if point.running else messages(point, in_flight)
+    counted = messages(point, in_flight, visible)
+    return counted / point.running if point.running else counted
+
+
+def tracked(spec: EcsService, point: Datapoint) -> float | None:
+    """The value target tracking holds at its target for one datapoint: the stack's metric
+    math where it has one (None: no value, as CloudWatch gives none), else messages / tasks."""
+    if not spec.tracking_expression:
+        return metric(point, spec.in_flight, spec.visible)
+    values = {metric_id: float(getattr(point, DATAPOINT_METRICS[name])) for metric_id, name in spec.tracking_metrics}
+    return evaluate(spec.tracking_expression, values)
 
 
 @dataclass
@@ -54,10 +66,15 @@ class TargetTracking:
     out_to: int = 0  # the capacity the last scale-out set
 
     def decide(self, now: float, points: list[Datapoint], current: int) -> int:
-        """The desired count, given the latest datapoints (newest first)."""
-        target, in_flight = self.spec.target, self.spec.in_flight
-        if len(points) >= HIGH_DATAPOINTS and all(metric(p, in_flight) > target for p in points[:HIGH_DATAPOINTS]):
-            wanted = math.ceil(messages(points[0], in_flight) / target)
+        """The desired count, given the latest datapoints (newest first); the current one
+        when the stack has no target tracking policy."""
+        target = self.spec.target
+        if target is None:
+            return current
+        values = [tracked(self.spec, p) for p in points[:LOW_DATAPOINTS]]
+        if len(values) >= HIGH_DATAPOINTS and all(v is not None and v > target for v in values[:HIGH_DATAPOINTS]):
+            # Proportional: the capacity that brings the latest value to the target.
+            wanted = math.ceil(max(points[0].running, 1) * (values[0] or 0.0) / target - 1e-9)
             if now - self.last_out < self.spec.scale_out_cooldown:
                 wanted = max(wanted, self.out_to)  # what the last scale-out added still counts
             wanted = min(self.spec.maximum, wanted)
@@ -66,12 +83,12 @@ class TargetTracking:
                 return wanted
             return current
         low = target * LOW_RATIO
-        quiet = len(points) >= LOW_DATAPOINTS and all(metric(p, in_flight) < low for p in points[:LOW_DATAPOINTS])
+        quiet = len(values) >= LOW_DATAPOINTS and all(v is not None and v < low for v in values)
         cooled = (
             now - self.last_in >= self.spec.scale_in_cooldown and now - self.last_out >= self.spec.scale_out_cooldown
         )
         if quiet and cooled and not self.spec.scale_in_disabled:
-            wanted = max(self.spec.minimum, math.ceil(messages(points[0], in_flight) / target))
+            wanted = max(self.spec.minimum, math.ceil(max(points[0].running, 1) * (values[0] or 0.0) / target - 1e-9))
             if wanted < current:
                 self.last_in = now
                 return wanted

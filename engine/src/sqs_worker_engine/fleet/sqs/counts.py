@@ -33,6 +33,7 @@ class Truth:
     deleted: int = 0  # messages deleted so far, by the workers that completed them (cumulative)
     failed: int = 0  # jobs failed so far (a bad release's; cumulative)
     dead_letters: int = 0  # messages in the DLQ
+    desired: int = 0  # replicas the service asks for (ECS's DesiredTaskCount, Container Insights)
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +47,7 @@ class Datapoint:
     deleted: float = 0.0  # NumberOfMessagesDeleted: messages deleted in the minute (its Sum)
     failed: float = 0.0  # jobs failed in the minute (the worker's jobs_processed_total, failed outcomes)
     dead_letters: float = 0.0  # the DLQ's messages visible at the minute's end (nothing leaves it in a run)
+    desired: float = 0.0  # the replicas asked for at the minute's end (ECS's DesiredTaskCount)
 
 
 class Counts:
@@ -81,6 +83,7 @@ class Counts:
             deleted=last.deleted - before.deleted,
             failed=last.failed - before.failed,
             dead_letters=last.dead_letters,
+            desired=last.desired,
         )
         self._closed = last
 
