@@ -24,10 +24,9 @@ from sqs_worker_engine.fleet.autoscalers.deployfiles import (
     ScaledJob,
     ScaledObject,
     SqsTrigger,
-    Step,
-    StepScaling,
     Worker,
 )
+from sqs_worker_engine.fleet.autoscalers.stepscaling import Step, StepScaling
 from sqs_worker_engine.fleet.load.traffic import Event, Shape, Spike, Steady
 from sqs_worker_engine.fleet.simulation import simulate
 from sqs_worker_engine.fleet.sizing import Options, Run

@@ -25,12 +25,10 @@ from sqs_worker_engine.fleet.autoscalers.deployfiles import (
     Policy,
     Rules,
     SqsTrigger,
-    Step,
-    StepScaling,
     Worker,
 )
 from sqs_worker_engine.fleet.autoscalers.platform import ecs_batch
-from sqs_worker_engine.fleet.autoscalers.stepscaling import ScaleInStepPolicy, StepPolicy
+from sqs_worker_engine.fleet.autoscalers.stepscaling import ScaleInStepPolicy, Step, StepPolicy, StepScaling
 from sqs_worker_engine.fleet.autoscalers.targettracking import TargetTracking, combined
 from sqs_worker_engine.fleet.load import traffic
 from sqs_worker_engine.fleet.load.work import Durations, Histogram
@@ -280,7 +278,7 @@ def test_a_low_alarm_that_must_hold_five_minutes_does_not_scale_in_on_a_two_minu
 
 
 def test_a_scale_in_takes_the_step_whose_bounds_hold_the_breach() -> None:
-    def stepped(visible: float, tasks: int = 8, spec: deployfiles.StepScaling = QUIET) -> int | None:
+    def stepped(visible: float, tasks: int = 8, spec: StepScaling = QUIET) -> int | None:
         return ScaleInStepPolicy(spec, 2, 10).decide(0.0, _points([(visible, tasks)] * 5), tasks)
 
     assert stepped(32) is None, "0.5 rounds: not below the threshold"

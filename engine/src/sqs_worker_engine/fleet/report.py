@@ -9,7 +9,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .autoscalers.deployfiles import Bake, Deployment, EcsService, ScaledJob, StepScaling
+from .autoscalers.deployfiles import Bake, Deployment, EcsService, ScaledJob
+from .autoscalers.stepscaling import StepScaling
 from .load.traffic import SHAPES
 
 # Figures each shape shows beside the oracle's, as ratios (ours / oracle's).

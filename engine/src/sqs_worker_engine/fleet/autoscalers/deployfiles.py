@@ -25,6 +25,8 @@ from typing import Any
 
 from ...base.limits import FIFO_SUFFIX
 from ..sqs import metricmath
+from ..sqs.counts import DATAPOINT_METRICS
+from .stepscaling import HIGH_COMPARISONS, LOW_COMPARISONS, Step, StepScaling
 
 
 class DeployFileError(Exception):
@@ -125,54 +127,6 @@ class ScaledJob:
     pending_conditions: tuple[str, ...]
     sqs: SqsTrigger
     deadline: float  # activeDeadlineSeconds
-
-
-@dataclass(frozen=True)
-class Step:
-    """One step adjustment: where the alarm's value lies from its threshold (the bounds
-    are offsets from it, negative below it; None: unbounded) and what the step adds (a
-    negative adjustment removes)."""
-
-    lower: float | None
-    upper: float | None
-    adjustment: float
-
-
-@dataclass(frozen=True)
-class StepScaling:
-    """A step scaling policy and the CloudWatch alarm that invokes it: a high alarm
-    (GreaterThan...) for a policy that scales out, a low one (LessThan...) for one that
-    scales in."""
-
-    metrics: tuple[tuple[str, str], ...]  # (the alarm's metric id, the metric's name)
-    expression: str  # what the alarm compares, over those ids (a metric math expression, or one id)
-    threshold: float
-    periods: int  # EvaluationPeriods
-    datapoints: int  # DatapointsToAlarm
-    adjustment_type: str  # ChangeInCapacity, PercentChangeInCapacity or ExactCapacity
-    steps: tuple[Step, ...]
-    cooldown: int
-    min_magnitude: int = 0  # MinAdjustmentMagnitude (PercentChangeInCapacity only)
-    comparison: str = "GreaterThanThreshold"  # the alarm's ComparisonOperator
-
-    @property
-    def scales_in(self) -> bool:
-        """A low alarm: the policy removes capacity while the metric stays below the threshold."""
-        return self.comparison in LOW_COMPARISONS
-
-    def breaching(self, value: float) -> bool:
-        """The alarm's comparison of one datapoint's value with its threshold."""
-        if self.comparison == "GreaterThanOrEqualToThreshold":
-            return value >= self.threshold
-        if self.comparison == "LessThanThreshold":
-            return value < self.threshold
-        if self.comparison == "LessThanOrEqualToThreshold":
-            return value <= self.threshold
-        return value > self.threshold
-
-
-HIGH_COMPARISONS = ("GreaterThanThreshold", "GreaterThanOrEqualToThreshold")
-LOW_COMPARISONS = ("LessThanThreshold", "LessThanOrEqualToThreshold")
 
 
 @dataclass(frozen=True)
@@ -448,14 +402,8 @@ def read_ecs(path: Path) -> EcsService:
         ),
         {},
     )
-    counted = {
-        m["MetricStat"]["Metric"]["MetricName"]
-        for m in policy.get("CustomizedMetricSpecification", {}).get("Metrics", [])
-        if "MetricStat" in m
-    }
-    if policy and not counted & {"ApproximateNumberOfMessagesVisible", "ApproximateNumberOfMessagesNotVisible"}:
-        raise DeployFileError(f"{path}: the target tracking policy counts neither visible messages nor those in flight")
     tracking_metrics, tracking_expression = _tracking_math(path, policy, resolve)
+    counted = {name for _, name in tracking_metrics}
     steps_out, step_in = _step_policies(path, policies, resources, resolve)
     if not policy and not steps_out:
         raise DeployFileError(f"{path}: no scaling policy scales the service out (target tracking or step scaling)")
@@ -480,16 +428,6 @@ def read_ecs(path: Path) -> EcsService:
     )
 
 
-# What a simulated CloudWatch datapoint holds, by the metric's name.
-DATAPOINT_METRICS = {
-    "ApproximateNumberOfMessagesVisible": "visible",
-    "ApproximateNumberOfMessagesNotVisible": "inflight",
-    "ApproximateAgeOfOldestMessage": "oldest_age",
-    "RunningTaskCount": "running",
-    "DesiredTaskCount": "desired",
-    "NumberOfMessagesSent": "sent",
-    "NumberOfMessagesDeleted": "deleted",
-}
 STEP_ADJUSTMENT_TYPES = ("ChangeInCapacity", "PercentChangeInCapacity", "ExactCapacity")
 
 
@@ -497,21 +435,34 @@ def _tracking_math(
     path: Path, policy: dict[str, Any], resolve: Callable[[Any], Any]
 ) -> tuple[tuple[tuple[str, str], ...], str]:
     """Target tracking's metrics by id and the expression it tracks (none without a policy)."""
-    metrics, expression = [], ""
-    for metric in policy.get("CustomizedMetricSpecification", {}).get("Metrics", []):
-        if "MetricStat" in metric:
-            metrics.append((str(metric["Id"]), str(metric["MetricStat"]["Metric"].get("MetricName"))))
-        elif metric.get("ReturnData", True) and "Expression" in metric:
-            expression = str(resolve(metric["Expression"]))
-    if not expression:
-        return (), ""
+    metrics, expression, _ = _metric_math(policy.get("CustomizedMetricSpecification", {}).get("Metrics", []), resolve)
+    counted = {name for _, name in metrics}
+    if policy and not counted & {"ApproximateNumberOfMessagesVisible", "ApproximateNumberOfMessagesNotVisible"}:
+        raise DeployFileError(f"{path}: the target tracking policy counts neither visible messages nor those in flight")
+    problem = metricmath.check(expression, {metric_id for metric_id, _ in metrics}) if expression != "" else None
     unknown = [name for _, name in metrics if name not in DATAPOINT_METRICS]
-    problem = metricmath.check(expression, {metric_id for metric_id, _ in metrics})
     if unknown or problem:
         raise DeployFileError(
             f"{path}: the target tracking policy's metric math is not simulated: {problem or ', '.join(unknown)}"
         )
-    return tuple(metrics), expression
+    return metrics, expression
+
+
+def _metric_math(
+    entries: list[dict[str, Any]], resolve: Callable[[Any], Any]
+) -> tuple[tuple[tuple[str, str], ...], str, list[int]]:
+    """A policy's or an alarm's metric math: (its metrics as (id, name), the expression it
+    returns, each metric's period)."""
+    metrics, expression, periods = [], "", []
+    for metric in entries:
+        if "MetricStat" in metric:
+            metrics.append((str(metric["Id"]), str(metric["MetricStat"]["Metric"].get("MetricName"))))
+            periods.append(_int(metric["MetricStat"].get("Period", 60), "Period"))
+            if metric.get("ReturnData", True) and "Expression" not in metric:
+                expression = str(metric["Id"])
+        elif metric.get("ReturnData", True) and "Expression" in metric:
+            expression = str(resolve(metric["Expression"]))
+    return tuple(metrics), expression, periods
 
 
 def _step_policies(
@@ -555,17 +506,8 @@ def _step_scaling(
             f"{path}: the alarm of the step scaling policy {name} compares with {comparison!r}: "
             f"the simulator plays {', '.join(HIGH_COMPARISONS + LOW_COMPARISONS)}"
         )
-    metrics, expression, periods = [], "", []
-    for metric in alarm.get(
-        "Metrics", [{"Id": "m", "ReturnData": True, "MetricStat": {"Metric": alarm, "Period": alarm.get("Period", 60)}}]
-    ):
-        if "MetricStat" in metric:
-            metrics.append((str(metric["Id"]), str(metric["MetricStat"]["Metric"].get("MetricName"))))
-            periods.append(_int(metric["MetricStat"].get("Period", 60), "Period"))
-            if metric.get("ReturnData", True) and "Expression" not in metric:
-                expression = str(metric["Id"])
-        elif metric.get("ReturnData", True):
-            expression = str(resolve(metric.get("Expression")))
+    single = [{"Id": "m", "ReturnData": True, "MetricStat": {"Metric": alarm, "Period": alarm.get("Period", 60)}}]
+    metrics, expression, periods = _metric_math(alarm.get("Metrics", single), resolve)
     unknown = [m for _, m in metrics if m not in DATAPOINT_METRICS]
     if unknown or any(p != 60 for p in periods) or not expression:
         raise DeployFileError(

@@ -24,9 +24,56 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..sqs.counts import Datapoint
+from ..sqs.counts import DATAPOINT_METRICS, Datapoint
 from ..sqs.metricmath import evaluate
-from .deployfiles import DATAPOINT_METRICS, Step, StepScaling
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step adjustment: where the alarm's value lies from its threshold (the bounds
+    are offsets from it, negative below it; None: unbounded) and what the step adds (a
+    negative adjustment removes)."""
+
+    lower: float | None
+    upper: float | None
+    adjustment: float
+
+
+@dataclass(frozen=True)
+class StepScaling:
+    """A step scaling policy and the CloudWatch alarm that invokes it: a high alarm
+    (GreaterThan...) for a policy that scales out, a low one (LessThan...) for one that
+    scales in."""
+
+    metrics: tuple[tuple[str, str], ...]  # (the alarm's metric id, the metric's name)
+    expression: str  # what the alarm compares, over those ids (a metric math expression, or one id)
+    threshold: float
+    periods: int  # EvaluationPeriods
+    datapoints: int  # DatapointsToAlarm
+    adjustment_type: str  # ChangeInCapacity, PercentChangeInCapacity or ExactCapacity
+    steps: tuple[Step, ...]
+    cooldown: int
+    min_magnitude: int = 0  # MinAdjustmentMagnitude (PercentChangeInCapacity only)
+    comparison: str = "GreaterThanThreshold"  # the alarm's ComparisonOperator
+
+    @property
+    def scales_in(self) -> bool:
+        """A low alarm: the policy removes capacity while the metric stays below the threshold."""
+        return self.comparison in LOW_COMPARISONS
+
+    def breaching(self, value: float) -> bool:
+        """The alarm's comparison of one datapoint's value with its threshold."""
+        if self.comparison == "GreaterThanOrEqualToThreshold":
+            return value >= self.threshold
+        if self.comparison == "LessThanThreshold":
+            return value < self.threshold
+        if self.comparison == "LessThanOrEqualToThreshold":
+            return value <= self.threshold
+        return value > self.threshold
+
+
+HIGH_COMPARISONS = ("GreaterThanThreshold", "GreaterThanOrEqualToThreshold")
+LOW_COMPARISONS = ("LessThanThreshold", "LessThanOrEqualToThreshold")
 
 
 def alarm_value(spec: StepScaling, point: Datapoint) -> float | None:

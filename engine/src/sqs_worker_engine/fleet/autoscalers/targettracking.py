@@ -27,9 +27,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ...base import clock
-from ..sqs.counts import Datapoint
+from ..sqs.counts import DATAPOINT_METRICS, Datapoint
 from ..sqs.metricmath import evaluate
-from .deployfiles import DATAPOINT_METRICS, EcsService
+from .deployfiles import EcsService
 from .keda import Readers
 from .platform import ReplicaSet
 from .stepscaling import ScaleInStepPolicy, StepPolicy

@@ -50,6 +50,18 @@ class Datapoint:
     desired: float = 0.0  # the replicas asked for at the minute's end (ECS's DesiredTaskCount)
 
 
+# What a simulated CloudWatch datapoint holds, by the metric's name.
+DATAPOINT_METRICS = {
+    "ApproximateNumberOfMessagesVisible": "visible",
+    "ApproximateNumberOfMessagesNotVisible": "inflight",
+    "ApproximateAgeOfOldestMessage": "oldest_age",
+    "RunningTaskCount": "running",
+    "DesiredTaskCount": "desired",
+    "NumberOfMessagesSent": "sent",
+    "NumberOfMessagesDeleted": "deleted",
+}
+
+
 class Counts:
     def __init__(self, *, lag: float = 60.0, delay: float = 60.0, seed: int = 0) -> None:
         self.lag = lag
