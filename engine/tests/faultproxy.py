@@ -100,10 +100,10 @@ class FaultProxy:
         with self._lock:
             self.faults[operation] = Fault(status=status, code=code, times=times)
 
-    def slow(self, operation: str, seconds: float, rate: float | None = None) -> None:
+    def slow(self, operation: str, seconds: float, rate: float | None = None, times: int | None = None) -> None:
         with self._lock:
             if rate is None:
-                self.faults[operation] = Fault(delay=seconds)
+                self.faults[operation] = Fault(delay=seconds, times=times)
             else:
                 self._random_faults.append((operation, Fault(delay=seconds, rate=rate)))
 
