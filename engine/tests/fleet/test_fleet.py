@@ -150,7 +150,24 @@ def test_an_ecs_step_scale_in_removes_a_task_per_cooldown_once_its_low_alarm_hol
         120,
         comparison="LessThanThreshold",
     )
-    tracking = EcsService(worker(), 1, 4, 4.0, 60, 300, 50, 100, in_flight=True, scale_in_disabled=True)
+    in_flight_and_visible = (
+        ("visible", "ApproximateNumberOfMessagesVisible"),
+        ("in_flight", "ApproximateNumberOfMessagesNotVisible"),
+        ("tasks", "RunningTaskCount"),
+    )
+    tracking = EcsService(
+        worker(),
+        1,
+        4,
+        4.0,
+        60,
+        300,
+        50,
+        100,
+        tracking_metrics=in_flight_and_visible,
+        tracking_expression="(visible + in_flight) / tasks",
+        scale_in_disabled=True,
+    )
     shape = Shape("spike", "a spike", 2400.0, Spike(0.1, 10.0, 300.0, 300.0))
     desired = {}
     for name, spec in (("tracking only", tracking), ("step scale-in", dataclasses.replace(tracking, step_in=quiet))):

@@ -645,7 +645,8 @@ def test_the_deploy_files_are_read_with_the_platforms_defaults_for_what_they_lea
         60,
         300,
     )
-    assert (ecs.min_healthy_percent, ecs.max_percent, ecs.in_flight) == (50, 100, True)
+    assert (ecs.min_healthy_percent, ecs.max_percent) == (50, 100)
+    assert ("in_flight", "ApproximateNumberOfMessagesNotVisible") in ecs.tracking_metrics
     assert (ecs.worker.cpu, ecs.worker.memory_gib, ecs.worker.grace) == (0.5, 1.0, 105.0)
     (step,) = ecs.steps_out  # the step policy, found by the alarm whose action it is
     assert (step.expression, step.threshold, step.periods, step.datapoints) == ("visible / (tasks * 8)", 2.0, 3, 3)
@@ -724,7 +725,8 @@ def test_a_target_on_messages_in_flight_alone_is_read_and_tracked_as_such(tmp_pa
     assert in_flight_only != SERVICE
     (tmp_path / "ecs" / "service.yaml").write_text(in_flight_only)
     ecs = deployfiles.read(tmp_path).ecs
-    assert ecs is not None and ecs.in_flight and not ecs.visible
+    assert ecs is not None and ecs.tracking_expression == "in_flight / tasks"
+    assert "ApproximateNumberOfMessagesVisible" not in {name for _, name in ecs.tracking_metrics}
     tracking = TargetTracking(ecs)
     backlog = [Datapoint(0, 400, 16, 0.0, 2)] * 3  # 400 visible, 8 in flight a task: at the target
     assert tracking.decide(0.0, backlog, 2) == 2, "what waits visible is not counted"

@@ -139,10 +139,8 @@ class EcsService:
     scale_in_cooldown: int
     min_healthy_percent: int
     max_percent: int
-    in_flight: bool = False  # target tracking's metric counts messages in flight (NotVisible)
-    visible: bool = True  # ... and visible ones (a utilization target counts those in flight alone)
     # Target tracking's metric math, as the stack writes it: its metrics by id, and the
-    # expression whose value is held at the target (empty: messages counted / running tasks).
+    # expression whose value is held at the target (empty: visible messages / running tasks).
     tracking_metrics: tuple[tuple[str, str], ...] = ()
     tracking_expression: str = ""
     steps_out: tuple[StepScaling, ...] = ()  # step scaling policies that scale out, each on a high alarm of its own
@@ -403,7 +401,6 @@ def read_ecs(path: Path) -> EcsService:
         {},
     )
     tracking_metrics, tracking_expression = _tracking_math(path, policy, resolve)
-    counted = {name for _, name in tracking_metrics}
     steps_out, step_in = _step_policies(path, policies, resources, resolve)
     if not policy and not steps_out:
         raise DeployFileError(f"{path}: no scaling policy scales the service out (target tracking or step scaling)")
@@ -417,8 +414,6 @@ def read_ecs(path: Path) -> EcsService:
         scale_in_cooldown=_int(resolve(policy.get("ScaleInCooldown", 300)), "ScaleInCooldown"),
         min_healthy_percent=_int(resolve(deployment.get("MinimumHealthyPercent", 100)), "MinimumHealthyPercent"),
         max_percent=_int(resolve(deployment.get("MaximumPercent", 200)), "MaximumPercent"),
-        in_flight="ApproximateNumberOfMessagesNotVisible" in counted,
-        visible="ApproximateNumberOfMessagesVisible" in counted or not policy,
         tracking_metrics=tracking_metrics,
         tracking_expression=tracking_expression,
         steps_out=steps_out,

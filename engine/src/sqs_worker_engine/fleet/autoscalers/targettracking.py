@@ -39,21 +39,12 @@ LOW_DATAPOINTS = 15
 LOW_RATIO = 0.9
 
 
-def messages(point: Datapoint, in_flight: bool, visible: bool = True) -> float:
-    return (point.visible if visible else 0) + (point.inflight if in_flight else 0)
-
-
-def metric(point: Datapoint, in_flight: bool = False, visible: bool = True) -> float:
-    """messages / tasks: the stack's metric math (no tasks: as many messages as there are)."""
-    counted = messages(point, in_flight, visible)
-    return counted / point.running if point.running else counted
-
-
 def tracked(spec: EcsService, point: Datapoint) -> float | None:
     """The value target tracking holds at its target for one datapoint: the stack's metric
-    math where it has one (None: no value, as CloudWatch gives none), else messages / tasks."""
+    math (None: no value, as CloudWatch gives none); without any (a spec built by hand),
+    visible messages / running tasks, all of them while no task runs."""
     if not spec.tracking_expression:
-        return metric(point, spec.in_flight, spec.visible)
+        return point.visible / point.running if point.running else point.visible
     values = {metric_id: float(getattr(point, DATAPOINT_METRICS[name])) for metric_id, name in spec.tracking_metrics}
     return evaluate(spec.tracking_expression, values)
 
