@@ -114,7 +114,8 @@ def test_the_metrics_page_lists_each_metric_once_after_a_worker_in_this_process_
     try:
         metrics._db_pool = metrics._jobs_left = None
         registry = CollectorRegistry()
-        metrics.enable_db_pool_gauge(registry), metrics.enable_jobs_left_gauge(registry)
+        metrics.enable_db_pool_gauge(registry)
+        metrics.enable_jobs_left_gauge(registry)
         names = [name for name, *_ in docs_reference.engine_metrics()]
     finally:
         metrics._db_pool, metrics._jobs_left = saved

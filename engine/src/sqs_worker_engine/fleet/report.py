@@ -319,19 +319,13 @@ def describe(bake: Bake, platform: str) -> dict[str, Any]:
         )
     else:
         assert isinstance(spec, EcsService)
+        policies = []
+        if spec.target is not None:
+            policies.append("target tracking" + (" (scale-in disabled)" if spec.scale_in_disabled else ""))
+        if spec.steps_out or spec.step_in is not None:
+            policies.append("step scaling")
         out.update(
-            kind="ECS service + Application Auto Scaling "
-            + " and ".join(
-                part
-                for part, there in (
-                    (
-                        "target tracking" + (" (scale-in disabled)" if spec.scale_in_disabled else ""),
-                        spec.target is not None,
-                    ),
-                    ("step scaling", bool(spec.steps_out) or spec.step_in is not None),
-                )
-                if there
-            ),
+            kind="ECS service + Application Auto Scaling " + " and ".join(policies),
             min_replicas=spec.minimum,
             max_replicas=spec.maximum,
         )

@@ -475,9 +475,8 @@ def _autoscaler(spec: Deployment | ScaledJob | EcsService) -> str:
         return "keda-hpa"
     if isinstance(spec, ScaledJob):
         return f"keda-scaledjob-{spec.strategy}"
-    return (
-        "ecs"
-        + (("-target-tracking" + ("-no-scale-in" if spec.scale_in_disabled else "")) if spec.target is not None else "")
-        + "+step" * len(spec.steps_out)  # one for each scale-out step policy
-        + ("+step-in" if spec.step_in is not None else "")
-    )
+    name = "ecs"
+    if spec.target is not None:
+        name += "-target-tracking" + ("-no-scale-in" if spec.scale_in_disabled else "")
+    name += "+step" * len(spec.steps_out)  # one for each scale-out step policy
+    return name + ("+step-in" if spec.step_in is not None else "")

@@ -49,6 +49,12 @@ def tracked(spec: EcsService, point: Datapoint) -> float | None:
     return evaluate(spec.tracking_expression, values)
 
 
+def proportional(point: Datapoint, value: float | None, target: float) -> int:
+    """The capacity that brings the latest value to the target: the running tasks (one at
+    least) scaled by value / target, rounded up (a value at the target keeps them)."""
+    return math.ceil(max(point.running, 1) * (value or 0.0) / target - 1e-9)
+
+
 @dataclass
 class TargetTracking:
     spec: EcsService
@@ -64,8 +70,7 @@ class TargetTracking:
             return current
         values = [tracked(self.spec, p) for p in points[:LOW_DATAPOINTS]]
         if len(values) >= HIGH_DATAPOINTS and all(v is not None and v > target for v in values[:HIGH_DATAPOINTS]):
-            # Proportional: the capacity that brings the latest value to the target.
-            wanted = math.ceil(max(points[0].running, 1) * (values[0] or 0.0) / target - 1e-9)
+            wanted = proportional(points[0], values[0], target)
             if now - self.last_out < self.spec.scale_out_cooldown:
                 wanted = max(wanted, self.out_to)  # what the last scale-out added still counts
             wanted = min(self.spec.maximum, wanted)
@@ -79,7 +84,7 @@ class TargetTracking:
             now - self.last_in >= self.spec.scale_in_cooldown and now - self.last_out >= self.spec.scale_out_cooldown
         )
         if quiet and cooled and not self.spec.scale_in_disabled:
-            wanted = max(self.spec.minimum, math.ceil(max(points[0].running, 1) * (values[0] or 0.0) / target - 1e-9))
+            wanted = max(self.spec.minimum, proportional(points[0], values[0], target))
             if wanted < current:
                 self.last_in = now
                 return wanted
