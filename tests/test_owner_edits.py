@@ -158,21 +158,29 @@ def test_replaced_handlers_keep_make_test_green_on_a_machine_without_uv(owned: P
 
 
 def test_a_required_setting_of_the_owners_fails_make_test_until_a_deploy_file_sets_it(owned: Path) -> None:
-    """The owner adds a setting without a default to their Settings: `make test` fails naming
-    it and each target whose deploy files leave it out (before a first rollout would fail,
-    the worker refusing to start), and passes once deploy/settings.env, the file both
-    targets read, sets it."""
+    """The owner adds settings without a default to their Settings, named their own way (one
+    reads the variable service.py's example reads): `make test` fails naming each and each
+    target whose deploy files leave it out (before a first rollout would fail, the worker
+    refusing to start); once deploy/settings.env, the file both targets read, sets them, and
+    the settings test gives them a value as its docstring says, the settings tests and strict
+    mypy pass. The example of a refusal in that test is the example's alone: an owner's
+    field reaches neither its checks nor its types."""
     service, settings = owned / "src" / "orders_worker" / "service.py", owned / "deploy" / "settings.env"
-    originals = {path: path.read_text() for path in (service, settings)}
+    settings_test = owned / "tests" / "test_settings.py"
+    originals = {path: path.read_text() for path in (service, settings, settings_test)}
+    fields = {"partner_url": "PARTNER_API_URL", "ledger_url": "LEDGER_API_URL"}
+    declared = "".join(
+        f'    {name}: HttpUrl = Field(validation_alias="{variable}")\n' for name, variable in fields.items()
+    )
     own = (
         originals[service]
         .replace("from pydantic_settings import", "from pydantic import Field, HttpUrl\nfrom pydantic_settings import")
-        .replace(
-            "    # For example:\n",
-            '    api_url: HttpUrl = Field(validation_alias="PARTNER_API_URL")\n    # For example:\n',
-        )
+        .replace("    # For example:\n", f"{declared}    # For example:\n")
     )
-    assert own.count("PARTNER_API_URL") > originals[service].count("PARTNER_API_URL"), "the field was not added"
+    assert own.count("LEDGER_API_URL") > originals[service].count("LEDGER_API_URL"), "the fields were not added"
+    values = {variable: f"https://{name}.example.com/v1" for name, variable in fields.items()}
+    given = originals[settings_test].replace("load_settings({}, SERVICE)", f"load_settings({values!r}, SERVICE)")
+    assert given != originals[settings_test], "the settings test has no `load_settings({}, SERVICE)` to give values to"
     env = without_uv(tool_env())
     try:
         service.write_text(own)
@@ -182,13 +190,16 @@ def test_a_required_setting_of_the_owners_fails_make_test_until_a_deploy_file_se
         output = red.stdout + red.stderr
         assert red.returncode != 0, f"`make test` passes with a required setting no deploy file sets:\n{output[-4000:]}"
         for target in ("ECS (deploy/ecs/service.yaml)", "Kubernetes (deploy/k8s/)"):
-            said = f"on {target} the worker would refuse to start (exit 2) without PARTNER_API_URL (the field 'api_url'"
-            assert said in output, f"{target} and the field not named:\n{output[-4000:]}"
+            for name, variable in fields.items():
+                said = f"{variable} (the field {name!r}"
+                assert f"on {target} the worker would refuse to start (exit 2) without " in output, output[-4000:]
+                assert said in output, f"{target} and the field {name} not named:\n{output[-4000:]}"
 
-        settings.write_text(originals[settings] + "PARTNER_API_URL=https://partner.example.com/v1\n")
+        settings.write_text(originals[settings] + "".join(f"{k}={v}\n" for k, v in values.items()))
+        settings_test.write_text(given)
         argv = [str(owned / ".venv" / "bin" / "python"), "-m", "pytest", "-q", "-p", "no:cacheprovider"]
         green = subprocess.run(
-            [*argv, "tests/test_deploy_settings.py"],
+            [*argv, "tests/test_deploy_settings.py", "tests/test_settings.py"],
             cwd=owned,
             env=env,
             capture_output=True,
@@ -197,8 +208,15 @@ def test_a_required_setting_of_the_owners_fails_make_test_until_a_deploy_file_se
             check=False,
         )
         output = green.stdout + green.stderr
-        assert green.returncode == 0, f"set in deploy/settings.env, yet:\n{output[-4000:]}"
-        assert re.search(r"^3 passed\b", output, re.MULTILINE), output[-2000:]  # each target, and the file
+        assert green.returncode == 0, f"set in deploy/settings.env and the settings test, yet:\n{output[-4000:]}"
+        assert re.search(r"^5 passed\b", output, re.MULTILINE), output[-2000:]  # each target, the file, settings
+        seed_mypy_cache(owned)
+        typed = subprocess.run(
+            ["make", "typecheck"], cwd=owned, env=env, capture_output=True, text=True, timeout=600, check=False
+        )
+        assert typed.returncode == 0, (
+            f"strict mypy fails on the owner's settings:\n{(typed.stdout + typed.stderr)[-4000:]}"
+        )
     finally:
         for path, text in originals.items():
             path.write_text(text)
