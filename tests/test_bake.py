@@ -25,6 +25,7 @@ import shutil
 import time
 from pathlib import Path
 
+import boto3
 import pytest
 import yaml
 from conftest import MYPY_SEEDS, ROOT, bake, run, seed_mypy_cache, share_mypy_cache
@@ -134,6 +135,8 @@ def test_generated_project_passes_its_whole_make_test(name: str, tmp_path: Path,
 
     if name == "defaults":
         assert_pre_commit_runs_the_makefiles_checks(project, package, tmp_path)
+    if name == FIFO_SEND:
+        assert_make_send_groups_a_fifo_queues_messages(project, package.name, localstack_endpoint)
     record(name, combo.depth, counts, package, seconds)
 
 
@@ -194,6 +197,47 @@ def test_a_set_the_bakes_do_not_lock_lints_and_type_checks(
             f"{Path(step[0]).name} failed for {name}:\n{(result.stdout + result.stderr)[-4000:]}"
         )
     assert not (project / ".mypy_cache").exists() and not (project / ".ruff_cache").exists(), "a cache in the bake"
+
+
+# The "full" set with a FIFO queue: its `make send` runs as its owner's second terminal would.
+FIFO_SEND = "eks-py313-fifo"
+# `make send` reaches the emulator as account `test`, as `make dev` does: in a region no other
+# test uses, as LocalStack keeps each region's queues apart, its queue is this test's own.
+SEND_REGION = "ap-southeast-5"
+
+
+def assert_make_send_groups_a_fifo_queues_messages(project: Path, package: str, endpoint: str) -> None:
+    """`make send` on a FIFO queue, as the README gives it: the payload model's examples in the
+    message group `make-send`, or in the group SEND_ARGS names (`send` itself refuses to guess
+    one, against AWS)."""
+    queue = SUPPORTED[FIFO_SEND].answers["queue_name"]
+    assert queue.endswith(".fifo"), queue
+    env = {"AWS_ENDPOINT_URL": endpoint, "AWS_REGION": SEND_REGION, "AWS_DEFAULT_REGION": SEND_REGION}
+    sqs = boto3.client("sqs", endpoint_url=endpoint, region_name=SEND_REGION)
+    try:
+        made = run(["uv", "run", "--quiet", "python", "-m", package, "bootstrap"], project, **env)
+        assert made.returncode == 0, made.stdout + made.stderr
+        examples = run(["make", "--no-print-directory", "send"], project, **env)
+        assert f"sent 2 message(s) to {queue}" in examples.stdout, examples.stdout + examples.stderr
+        named = run(["make", "send", 'BODY={"task_id": "t-9"}', "SEND_ARGS=--group=customer-7"], project, **env)
+        assert f"sent 1 message(s) to {queue}" in named.stdout, named.stdout + named.stderr
+        url = sqs.get_queue_url(QueueName=queue)["QueueUrl"]
+        groups: dict[str, list[str]] = {}
+        for _ in range(10):
+            got = sqs.receive_message(
+                QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=1, MessageSystemAttributeNames=["MessageGroupId"]
+            )
+            for message in got.get("Messages", []):
+                group = message["Attributes"]["MessageGroupId"]
+                groups.setdefault(group, []).append(json.loads(message["Body"])["task_id"])
+                sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
+            if sum(map(len, groups.values())) >= 3:
+                break
+        assert groups == {"make-send": ["example-1", "example-2"], "customer-7": ["t-9"]}, groups
+    finally:
+        for name in (queue, queue.removesuffix(".fifo") + "-dlq.fifo"):
+            with contextlib.suppress(Exception):
+                sqs.delete_queue(QueueUrl=sqs.get_queue_url(QueueName=name)["QueueUrl"])
 
 
 def assert_pre_commit_runs_the_makefiles_checks(project: Path, package: Path, tmp_path: Path) -> None:
