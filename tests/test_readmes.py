@@ -38,7 +38,7 @@ from conftest import ROOT, run
 from doc_commands import commands, problems, site_links, words
 from markdown_it import MarkdownIt
 from matrix import SHAPES, SUPPORTED
-from validators import load_cfn
+from validators import load_cfn, load_k8s
 
 from sqs_worker_template_jinja.aws import secret_parameter
 from sqs_worker_template_jinja.guides import ANSWERS as GUIDES
@@ -318,6 +318,34 @@ def test_the_eks_steps_make_the_settings_and_secrets_before_the_workload(project
         assert namespace < secret < workload, "the Secret is made between the namespace and the workload"
         made = {w.split("=", 1)[1].split("=", 1)[0] for w in listed[secret] if w.startswith("--from-literal=")}
         assert made == set(answers.secrets), f"the Secret holds {sorted(made)}, the service reads {answers.secrets}"
+
+
+# Graviton instance families: a generation digit, then `g` (m6g, c7gn, t4g, r8gd...).
+GRAVITON = re.compile(r"[a-z]+\d+g[a-z]*\.")
+# What `eksctl create cluster` runs its nodes on when no --node-type is given (m5.large).
+EKSCTL_DEFAULT_ARCH = "amd64"
+
+
+@pytest.mark.parametrize("key", EKS_KEYS)
+def test_the_cluster_the_eks_steps_make_has_nodes_of_the_architecture_the_pods_select(
+    projects: dict[str, Path], key: str
+) -> None:
+    """The pods select their nodes' architecture (`kubernetes.io/arch`, the cpu_architecture
+    answer): a cluster made by the steps, in order, must have nodes of it, or every pod of the
+    first deploy stays Pending. An arm64 bake's step made an x86 cluster (eksctl's default)."""
+    project = projects[key]
+    listed = ordered_commands(project)
+    create = listed[first(listed, lambda argv: argv[:3] == ["eksctl", "create", "cluster"], "makes a cluster")]
+    node_type = create[create.index("--node-type") + 1] if "--node-type" in create else None
+    nodes = EKSCTL_DEFAULT_ARCH if node_type is None else "arm64" if GRAVITON.match(node_type) else "amd64"
+    objects = load_k8s(project)
+    workload = objects.get("Deployment") or objects["ScaledJob"]
+    spec = workload["spec"]
+    pod = spec["jobTargetRef"]["template"] if workload["kind"] == "ScaledJob" else spec["template"]
+    selected = pod["spec"]["nodeSelector"]["kubernetes.io/arch"]
+    assert nodes == selected, (
+        f"the steps make {nodes} nodes ({node_type or 'eksctl default'}), the pods select {selected}"
+    )
 
 
 @pytest.mark.parametrize("key", EKS_KEYS)
