@@ -519,6 +519,18 @@ def test_process_handlers_end_with_the_worker_and_leave_nothing_running(
         assert trouble not in text, f"{trouble!r} in the worker's log:\n{text[-3000:]}"
     stopped = [line for line in log_lines(log) if line.get("message") == "worker stopped"]
     assert stopped and stopped[0]["jobs_cut_off_and_released"] == 1
+    # In its process, a job logs as on the event loop: `job.logger` (it was None there, and
+    # the example handler's `job.logger.info` failed every job) and any logger, on the
+    # worker's format, each line with the job's id, queue and receive count.
+    in_process = [
+        line
+        for line in log_lines(log)
+        if line.get("message") in ("working in its process", "a library logs in its process too")
+    ]
+    assert len(in_process) == 4, f"two jobs, two lines each:\n{text[-3000:]}"
+    for line in in_process:
+        assert line["queue"] == queue.name and line["receive_count"] == 1 and line["job_id"], line
+        assert line["level"] == "INFO" and line["service"] and line["timestamp"], line
     # Released at once, or, while a poll of ours may still be out in SQS (on a loaded
     # machine LocalStack answers a 1 s poll seconds late), once it surely has ended: at
     # most its client's own timeout later (receiving.Polls.release_delay). Before, a bound

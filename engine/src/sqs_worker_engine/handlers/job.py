@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from ..base.errors import JobCancelled
+from ..base.telemetry import logs
 
 if TYPE_CHECKING:
     from ..formats.envelopes import Envelope
@@ -152,3 +153,11 @@ class Job(Generic[P]):
             state[key] = None
         state["_cancel_flag"] = state["_stop_flag"] = False  # the process is told nothing after
         return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        # Arrived in a handler process: its logger is the process's, and the lines logged
+        # there carry the job's id, queue and receive count, as `bind_job` gives them on the
+        # event loop (a handler process runs one job at a time).
+        self.__dict__.update(state)
+        self.logger = logs.get_logger()
+        logs.bind_job(job_id=self.id, queue=self.queue, receive_count=self.receive_count)

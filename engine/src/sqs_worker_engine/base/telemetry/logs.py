@@ -23,6 +23,9 @@ from aws_lambda_powertools.logging.formatter import LambdaPowertoolsFormatter
 
 LogFormat = Literal["json", "text"]
 _logger: Logger | None = None
+# What `configure` was last given (service, level, format): a handler process, spawned with
+# Python's defaults (no handler, WARNING), configures itself the same way.
+_configured: tuple[str, str, LogFormat] | None = None
 
 
 class TextFormatter(LambdaPowertoolsFormatter):
@@ -80,7 +83,8 @@ def _word(value: Any) -> str:
 
 def configure(service: str, level: str, log_format: LogFormat = "json") -> Logger:
     """Route the runtime's and the application's logs through one formatter."""
-    global _logger
+    global _logger, _configured
+    _configured = (service, level, log_format)
     formatter = TextFormatter(service=service) if log_format == "text" else LambdaPowertoolsFormatter(service=service)
     handler = logging.StreamHandler(sys.stdout)
     handler.setFormatter(formatter)
@@ -98,6 +102,11 @@ def configure(service: str, level: str, log_format: LogFormat = "json") -> Logge
     _logger = Logger(service=service, level=level, logger_formatter=formatter, logger_handler=own_handler)
     _logger._logger.propagate = False
     return _logger
+
+
+def configuration() -> tuple[str, str, LogFormat] | None:
+    """The last `configure` call's arguments; None before any."""
+    return _configured
 
 
 def get_logger() -> Logger:

@@ -59,6 +59,7 @@ from multiprocessing.process import BaseProcess
 from typing import Any, Literal
 
 from ...base import clock
+from ...base.telemetry import logs
 
 log = logging.getLogger("sqs_worker_engine.processes")
 # After killing what still runs, how long `stop` waits for the pools' threads to end.
@@ -91,19 +92,26 @@ def after_break(begun: bool, breaks: int, stopped: bool) -> AfterBreak:
 def spawn_executor(size: int, announce: Connection) -> concurrent.futures.Executor:
     # spawn: a fork of a process running an event loop and threads is not safe.
     return concurrent.futures.ProcessPoolExecutor(
-        size, mp_context=multiprocessing.get_context("spawn"), initializer=_in_process, initargs=(announce,)
+        size,
+        mp_context=multiprocessing.get_context("spawn"),
+        initializer=_in_process,
+        initargs=(announce, logs.configuration()),
     )
 
 
 _announce: Connection | None = None  # in a handler process: where it says it begins a job
 
 
-def _in_process(announce: Connection) -> None:
+def _in_process(announce: Connection, logging_as: tuple[str, str, logs.LogFormat] | None = None) -> None:
     """In each handler process, before its first job. Ctrl-C signals the terminal's whole
     process group: the worker drains on it, and its handler processes must not fail the
-    jobs they run with KeyboardInterrupt (or die waiting for the next)."""
+    jobs they run with KeyboardInterrupt (or die waiting for the next). Its log lines go out
+    as the worker's do (`logging_as`: the worker's `logs.configure`): a spawned process
+    starts with Python's defaults, which drop INFO lines and format none."""
     global _announce
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if logging_as is not None:
+        logs.configure(*logging_as)
     _announce = announce
 
 
