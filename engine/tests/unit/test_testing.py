@@ -111,3 +111,25 @@ def test_a_body_the_payload_model_refuses_is_dead_lettered_without_opening_the_l
     assert (result.outcome, result.job) == ("dead_letter", None), result
     assert "order_id" in result.reason
     assert opened == [], "the lifespan was opened for a body the worker would never run"
+
+
+# What a process handler was given, as it saw it (run_handler calls it in a thread of this process).
+SEEN_IN_PROCESS: list[tuple[Any, bool]] = []
+
+
+def crunch(job: Job[dict[str, Any]]) -> None:
+    """Module level, as an `executor="process"` handler must be."""
+    job.logger.info("crunched", extra={"n": job.payload["n"]})
+    SEEN_IN_PROCESS.append((job.resources, job.logger is not None))
+
+
+def test_a_process_handler_gets_the_job_as_its_process_would() -> None:
+    """Pickled there and back, as the worker sends it to its process: no resources (a
+    lifespan's pool stays in the worker), the process's logger. A test given more than the
+    process has passed a handler that failed every job deployed."""
+    processes = Router()
+    processes.handler("crunch", executor="process")(crunch)
+    SEEN_IN_PROCESS.clear()
+    result = run_handler(processes, "crunch", {"n": 3}, resources="a pool of the worker's")
+    assert result.outcome == "success", result.reason
+    assert SEEN_IN_PROCESS == [(None, True)]
