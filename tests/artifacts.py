@@ -76,8 +76,8 @@ K8S_FILES = {
     "deploy/k8s/service.yaml",
     "deploy/k8s/networkpolicy.yaml",
     "deploy/k8s/namespace.yaml",
-    "deploy/k8s/servicemonitor.yaml",
-    "deploy/k8s/prometheusrule.yaml",
+    "deploy/k8s/monitoring/servicemonitor.yaml",
+    "deploy/k8s/monitoring/prometheusrule.yaml",
     "deploy/k8s/optional/external-secrets.yaml",
 }
 K8S_TRACING_FILES = {"deploy/k8s/otel-collector.yaml"}  # with tracing=yes

@@ -83,8 +83,6 @@ def test_kubernetes_objects(projects: dict[str, Path], key: str) -> None:
         "TriggerAuthentication",
         "NetworkPolicy",
         "Namespace",
-        "ServiceMonitor",
-        "PrometheusRule",
     } | ({f"ConfigMap/{answers.slug}-otel-collector"} if answers.tracing else set()) | (
         {"ScaledJob"} if answers.scaledjob else {"Deployment", "ScaledObject", "PodDisruptionBudget"}
     )
@@ -99,8 +97,9 @@ def test_kubernetes_objects(projects: dict[str, Path], key: str) -> None:
     namespace = objects.pop("Namespace")["metadata"]
     assert namespace["name"] == answers.slug
     assert namespace["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
-    assert {kind: obj["metadata"].get("namespace") for kind, obj in objects.items()} == dict.fromkeys(
-        objects, answers.slug
+    placed = objects | load_k8s(project, "monitoring")  # the operator's kinds, applied apart
+    assert {kind: obj["metadata"].get("namespace") for kind, obj in placed.items()} == dict.fromkeys(
+        placed, answers.slug
     )
 
     workload = objects["ScaledJob" if answers.scaledjob else "Deployment"]
@@ -350,7 +349,7 @@ def test_prometheus_operator_objects(projects: dict[str, Path], key: str) -> Non
     the PrometheusRule holds exactly the rules of deploy/prometheus/alerts.yaml (its one
     source), both valid against prometheus-operator's CRD schemas."""
     project, answers = projects[key], ANSWERS[key]
-    objects = load_k8s(project)
+    objects = load_k8s(project) | load_k8s(project, "monitoring")
     monitor, rule, service = objects["ServiceMonitor"], objects["PrometheusRule"], objects["Service"]
     alerts = yaml.safe_load((project / "deploy" / "prometheus" / "alerts.yaml").read_text())
     assert rule["spec"] == alerts, "the PrometheusRule is not alerts.yaml"
@@ -368,7 +367,7 @@ def test_prometheus_operator_objects(projects: dict[str, Path], key: str) -> Non
 
 def test_prometheus_operator_schemas_reject_defects(projects: dict[str, Path]) -> None:
     schemas = crd_schema_dir("prometheus-operator")
-    objects = load_k8s(projects["defaults"])
+    objects = load_k8s(projects["defaults"], "monitoring")
     monitor = copy.deepcopy(objects["ServiceMonitor"])
     monitor["spec"]["endpoints"][0]["port"] = 9102  # a port name, not a number
     rule = copy.deepcopy(objects["PrometheusRule"])

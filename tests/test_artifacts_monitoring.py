@@ -82,7 +82,7 @@ def test_every_alert_exists_on_each_platform_the_bake_targets(projects: dict[str
         assert alert.anchor in anchors, f"no runbook heading for {alert.name}"
         assert alert.severity in SEVERITIES
     if answers.eks:
-        operator = load_k8s(project)["PrometheusRule"]
+        operator = load_k8s(project, "monitoring")["PrometheusRule"]
         assert [r["alert"] for g in operator["spec"]["groups"] for r in g["rules"]] == ruled
     if answers.ecs:
         queues = load_cfn(project / "deploy" / "aws" / "queues.yaml")["Resources"]

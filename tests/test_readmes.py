@@ -38,7 +38,7 @@ from conftest import ROOT, run
 from doc_commands import commands, problems, site_links, words
 from markdown_it import MarkdownIt
 from matrix import SHAPES, SUPPORTED
-from validators import load_cfn, load_k8s
+from validators import PLACEHOLDER_ACCOUNT, load_cfn, load_k8s
 
 from sqs_worker_template_jinja.aws import secret_parameter
 from sqs_worker_template_jinja.guides import ANSWERS as GUIDES
@@ -318,6 +318,68 @@ def test_the_eks_steps_make_the_settings_and_secrets_before_the_workload(project
         assert namespace < secret < workload, "the Secret is made between the namespace and the workload"
         made = {w.split("=", 1)[1].split("=", 1)[0] for w in listed[secret] if w.startswith("--from-literal=")}
         assert made == set(answers.secrets), f"the Secret holds {sorted(made)}, the service reads {answers.secrets}"
+
+
+# What step 4 installs before step 7 applies deploy/k8s/: Kubernetes' own kinds and KEDA's.
+# A kind of another operator (Prometheus', External Secrets') is applied from a folder of
+# its own once that operator runs: its CRD missing, `kubectl apply` fails the step.
+STEP_4_GROUPS = ("v1", "apps/", "batch/", "policy/", "networking.k8s.io/", "keda.sh/")
+
+
+@pytest.mark.parametrize("key", EKS_KEYS)
+def test_what_the_eks_steps_apply_from_deploy_k8s_a_cluster_of_step_4_accepts(
+    projects: dict[str, Path], key: str
+) -> None:
+    """`kubectl apply -f deploy/k8s/` (step 7) on the cluster the steps make: every object's
+    kind is Kubernetes' own or KEDA's. The ServiceMonitor and PrometheusRule were there, and
+    on a cluster without the Prometheus Operator the apply failed ("no matches for kind")."""
+    project = projects[key]
+    objects = load_k8s(project)
+    foreign = {
+        kind: obj["apiVersion"] for kind, obj in objects.items() if not obj["apiVersion"].startswith(STEP_4_GROUPS)
+    }
+    assert not foreign, f"deploy/k8s/ holds kinds no step before step 7 installs: {foreign}"
+    listed = ordered_commands(project)
+    monitoring = first(
+        listed, lambda argv: argv[:4] == ["kubectl", "apply", "-f", "deploy/k8s/monitoring/"], "applies the monitoring"
+    )
+    workload = first(listed, lambda argv: argv[:4] == ["kubectl", "apply", "-f", "deploy/k8s/"], "applies the workload")
+    assert workload < monitoring
+    assert {obj["kind"] for obj in load_k8s(project, "monitoring").values()} == {"ServiceMonitor", "PrometheusRule"}
+
+
+@pytest.mark.parametrize("key", [key for key in EKS_KEYS if ANSWERS[key].secrets])
+def test_the_external_secrets_steps_make_the_role_its_service_account_names(
+    projects: dict[str, Path], key: str
+) -> None:
+    """Followed in order, the External Secrets route works on the cluster the steps make: the
+    role its service account names is made (it added a policy to a role no step made), on
+    the cluster's OIDC provider (its token is IRSA's: a Pod Identity cluster has none until a
+    step adds it), and the manifest's account placeholder is replaced before it is applied."""
+    project = projects[key]
+    listed = ordered_commands(project)
+    path = "deploy/k8s/optional/external-secrets.yaml"
+    applied = first(listed, lambda argv: argv[:4] == ["kubectl", "apply", "-f", path], "applies External Secrets")
+    account = load_k8s(project, "optional")["ServiceAccount"]
+    role = account["metadata"]["annotations"]["eks.amazonaws.com/role-arn"].rsplit("/", 1)[1]
+    made = first(
+        listed,
+        lambda argv: role in argv and ("create-role" in argv or argv[:3] == ["eksctl", "create", "iamserviceaccount"]),
+        f"makes the role {role}",
+    )
+    replaced = first(
+        listed,
+        lambda argv: argv[:2] == ["sed", "-i"] and path in argv and any(PLACEHOLDER_ACCOUNT in w for w in argv),
+        f"replaces the account placeholder of {path}",
+    )
+    oidc = first(
+        listed,
+        lambda argv: "--with-oidc" in argv or argv[:3] == ["eksctl", "utils", "associate-iam-oidc-provider"],
+        "gives the cluster an OIDC provider",
+    )
+    assert oidc < made < applied and replaced < applied
+    if SUPPORTED[key].answers.get("eks_identity") == "pod-identity":
+        assert "--with-oidc" not in listed[first(listed, lambda a: a[:3] == ["eksctl", "create", "cluster"], "")]
 
 
 # Graviton instance families: a generation digit, then `g` (m6g, c7gn, t4g, r8gd...).
