@@ -382,6 +382,28 @@ def test_the_external_secrets_steps_make_the_role_its_service_account_names(
         assert "--with-oidc" not in listed[first(listed, lambda a: a[:3] == ["eksctl", "create", "cluster"], "")]
 
 
+@pytest.mark.parametrize("key", EKS_KEYS)
+def test_the_cluster_the_eks_steps_make_enforces_the_network_policy(projects: dict[str, Path], key: str) -> None:
+    """deploy/k8s/networkpolicy.yaml (egress DNS and HTTPS only, never the instance metadata)
+    binds only where the network plugin enforces it: the VPC CNI of the cluster the steps make
+    (an EKS add-on, as eksctl installs it) has its network policy off until a step turns it on.
+    Before, the policy was applied and silently not enforced."""
+    project = projects[key]
+    listed = ordered_commands(project)
+    assert "NetworkPolicy" in load_k8s(project)
+    made = first(listed, lambda argv: argv[:3] == ["eksctl", "create", "cluster"], "makes a cluster")
+    configured = first(
+        listed,
+        lambda argv: argv[:3] == ["aws", "eks", "update-addon"] and "vpc-cni" in argv,
+        "configures the cluster's VPC CNI",
+    )
+    workload = first(listed, lambda argv: argv[:4] == ["kubectl", "apply", "-f", "deploy/k8s/"], "applies the workload")
+    argv = listed[configured]
+    values = json.loads(argv[argv.index("--configuration-values") + 1])
+    assert values.get("enableNetworkPolicy") == "true", values
+    assert made < configured < workload
+
+
 # Graviton instance families: a generation digit, then `g` (m6g, c7gn, t4g, r8gd...).
 GRAVITON = re.compile(r"[a-z]+\d+g[a-z]*\.")
 # What `eksctl create cluster` runs its nodes on when no --node-type is given (m5.large).
