@@ -256,6 +256,15 @@ class CallLog:
 # -- subprocess workers ---------------------------------------------------------------
 
 
+def running(pid: int) -> bool:
+    """Is process `pid` alive (a zombie, dead but not yet reaped, is not)?"""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
 def worker_process(
     env: Mapping[str, str], log_path: Path, handlers: str = "tests.integration.app:router"
 ) -> subprocess.Popen[bytes]:

@@ -4,6 +4,7 @@ that declares none; and on the same service with a bug, which the check must cat
 
 from __future__ import annotations
 
+import time
 import warnings
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from sqs_worker_engine.handlers.router import Router
 from sqs_worker_engine.ops.examples import examples_of, message_body
 from sqs_worker_engine.testing import check_service, stand_in_http
 
-from ..support import PROJECT_ROOT, REGION
+from ..support import PROJECT_ROOT, REGION, running
 
 SERVICE = ServiceDefaults(
     name="examples-service",
@@ -85,6 +86,40 @@ def test_a_handler_that_fails_its_examples_fails_the_check_with_the_reason(
             check_service(SERVICE, localstack_endpoint, tmp_path, env={**ENV, "EXAMPLES_APP_BROKEN": "1"}, timeout=60)
     assert "orders: examples dead-lettered" in str(info.value), str(info.value)[-2000:]
     assert "the ledger is read-only" in str(info.value)
+
+
+PROCESS_SERVICE = ServiceDefaults(
+    name="process-examples-service",
+    version="0.0.1",
+    command="python -m tests.service",
+    environ={
+        "WORKER_QUEUES": "crunch",
+        "WORKER_HANDLERS": "tests.integration.process_examples_app:router",
+        "WORKER_PROCESS_POOL_SIZE": "2",
+        "WORKER_JOB_TIMEOUT_MS": "10000",
+        "WORKER_SHUTDOWN_TIMEOUT_MS": "20000",
+        "AWS_REGION": REGION,
+    },
+)
+
+
+def test_a_failed_check_leaves_none_of_the_workers_handler_processes_running(
+    localstack_endpoint: str, tmp_path: Path
+) -> None:
+    """A check that fails kills the worker it started, and the worker's handler processes
+    with it: they were left running, their parent gone, after every failed `make test`."""
+    pids = tmp_path / "pids"
+    with pytest.raises(AssertionError) as info:
+        check_service(
+            PROCESS_SERVICE, localstack_endpoint, tmp_path, env={**ENV, "PROCESS_EXAMPLES_PIDS": str(pids)}, timeout=60
+        )
+    assert "cannot crunch 1" in str(info.value), str(info.value)[-2000:]
+    recorded = {int(pid) for pid in pids.read_text().split()}
+    assert recorded, "no handler process ran"
+    deadline = time.monotonic() + 10  # SIGKILL is sent by then: this bounds only its delivery
+    while alive := {pid for pid in recorded if running(pid)}:
+        assert time.monotonic() < deadline, f"handler processes outlived the failed check: {sorted(alive)}"
+        time.sleep(0.1)
 
 
 def test_examples_are_read_from_the_models_json_schema_extra() -> None:

@@ -32,6 +32,7 @@ from ..support import (
     log_lines,
     metric,
     read_records,
+    running,
     running_worker,
     wait_for,
     worker_process,
@@ -474,15 +475,6 @@ def test_an_idle_worker_exits_zero_after_its_idle_spell(sqs: Sqs, localstack_end
     assert any(str(line.get("message", "")).startswith("idle") for line in lines), lines[-5:]
     stopped = [line for line in lines if line.get("message") == "worker stopped"]
     assert stopped and stopped[0]["reason"] == "idle", stopped
-
-
-def running(pid: int) -> bool:
-    """Is process `pid` alive (a zombie, dead but not yet reaped, is not)?"""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 def test_process_handlers_end_with_the_worker_and_leave_nothing_running(

@@ -209,7 +209,10 @@ class _Check:
                     await self._drain(client, worker)
                 finally:
                     if worker.poll() is None:
-                        worker.kill()
+                        # The worker leads a process group of its own: its handler processes
+                        # go with it (a kill of the worker alone left them running, orphaned).
+                        with contextlib.suppress(ProcessLookupError):
+                            os.killpg(worker.pid, signal.SIGKILL)
                         worker.wait()
             finally:
                 for queue in self.queues:
@@ -243,7 +246,9 @@ class _Check:
         for queue in self.queues:
             env[f"WORKER_QUEUE_{queue_env_key(queue.name)}_URL"] = queue.url
         with self.log.open("ab") as log:  # the child keeps its own copy of the descriptor
-            return subprocess.Popen(self._argv("run"), env=env, stdout=log, stderr=log)  # noqa: S603 - the service's own command
+            return subprocess.Popen(  # noqa: S603 - the service's own command
+                self._argv("run"), env=env, stdout=log, stderr=log, start_new_session=True
+            )
 
     async def _process_examples(self, client: SQSClient) -> None:
         for queue in self.queues:
