@@ -461,6 +461,7 @@ def cmd_redrive(config: WorkerConfig, args: argparse.Namespace) -> int:
             if journal.sent:
                 print(f"resuming: {len(journal.sent)} message(s) were copied by an interrupted run")
             refusals: list[str] = []
+            later: list[str] = []  # reached the DLQ after the copy began
             if args.ids:
                 moved = 0
                 chosen = await admin.find(client, dlq_url, set(args.ids))
@@ -482,8 +483,14 @@ def cmd_redrive(config: WorkerConfig, args: argparse.Namespace) -> int:
                     rate=args.rate,
                     report=lambda n: print(f"moved {n}", flush=True),
                     refused=refusals.append,
+                    arrived_later=later.append,
                 )
             print(f"COMPLETED: moved {moved} message(s) from {dlq_name} to {queue}")
+            if later:
+                print(
+                    f"left in {dlq_name}: {len(later)} message(s) that reached it after this copy began "
+                    "(failed again, or new): the next run moves them"
+                )
             for reason in refusals:
                 print(f"left in {dlq_name}: {reason}")
             return 1 if refusals else 0

@@ -122,6 +122,44 @@ def test_copy_redrive_interrupted_then_resumed_moves_each_message_once(sqs: Sqs,
     assert not journal.exists()
 
 
+def test_copy_redrive_moves_what_the_dlq_held_when_it_began_and_ends_while_they_fail_again(
+    sqs: Sqs, tmp_path: Path
+) -> None:
+    """A worker running beside `redrive --copy` dead-letters again at once what fails again:
+    the copy received those too, sent them back, and went round with them for ever (an owner
+    saw 27,000 moves of a handful of messages in ten minutes). What reached the DLQ after the
+    copy began is left there, named, for the next run."""
+    from aiobotocore.session import get_session
+
+    queue = sqs.create(max_receive=2)
+    fill_dlq(sqs, queue, 4)
+    arrived: list[str] = []
+
+    async def go() -> int:
+        async with get_session().create_client("sqs", region_name=REGION, endpoint_url=sqs.endpoint) as client:
+
+            async def fails_again() -> None:  # the worker: every copy it takes, dead-lettered at once
+                got = await client.receive_message(QueueUrl=queue.url, MaxNumberOfMessages=10, WaitTimeSeconds=1)
+                for message in got.get("Messages", []):
+                    await client.send_message(QueueUrl=queue.dlq_url or "", MessageBody=message["Body"])
+                    await client.delete_message(QueueUrl=queue.url, ReceiptHandle=message["ReceiptHandle"])
+
+            copying = redrive.copy_back(
+                client,
+                queue.dlq_url or "",
+                queue.url,
+                False,
+                redrive.Journal(tmp_path / "journal"),
+                after_send=fails_again,
+                arrived_later=arrived.append,
+            )
+            return await asyncio.wait_for(copying, 120)  # only a broken copy takes this long
+
+    assert asyncio.run(go()) == 4
+    assert len(arrived) == len(set(arrived)) >= 1, arrived
+    assert sum(sqs.counts(queue.dlq_url or "")) == len(arrived), "the bounced ones stay in the DLQ"
+
+
 def test_copy_redrive_after_a_crash_deletes_what_was_copied_without_resending(sqs: Sqs, tmp_path: Path) -> None:
     """The state a SIGKILL leaves: copies sent and journaled, originals still in the DLQ."""
     queue = sqs.create(max_receive=2)

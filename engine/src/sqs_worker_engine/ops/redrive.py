@@ -200,15 +200,22 @@ async def copy_back(
     report: Callable[[int], None] = lambda _: None,
     after_send: Callable[[], Awaitable[None]] | None = None,
     refused: Callable[[str], None] = lambda _: None,
+    arrived_later: Callable[[str], None] = lambda _: None,
 ) -> int:
     """The fallback: receive, send, journal, delete. Returns how many were moved.
+
+    It moves what the DLQ held when it began. A message sent to the DLQ since (`arrived_after`:
+    a copy that failed again, with a worker running beside it, or a new failure) is left
+    there, hidden for the rest of the run, for the next one: `arrived_later` is told its id,
+    once. Moved too, a message that fails at once went round for ever.
 
     A message the destination refuses (too large for its MaximumMessageSize, say) stays
     in the DLQ, hidden for the rest of the run so that it is not received again and
     again: `refused` is told why, once per message."""
     moved = 0
     empty_polls = 0
-    kept: set[str] = set()  # refused this run: left hidden in the DLQ
+    began_ms = int(time.time() * 1000)  # SQS's clock is the wall's: SentTimestamp is compared with it
+    kept: set[str] = set()  # refused this run, or arrived after it began: left hidden in the DLQ
     while empty_polls < 2:
         started = time.monotonic()
         batch = [dict(m) for m in await receive_whole(client, dlq_url, BATCH_VISIBILITY)]
@@ -216,8 +223,12 @@ async def copy_back(
             empty_polls += 1
             continue
         empty_polls = 0
+        for message in batch:
+            if message["MessageId"] not in kept and arrived_after(message, began_ms):
+                kept.add(message["MessageId"])
+                arrived_later(message["MessageId"])
         try:
-            fresh = [m for m in batch if m["MessageId"] not in journal.sent]
+            fresh = [m for m in batch if m["MessageId"] not in journal.sent and m["MessageId"] not in kept]
             for message_id, reason in (await send_copies(client, dest_url, fifo, journal, fresh)).items():
                 kept.add(message_id)
                 refused(f"{message_id}: {reason}")
@@ -231,6 +242,13 @@ async def copy_back(
         if rate:
             await asyncio.sleep(max(0.0, len(batch) / rate - (time.monotonic() - started)))
     return moved
+
+
+def arrived_after(message: Mapping[str, Any], began_ms: int) -> bool:
+    """Whether a DLQ message was sent there at or after `began_ms` (SQS's SentTimestamp, in
+    ms). A message SQS moved there keeps its first send's; one the worker dead-lettered
+    carries the time it reached the DLQ, and a copy that failed again one after the copy."""
+    return int(message.get("Attributes", {}).get("SentTimestamp", "0")) >= began_ms
 
 
 async def copy_chosen(
