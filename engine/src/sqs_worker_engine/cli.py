@@ -447,9 +447,10 @@ def cmd_redrive(config: WorkerConfig, args: argparse.Namespace) -> int:
                     # dead-lettered itself, not of those the worker sent there (non-retryable).
                     await redrive.start_move(client, dlq_arn, src_arn, args.rate)
                 except Exception as exc:
-                    if not redrive.unsupported(exc):
+                    if not redrive.unsupported(exc, emulated=config.settings.aws_endpoint_url is not None):
                         raise
-                    print(f"StartMessageMoveTask is not available here ({exc}); copying instead")
+                    answer = exc.response.get("Error", {}).get("Code") if isinstance(exc, ClientError) else exc
+                    print(f"StartMessageMoveTask is not available here ({answer}); copying instead")
                 else:
                     final = await redrive.wait_move(client, dlq_arn, redrive.print_progress)
                     return 0 if final.status == "COMPLETED" else 1

@@ -160,6 +160,20 @@ def test_copy_redrive_moves_what_the_dlq_held_when_it_began_and_ends_while_they_
     assert sum(sqs.counts(queue.dlq_url or "")) == len(arrived), "the bounced ones stay in the DLQ"
 
 
+@pytest.mark.parametrize("emulator", ["moto"])
+def test_redrive_on_motos_server_copies_instead(sqs: Sqs) -> None:
+    """moto's server has no StartMessageMoveTask: it answers HTTP 500 with a page of HTML.
+    `redrive` (as `make dlq-redrive` runs it) stopped there, printing that page; against an
+    emulator such an answer means the action is missing, and it copies instead."""
+    queue = sqs.create(max_receive=2)
+    fill_dlq(sqs, queue, 3)
+    moved = cli("redrive", AWS_ENDPOINT_URL=sqs.endpoint, WORKER_QUEUES=queue.name)
+    assert moved.returncode == 0, moved.stdout + moved.stderr
+    assert "copying instead" in moved.stdout and "<html" not in moved.stdout + moved.stderr, moved.stdout
+    assert "COMPLETED: moved 3 message(s)" in moved.stdout, moved.stdout
+    assert sorted(json.loads(m["Body"])["n"] for m in sqs.receive_all(queue.url)) == [0, 1, 2]
+
+
 def test_copy_redrive_after_a_crash_deletes_what_was_copied_without_resending(sqs: Sqs, tmp_path: Path) -> None:
     """The state a SIGKILL leaves: copies sent and journaled, originals still in the DLQ."""
     queue = sqs.create(max_receive=2)

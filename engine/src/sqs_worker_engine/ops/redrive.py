@@ -95,8 +95,15 @@ async def wait_move(
         await asyncio.sleep(interval)
 
 
-def unsupported(exc: BaseException) -> bool:
-    return isinstance(exc, ClientError) and exc.response.get("Error", {}).get("Code") in UNSUPPORTED
+def unsupported(exc: BaseException, emulated: bool = False) -> bool:
+    """Whether StartMessageMoveTask is missing where it was called: SQS's codes for that, or,
+    on an emulator (`emulated`), an HTTP 500 (moto's server answers so for an action it has
+    not, with a page of HTML); AWS's own 500 is a failure to report."""
+    if not isinstance(exc, ClientError):
+        return False
+    if exc.response.get("Error", {}).get("Code") in UNSUPPORTED:
+        return True
+    return emulated and exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") == 500
 
 
 JOURNAL_DIR_VARIABLE = "REDRIVE_JOURNAL_DIR"
