@@ -320,6 +320,55 @@ def test_the_eks_steps_make_the_settings_and_secrets_before_the_workload(project
         assert made == set(answers.secrets), f"the Secret holds {sorted(made)}, the service reads {answers.secrets}"
 
 
+# The VPC endpoint each AWS service the ECS task's roles call is reached by (`sts` is the roles'
+# trust, `ecs` the task protection Fargate's agent sets: no endpoint of the task's own).
+ENDPOINTS = {
+    "sqs": "`sqs`",
+    "logs": "`logs`",
+    "ecr": "`ecr.api`",
+    "secretsmanager": "`secretsmanager`",
+    "ssm": "`ssm`",
+    "xray": "`xray`",
+    "s3": "S3",
+    "dynamodb": "DynamoDB",
+}
+NO_ENDPOINT = {"sts", "ecs"}
+
+
+def iam_actions(node: object) -> set[str]:
+    """Every IAM action named under `node` (a template's resource, its policies)."""
+    if isinstance(node, list):
+        return {action for item in node for action in iam_actions(item)}
+    if not isinstance(node, dict):
+        return set()
+    found: set[str] = set()
+    for key, value in node.items():
+        if key == "Action":
+            found |= {a for a in ([value] if isinstance(value, str) else value) if isinstance(a, str)}
+        else:
+            found |= iam_actions(value)
+    return found
+
+
+@pytest.mark.parametrize("key", ECS_KEYS)
+def test_the_ecs_subnets_step_names_an_endpoint_for_every_service_the_tasks_call(
+    projects: dict[str, Path], key: str
+) -> None:
+    """Private subnets without a NAT reach AWS through VPC endpoints: the step that picks them
+    names one for every service the task's and the execution role's policies call. It named
+    the same five for every service, and a task of one with secrets (read at its start),
+    tracing or idempotency could not start, or its jobs timed out."""
+    project = projects[key]
+    template = load_cfn(project / "deploy" / "ecs" / "service.yaml")
+    roles = [r["Properties"] for r in template["Resources"].values() if r["Type"] == "AWS::IAM::Role"]
+    called = {action.split(":")[0] for action in iam_actions(roles) if ":" in action} - NO_ENDPOINT
+    readme = (project / "deploy" / "README.md").read_text()
+    step = " ".join(readme.split("5. Pick a VPC", 1)[1].split("```", 1)[0].split())
+    assert set(called) <= set(ENDPOINTS), f"no endpoint known for {sorted(set(called) - set(ENDPOINTS))}"
+    missing = sorted(service for service in called if ENDPOINTS[service] not in step)
+    assert not missing, f"the subnets step names no endpoint for {missing}: {step}"
+
+
 # What step 4 installs before step 7 applies deploy/k8s/: Kubernetes' own kinds and KEDA's.
 # A kind of another operator (Prometheus', External Secrets') is applied from a folder of
 # its own once that operator runs: its CRD missing, `kubectl apply` fails the step.
