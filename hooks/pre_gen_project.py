@@ -343,8 +343,9 @@ def check_grace_period(problems: Problems, answers: dict[str, object], shutdown:
             f"ECS caps stopTimeout at {ECS_MAX_STOP_TIMEOUT} s and the task definition sets stopTimeout = "
             f"shutdown timeout + {margin} s = {shutdown + margin} s, so with "
             f"deploy_target={answers.get('deploy_target')} the shutdown timeout can be at most {most} s. "
-            "For longer jobs choose deploy_target=eks (Kubernetes has no such cap), split long jobs into "
-            "resumable steps that checkpoint their progress, or shorten job_timeout_seconds",
+            "For longer jobs choose deploy_target=eks (Kubernetes has no such cap), or split long jobs into "
+            "resumable steps that checkpoint their progress; else lower it to at most "
+            f"{most} s with job_timeout_seconds below that (it is {answers.get('job_timeout_seconds')})",
         )
 
 

@@ -121,7 +121,7 @@ def test_ecs_limit_message_says_what_to_do(tmp_path: Path) -> None:
         f"at most {ECS_MAX_SHUTDOWN} s",
         "choose deploy_target=eks (Kubernetes has no such cap)",
         "resumable steps that checkpoint",
-        "shorten job_timeout_seconds",
+        f"lower it to at most {ECS_MAX_SHUTDOWN} s with job_timeout_seconds below that (it is 240)",
     ):
         assert advice in line, line
 
