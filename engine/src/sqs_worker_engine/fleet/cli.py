@@ -64,7 +64,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--processes", type=int, default=min(2, os.cpu_count() or 1), help="runs in parallel")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--no-oracle", action="store_true", help="skip the oracle's runs (no ratios)")
-    parser.add_argument("--quick", action="store_true", help="a tenth of the budget: a first look in a minute or two")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="a tenth of the budget: a first look (minutes for the standard shapes; --shapes for fewer)",
+    )
     return parser
 
 
