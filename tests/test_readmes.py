@@ -320,8 +320,8 @@ def test_the_eks_steps_make_the_settings_and_secrets_before_the_workload(project
         assert made == set(answers.secrets), f"the Secret holds {sorted(made)}, the service reads {answers.secrets}"
 
 
-# The VPC endpoint each AWS service the ECS task's roles call is reached by (`sts` is the roles'
-# trust, `ecs` the task protection Fargate's agent sets: no endpoint of the task's own).
+# The VPC endpoint each AWS service the ECS task's roles call is reached by (`ecs`: the task
+# protection the worker sets through Fargate's agent, no endpoint of the task's own).
 ENDPOINTS = {
     "sqs": "`sqs`",
     "logs": "`logs`",
@@ -332,11 +332,12 @@ ENDPOINTS = {
     "s3": "S3",
     "dynamodb": "DynamoDB",
 }
-NO_ENDPOINT = {"sts", "ecs"}
+NO_ENDPOINT = {"ecs"}
 
 
 def iam_actions(node: object) -> set[str]:
-    """Every IAM action named under `node` (a template's resource, its policies)."""
+    """Every IAM action named under `node` (a role's policies): both branches of a condition,
+    as the step must serve the stack whatever parameters it is given."""
     if isinstance(node, list):
         return {action for item in node for action in iam_actions(item)}
     if not isinstance(node, dict):
@@ -360,7 +361,9 @@ def test_the_ecs_subnets_step_names_an_endpoint_for_every_service_the_tasks_call
     tracing or idempotency could not start, or its jobs timed out."""
     project = projects[key]
     template = load_cfn(project / "deploy" / "ecs" / "service.yaml")
-    roles = [r["Properties"] for r in template["Resources"].values() if r["Type"] == "AWS::IAM::Role"]
+    roles = [
+        r["Properties"].get("Policies", []) for r in template["Resources"].values() if r["Type"] == "AWS::IAM::Role"
+    ]
     called = {action.split(":")[0] for action in iam_actions(roles) if ":" in action} - NO_ENDPOINT
     readme = (project / "deploy" / "README.md").read_text()
     step = " ".join(readme.split("5. Pick a VPC", 1)[1].split("```", 1)[0].split())
